@@ -1,0 +1,60 @@
+"""Context-insensitive token layer: char CNN -> highway -> projection (ELMO_SPEC.md §4)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .chars import N_CHARACTERS, PADDING_ROW_ID
+from .options import BiLMOptions
+
+
+class Highway(nn.Module):
+    """x <- t * relu(x W_transform + b_transform) + (1 - t) * x, t = sigmoid(x W_carry + b_carry).
+
+    Both branches share one GEMM: `weight` stacks [W_transform^T; W_carry^T] (always ReLU).
+    """
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+        self.weight = nn.Parameter(torch.empty(2 * width, width))
+        self.bias = nn.Parameter(torch.empty(2 * width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        transform, carry = F.linear(x, self.weight, self.bias).chunk(2, dim=-1)  # (n, F) each
+        gate = torch.sigmoid(carry)
+        return gate * torch.relu(transform) + (1 - gate) * x
+
+
+class CharCNN(nn.Module):
+    """Maps (n, 50) character ids to (n, P) token vectors."""
+
+    def __init__(self, options: BiLMOptions) -> None:
+        super().__init__()
+        self.options = options
+        self.char_embedding = nn.Embedding(
+            N_CHARACTERS, options.char_embedding_dim, padding_idx=PADDING_ROW_ID
+        )
+        self.convolutions = nn.ModuleList(
+            nn.Conv1d(options.char_embedding_dim, n_filters, width)
+            for width, n_filters in options.filters
+        )
+        self.activation = torch.relu if options.activation == "relu" else torch.tanh
+        self.highways = nn.ModuleList(Highway(options.n_filters) for _ in range(options.n_highway))
+        self.projection = (
+            nn.Linear(options.n_filters, options.projection_dim)
+            if options.has_char_projection
+            else nn.Identity()
+        )
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        chars = self.char_embedding(char_ids).transpose(1, 2)  # (n, e, 50)
+        # Max-pool each filter bank over all positions, then the activation (bilm-tf order).
+        features = torch.cat(
+            [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions], dim=-1
+        )  # (n, F)
+        for highway in self.highways:
+            features = highway(features)
+        return self.projection(features)  # (n, P)

@@ -1,0 +1,301 @@
+"""Weights on disk: the bilm-tf/AllenNLP hdf5 layout (ELMO_SPEC.md §2) and our own format.
+
+Our format is a directory with `config.json` (the options) and `model.safetensors`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import numpy
+import torch
+
+from .options import BiLMOptions
+
+if TYPE_CHECKING:
+    from .model import BiLM
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+FORMAT_NAME = "spacy-elmo-bilm"
+FORMAT_VERSION = 1
+
+
+class MissingFileError(FileNotFoundError, ValueError):
+    """A weights or options file that does not exist (both a FileNotFoundError and a ValueError)."""
+
+
+# ---------------------------------------------------------------------- hdf5 <-> state dict
+def _cell_prefix(direction: int, layer: int) -> str:
+    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+
+
+def _conversions(
+    options: BiLMOptions,
+) -> Iterator[tuple[str, tuple[int, ...], str, Callable, Callable]]:
+    """(hdf5 dataset, its shape, state-dict key, hdf5->torch, torch->hdf5) for every tensor.
+
+    Highway weights are two datasets each (transform, carry) and are handled separately.
+    """
+    e, f, p, d = (
+        options.char_embedding_dim,
+        options.n_filters,
+        options.projection_dim,
+        options.lstm_dim,
+    )
+    transpose = (lambda a: a.T, lambda a: a.T)
+    same = (lambda a: a, lambda a: a)
+    # Row 0 of our table is the "no token" row; the file holds raw ids 0..260.
+    yield (
+        "char_embed",
+        (261, e),
+        "char_cnn.char_embedding.weight",
+        lambda a: numpy.concatenate([numpy.zeros((1, e), numpy.float32), a]),
+        lambda a: a[1:],
+    )
+    for k, (width, n) in enumerate(options.filters):
+        # TF conv2d kernel (1, w, e, n) <-> Conv1d weight (n, e, w); no flip.
+        yield (
+            f"CNN/W_cnn_{k}",
+            (1, width, e, n),
+            f"char_cnn.convolutions.{k}.weight",
+            lambda a: a[0].transpose(2, 1, 0),
+            lambda a: a.transpose(2, 1, 0)[None],
+        )
+        yield (f"CNN/b_cnn_{k}", (n,), f"char_cnn.convolutions.{k}.bias", *same)
+    if options.has_char_projection:
+        yield ("CNN_proj/W_proj", (f, p), "char_cnn.projection.weight", *transpose)
+        yield ("CNN_proj/b_proj", (p,), "char_cnn.projection.bias", *same)
+    hidden = p if options.has_lstm_projection else d
+    for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
+        for layer in range(options.n_layers):
+            prefix, key = _cell_prefix(direction, layer), f"{stack}.layers.{layer}"
+            # W_0 stacks the input rows (P of them) over the recurrent rows.
+            yield (f"{prefix}/W_0", (p + hidden, 4 * d), f"{key}.W_0", *same)
+            yield (f"{prefix}/B", (4 * d,), f"{key}.bias", *same)
+            if options.has_lstm_projection:
+                yield (f"{prefix}/W_P_0", (d, p), f"{key}.projection_weight", *transpose)
+
+
+def _highway_datasets(options: BiLMOptions, h: int) -> dict[str, tuple[int, ...]]:
+    f = options.n_filters
+    return {
+        f"CNN_high_{h}/W_transform": (f, f),
+        f"CNN_high_{h}/b_transform": (f,),
+        f"CNN_high_{h}/W_carry": (f, f),
+        f"CNN_high_{h}/b_carry": (f,),
+    }
+
+
+def expected_datasets(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
+    """Every dataset a bilm-tf weights file for these options holds, with its shape."""
+    shapes = {name: shape for name, shape, *_ in _conversions(options)}
+    for h in range(options.n_highway):
+        shapes.update(_highway_datasets(options, h))
+    return shapes
+
+
+def _read_datasets(weight_file: Path, options_source: str, options: BiLMOptions) -> dict:
+    """Read and check every dataset; ValueError naming the file and dataset on any problem."""
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover - h5py is a dependency
+        raise ImportError("reading ELMo weights needs h5py: pip install h5py") from None
+    if not weight_file.exists():
+        raise MissingFileError(2, "ELMo weights file does not exist", str(weight_file))
+    expected = expected_datasets(options)
+    arrays = {}
+    try:
+        with h5py.File(weight_file, "r") as hdf5:
+            found: dict[str, tuple[int, ...]] = {}
+            hdf5.visititems(
+                lambda name, obj: found.__setitem__(name, obj.shape)
+                if isinstance(obj, h5py.Dataset)
+                else None
+            )
+            for name, shape in expected.items():
+                if name not in found:
+                    hint = (
+                        " It holds none of the bilm-tf datasets: is this an ELMo weights file?"
+                        if not set(found) & set(expected)
+                        else ""
+                    )
+                    raise ValueError(
+                        f"weights file {weight_file} has no dataset '{name}' required by "
+                        f"{options_source}.{hint}"
+                    )
+                if tuple(found[name]) != shape:
+                    raise ValueError(
+                        f"weights file {weight_file}: dataset '{name}' has shape "
+                        f"{tuple(found[name])} but {options_source} implies {shape}; the "
+                        f"options do not match the weights"
+                    )
+                try:
+                    array = numpy.asarray(hdf5[name][...], dtype=numpy.float32)
+                except (OSError, KeyError, RuntimeError) as err:
+                    raise ValueError(
+                        f"weights file {weight_file}: cannot read dataset '{name}' ({err}); "
+                        f"the file may be truncated or corrupted"
+                    ) from None
+                if not numpy.isfinite(array).all():
+                    raise ValueError(
+                        f"weights file {weight_file}: dataset '{name}' contains NaN or inf"
+                    )
+                arrays[name] = array
+            unexpected = sorted(set(found) - set(expected))
+            if unexpected:
+                raise ValueError(
+                    f"weights file {weight_file} has datasets that {options_source} does not "
+                    f"describe: {', '.join(unexpected[:5])}; the options do not match the weights"
+                )
+    except OSError as err:
+        raise ValueError(
+            f"cannot read weights file {weight_file} as HDF5 ({err}); it may be truncated, "
+            f"corrupted or not an HDF5 file"
+        ) from None
+    return arrays
+
+
+def read_allennlp(
+    options_file: str | Path, weight_file: str | Path
+) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
+    """Options and a state dict for `BiLM` from bilm-tf/AllenNLP files."""
+    options_file, weight_file = Path(options_file), Path(weight_file)
+    if not options_file.exists():
+        raise MissingFileError(2, "ELMo options file does not exist", str(options_file))
+    options = BiLMOptions.from_file(options_file)
+    arrays = _read_datasets(weight_file, f"options file {options_file}", options)
+    state: dict[str, numpy.ndarray] = {}
+    for name, _, key, to_torch, _ in _conversions(options):
+        state[key] = to_torch(arrays[name])
+    for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
+        for layer in range(options.n_layers):
+            key = f"{stack}.layers.{layer}"
+            fused = state.pop(f"{key}.W_0")
+            state[f"{key}.input_weight"] = fused[: options.projection_dim].T
+            state[f"{key}.recurrent_weight"] = fused[options.projection_dim :].T
+    for h in range(options.n_highway):
+        high = f"CNN_high_{h}"
+        state[f"char_cnn.highways.{h}.weight"] = numpy.concatenate(
+            [arrays[f"{high}/W_transform"].T, arrays[f"{high}/W_carry"].T]
+        )
+        state[f"char_cnn.highways.{h}.bias"] = numpy.concatenate(
+            [arrays[f"{high}/b_transform"], arrays[f"{high}/b_carry"]]
+        )
+    return options, {k: torch.from_numpy(numpy.ascontiguousarray(v)) for k, v in state.items()}
+
+
+def write_allennlp(bilm: BiLM, options_file: str | Path, weight_file: str | Path) -> None:
+    """Write options.json and a float32 hdf5 with the dataset names of bilm-tf's dump_weights."""
+    import h5py
+
+    options = bilm.options
+    state = {k: v.detach().float().cpu().numpy() for k, v in bilm.state_dict().items()}
+    for stack in ("forward_lstm", "backward_lstm"):
+        for layer in range(options.n_layers):
+            key = f"{stack}.layers.{layer}"
+            state[f"{key}.W_0"] = numpy.concatenate(
+                [state[f"{key}.input_weight"].T, state[f"{key}.recurrent_weight"].T]
+            )
+    datasets = {name: from_torch(state[key]) for name, _, key, _, from_torch in _conversions(options)}
+    f = options.n_filters
+    for h in range(options.n_highway):
+        weight, bias = state[f"char_cnn.highways.{h}.weight"], state[f"char_cnn.highways.{h}.bias"]
+        datasets[f"CNN_high_{h}/W_transform"] = weight[:f].T
+        datasets[f"CNN_high_{h}/W_carry"] = weight[f:].T
+        datasets[f"CNN_high_{h}/b_transform"] = bias[:f]
+        datasets[f"CNN_high_{h}/b_carry"] = bias[f:]
+    options_file, weight_file = Path(options_file), Path(weight_file)
+    with _atomic_path(weight_file) as tmp:
+        with h5py.File(tmp, "w") as hdf5:
+            for name, array in datasets.items():
+                hdf5.create_dataset(name, data=numpy.ascontiguousarray(array, dtype=numpy.float32))
+    with _atomic_path(options_file) as tmp:
+        tmp.write_text(json.dumps(options.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------- our own format
+def save_bilm(bilm: BiLM, directory: str | Path) -> None:
+    """Write `config.json` and `model.safetensors` into `directory` (created if needed)."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "options": bilm.options.to_dict()}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
+    with _atomic_path(directory / WEIGHTS_NAME) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": FORMAT_NAME})
+    with _atomic_path(directory / CONFIG_NAME) as tmp:
+        tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
+    """Options and state dict from a directory written by `save_bilm`, checked key by key."""
+    from safetensors import SafetensorsError
+    from safetensors.torch import load_file
+
+    from .model import BiLM
+
+    directory = Path(directory)
+    config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
+    for path in (config_path, weights_path):
+        if not path.exists():
+            raise MissingFileError(
+                2, f"saved biLM directory {directory} has no {path.name}", str(path)
+            )
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{config_path} is not valid JSON: {err}") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
+        raise ValueError(f"{config_path} is not a spacy-elmo biLM config (no format '{FORMAT_NAME}')")
+    if config.get("version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{config_path} has format version {config.get('version')!r}; this spacy-elmo "
+            f"reads version {FORMAT_VERSION}"
+        )
+    options = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
+    try:
+        state = load_file(str(weights_path))
+    except (SafetensorsError, OSError, ValueError) as err:
+        raise ValueError(f"cannot read {weights_path} ({err}); is it truncated?") from None
+    expected = {k: tuple(v.shape) for k, v in BiLM(options).state_dict().items()}
+    for key, shape in expected.items():
+        if key not in state:
+            raise ValueError(f"{weights_path} has no tensor '{key}' required by {config_path}")
+        if tuple(state[key].shape) != shape:
+            raise ValueError(
+                f"{weights_path}: tensor '{key}' has shape {tuple(state[key].shape)} but "
+                f"{config_path} implies {shape}"
+            )
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise ValueError(
+            f"{weights_path} has tensors that {config_path} does not describe: "
+            f"{', '.join(unexpected[:5])}"
+        )
+    return options, state
+
+
+class _atomic_path:
+    """Context manager giving a temporary path that replaces `path` on success."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> Path:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        os.close(fd)
+        self.tmp = Path(name)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            os.replace(self.tmp, self.path)
+        else:
+            self.tmp.unlink(missing_ok=True)

@@ -1,0 +1,287 @@
+"""The ELMo biLM: char CNN token layer plus forward and backward LSTM stacks (ELMO_SPEC.md §3-7)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy
+import torch
+from torch import nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from .char_cnn import CharCNN
+from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
+from .lstm import LstmStack, State
+from .options import BiLMOptions
+
+DIRECTIONS = ("forward", "backward")
+
+
+@dataclass
+class BiLMOutput:
+    """Outputs without sentence boundaries."""
+
+    layers: torch.Tensor  # (L + 1, batch, time, 2P), zero at padded positions
+    mask: torch.Tensor  # (batch, time), True where a token is
+
+
+@dataclass
+class BiLMActivations:
+    """Outputs with `<S>`/`</S>` at 0 and n + 1 (what language-model training needs)."""
+
+    token_embeddings: torch.Tensor  # (batch, time + 2, P)
+    forward: list[torch.Tensor]  # L x (batch, time + 2, P), forward LSTM outputs
+    backward: list[torch.Tensor]  # L x (batch, time + 2, P), backward outputs, original order
+    mask: torch.Tensor  # (batch, time + 2)
+    lengths: torch.Tensor  # (batch,) tokens per sentence, boundaries excluded
+
+
+class BiLM(nn.Module):
+    """ELMo's bidirectional language model, numerically equal to bilm-tf / AllenNLP.
+
+    With `stateful=False` (the default) every sentence starts from a zero LSTM state, so its
+    vectors do not depend on the batch. `stateful=True` carries each batch row's final state
+    into the same row of the next call, as AllenNLP and bilm-tf do (ELMO_SPEC.md §7).
+    """
+
+    def __init__(self, options: BiLMOptions, stateful: bool = False) -> None:
+        super().__init__()
+        self.options = options
+        self.stateful = stateful
+        self.char_cnn = CharCNN(options)
+        stack_args = dict(
+            n_layers=options.n_layers,
+            dim=options.projection_dim,
+            cell_dim=options.lstm_dim,
+            cell_clip=options.cell_clip,
+            proj_clip=options.proj_clip,
+            use_skip_connections=options.use_skip_connections,
+            use_projection=options.has_lstm_projection,
+        )
+        self.forward_lstm = LstmStack(**stack_args)
+        self.backward_lstm = LstmStack(**stack_args)
+        self._carried_states: dict[str, list[State]] = {}
+        self.reset_parameters()
+
+    # ------------------------------------------------------------------ construction and I/O
+    @classmethod
+    def from_allennlp(
+        cls, options_file: str | Path, weight_file: str | Path, stateful: bool = False
+    ) -> BiLM:
+        """Load the published bilm-tf/AllenNLP files (options.json + weights hdf5)."""
+        from .io import read_allennlp
+
+        options, state_dict = read_allennlp(options_file, weight_file)
+        bilm = cls(options, stateful=stateful)
+        bilm.load_state_dict(state_dict)
+        return bilm
+
+    def to_allennlp(self, options_file: str | Path, weight_file: str | Path) -> None:
+        """Write options.json and the weights hdf5 in the bilm-tf layout."""
+        from .io import write_allennlp
+
+        write_allennlp(self, options_file, weight_file)
+
+    def save(self, directory: str | Path) -> None:
+        """Save as JSON options plus safetensors weights (no pickle)."""
+        from .io import save_bilm
+
+        save_bilm(self, directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, stateful: bool = False) -> BiLM:
+        """Load a directory written by `save`."""
+        from .io import load_bilm
+
+        options, state_dict = load_bilm(directory)
+        bilm = cls(options, stateful=stateful)
+        bilm.load_state_dict(state_dict)
+        return bilm
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Random initialisation in the spirit of bilm-tf's training defaults."""
+        cnn = self.char_cnn
+        nn.init.uniform_(cnn.char_embedding.weight, -1.0, 1.0)
+        cnn.char_embedding.weight[0].zero_()
+        for conv in cnn.convolutions:
+            width = conv.kernel_size[0]
+            std = math.sqrt(1.0 / (width * self.options.char_embedding_dim))
+            nn.init.normal_(conv.weight, std=std)
+            conv.bias.zero_()
+        width = self.options.n_filters
+        for highway in cnn.highways:
+            nn.init.normal_(highway.weight, std=math.sqrt(1.0 / width))
+            highway.bias[:width].zero_()  # transform
+            highway.bias[width:].fill_(-2.0)  # carry gate: start close to the identity
+        if isinstance(cnn.projection, nn.Linear):
+            nn.init.normal_(cnn.projection.weight, std=math.sqrt(1.0 / width))
+            cnn.projection.bias.zero_()
+        for stack in (self.forward_lstm, self.backward_lstm):
+            for cell in stack.layers:
+                bound = 1.0 / math.sqrt(cell.cell_dim)
+                for weight in (cell.input_weight, cell.recurrent_weight, cell.projection_weight):
+                    if weight is not None:
+                        nn.init.uniform_(weight, -bound, bound)
+                cell.bias.zero_()
+
+    # ------------------------------------------------------------------ state
+    def reset_states(self) -> None:
+        """Forget the carried LSTM states (stateful mode); the next call starts from zeros."""
+        self._carried_states = {}
+
+    def _initial_states(
+        self, direction: str, stack: LstmStack, batch: int, sorted_indices: torch.Tensor
+    ) -> list[State]:
+        """One (h, c) per layer, rows in the packed (length-sorted) order."""
+        device = sorted_indices.device
+        dtype = self.char_cnn.char_embedding.weight.dtype
+        states = []
+        for index, cell in enumerate(stack.layers):
+            h = torch.zeros(batch, cell.hidden_dim, device=device, dtype=dtype)
+            c = torch.zeros(batch, cell.cell_dim, device=device, dtype=dtype)
+            carried = self._carried_states.get(direction)
+            if self.stateful and carried is not None:
+                stored_h, stored_c = carried[index]
+                rows = min(batch, stored_h.shape[0])
+                h[:rows] = stored_h[:rows]
+                c[:rows] = stored_c[:rows]
+            states.append((h[sorted_indices], c[sorted_indices]))
+        return states
+
+    def _carry_states(
+        self, direction: str, final_states: list[State], unsorted_indices: torch.Tensor
+    ) -> None:
+        """Store each row's final state at its row index; rows beyond the batch keep theirs."""
+        carried = self._carried_states.get(direction)
+        updated = []
+        for index, (h, c) in enumerate(final_states):
+            h, c = h[unsorted_indices].detach(), c[unsorted_indices].detach()
+            if carried is not None and carried[index][0].shape[0] > h.shape[0]:
+                old_h, old_c = carried[index]
+                h = torch.cat([h, old_h[h.shape[0] :]])
+                c = torch.cat([c, old_c[c.shape[0] :]])
+            updated.append((h, c))
+        self._carried_states[direction] = updated
+
+    # ------------------------------------------------------------------ computation
+    def token_embeddings(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Context-insensitive vectors (..., P) for char ids (..., 50); zero where no token.
+
+        The char CNN runs once per distinct token in the batch.
+        """
+        mask = (char_ids > 0).any(dim=-1)
+        output = char_ids.new_zeros(
+            (*char_ids.shape[:-1], self.options.projection_dim),
+            dtype=self.char_cnn.char_embedding.weight.dtype,
+        )
+        if mask.any():
+            distinct, inverse = torch.unique(char_ids[mask], dim=0, return_inverse=True)
+            output[mask] = self.char_cnn(distinct)[inverse]
+        return output
+
+    def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
+        """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
+        if char_ids.dim() != 3 or char_ids.shape[-1] != len(BOS_CHAR_IDS):
+            raise ValueError(
+                f"char_ids must have shape (batch, time, {len(BOS_CHAR_IDS)}), "
+                f"got {tuple(char_ids.shape)}"
+            )
+        batch, time, _ = char_ids.shape
+        device = self.char_cnn.char_embedding.weight.device
+        char_ids = char_ids.to(device)
+        token_mask = (char_ids > 0).any(dim=-1)  # (batch, time)
+        lengths = token_mask.sum(dim=1)  # (batch,)
+        positions = torch.arange(time + 2, device=device)
+        if not torch.equal(token_mask, positions[None, :time] < lengths[:, None]):
+            raise ValueError("char_ids has an all-zero (padding) row before a token")
+
+        # Add <S> at 0 and </S> right after each sentence's last token.
+        bounded = char_ids.new_zeros((batch, time + 2, char_ids.shape[-1]))
+        bounded[:, 1 : time + 1] = char_ids
+        bounded[:, 0] = torch.tensor(BOS_CHAR_IDS, device=device)
+        bounded[torch.arange(batch, device=device), lengths + 1] = torch.tensor(
+            EOS_CHAR_IDS, device=device
+        )
+        bounded_lengths = lengths + 2
+        mask = positions[None, :] < bounded_lengths[:, None]  # (batch, time + 2)
+
+        tokens = self.token_embeddings(bounded)  # (batch, time + 2, P)
+        # The backward LM reads each sentence from </S> to <S>: reverse within its length.
+        reverse_index = torch.where(
+            mask, bounded_lengths[:, None] - 1 - positions[None, :], positions[None, :]
+        )
+        outputs = {}
+        for direction, stack in zip(DIRECTIONS, (self.forward_lstm, self.backward_lstm)):
+            inputs = tokens if direction == "forward" else _gather_time(tokens, reverse_index)
+            packed = pack_padded_sequence(
+                inputs, bounded_lengths.cpu(), batch_first=True, enforce_sorted=False
+            )
+            batch_sizes = packed.batch_sizes.tolist()
+            states = self._initial_states(direction, stack, batch, packed.sorted_indices)
+            layer_outputs, final_states = stack(packed.data, batch_sizes, states)
+            if self.stateful:
+                self._carry_states(direction, final_states, packed.unsorted_indices)
+            padded = [
+                pad_packed_sequence(
+                    PackedSequence(
+                        output, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices
+                    ),
+                    batch_first=True,
+                    total_length=time + 2,
+                )[0]
+                for output in layer_outputs
+            ]  # L x (batch, time + 2, P)
+            if direction == "backward":
+                padded = [_gather_time(output, reverse_index) for output in padded]
+            outputs[direction] = padded
+        return BiLMActivations(
+            token_embeddings=tokens,
+            forward=outputs["forward"],
+            backward=outputs["backward"],
+            mask=mask,
+            lengths=lengths,
+        )
+
+    def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
+        """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
+        acts = self.activations(char_ids)
+        layers = [torch.cat([acts.token_embeddings, acts.token_embeddings], dim=-1)]
+        layers += [torch.cat(pair, dim=-1) for pair in zip(acts.forward, acts.backward)]
+        stacked = torch.stack(layers)[:, :, 1:-1]  # (L + 1, batch, time, 2P)
+        time = stacked.shape[2]
+        mask = torch.arange(time, device=stacked.device)[None, :] < acts.lengths[:, None]
+        return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
+
+    def embed(
+        self, sentences: Sequence[Sequence[str]], batch_size: int = 64
+    ) -> list[numpy.ndarray]:
+        """One float32 array (L + 1, n_i, 2P) per pre-tokenised sentence, in input order.
+
+        In the default mode sentences are batched longest first; in stateful mode they are
+        batched in input order, as the carried states depend on the row a sentence lands in.
+        """
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        sentences = check_sentences(sentences)
+        order = list(range(len(sentences)))
+        if not self.stateful:
+            order.sort(key=lambda i: -len(sentences[i]))
+        results: list[numpy.ndarray | None] = [None] * len(sentences)
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                indices = order[start : start + batch_size]
+                layers = self(batch_to_ids([sentences[i] for i in indices])).layers
+                layers = layers.float().cpu().numpy()
+                for row, index in enumerate(indices):
+                    n = len(sentences[index])
+                    results[index] = numpy.ascontiguousarray(layers[:, row, :n])
+        return results  # type: ignore[return-value]
+
+
+def _gather_time(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values[b, index[b, t]] for (batch, time, dim) values and (batch, time) index."""
+    return values.gather(1, index[:, :, None].expand(-1, -1, values.shape[-1]))

@@ -1,0 +1,203 @@
+"""The architecture of a biLM, read from (and written to) a bilm-tf options.json."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .chars import MAX_CHARS_PER_TOKEN, N_CHARACTERS
+
+ACTIVATIONS = ("relu", "tanh")
+
+
+@dataclass(frozen=True)
+class BiLMOptions:
+    """Hyper-parameters of an ELMo biLM (ELMO_SPEC.md §1)."""
+
+    char_embedding_dim: int
+    filters: tuple[tuple[int, int], ...]
+    n_highway: int
+    activation: str
+    lstm_dim: int
+    projection_dim: int
+    n_layers: int
+    cell_clip: float | None
+    proj_clip: float | None
+    use_skip_connections: bool
+    # Keys of options.json that we do not interpret, kept for a faithful export.
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def n_filters(self) -> int:
+        """F, the width of the concatenated CNN features."""
+        return sum(n for _, n in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """2P, the width of every output layer."""
+        return 2 * self.projection_dim
+
+    @property
+    def has_char_projection(self) -> bool:
+        """bilm-tf projects the CNN features only when F != P."""
+        return self.n_filters != self.projection_dim
+
+    @property
+    def has_lstm_projection(self) -> bool:
+        """bilm-tf projects the LSTM cell output only when P < D."""
+        return self.projection_dim < self.lstm_dim
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any], source: str = "options") -> BiLMOptions:
+        """Parse the bilm-tf options dictionary; raise ValueError naming the bad key."""
+
+        def get(section: str, key: str, default: Any = KeyError) -> Any:
+            block = options.get(section)
+            if not isinstance(block, dict):
+                raise ValueError(f"{source}: missing the '{section}' object")
+            if key not in block:
+                if default is KeyError:
+                    raise ValueError(f"{source}: missing required key '{section}.{key}'")
+                return default
+            return block[key]
+
+        if not isinstance(options, dict):
+            raise ValueError(f"{source}: expected a JSON object, got {type(options).__name__}")
+        embedding = get("char_cnn", "embedding")
+        if not isinstance(embedding, dict) or "dim" not in embedding:
+            raise ValueError(f"{source}: missing required key 'char_cnn.embedding.dim'")
+        raw_filters = get("char_cnn", "filters")
+        try:
+            filters = tuple((int(w), int(n)) for w, n in raw_filters)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{source}: 'char_cnn.filters' must be a list of [width, n_filters] pairs, "
+                f"got {raw_filters!r}"
+            ) from None
+        max_chars = get("char_cnn", "max_characters_per_token", MAX_CHARS_PER_TOKEN)
+        if max_chars != MAX_CHARS_PER_TOKEN:
+            raise ValueError(
+                f"{source}: 'char_cnn.max_characters_per_token' is {max_chars}; ELMo's "
+                f"character mapping has exactly {MAX_CHARS_PER_TOKEN} slots"
+            )
+        n_characters = get("char_cnn", "n_characters", N_CHARACTERS)
+        if n_characters not in (N_CHARACTERS - 1, N_CHARACTERS):
+            raise ValueError(
+                f"{source}: 'char_cnn.n_characters' is {n_characters}; expected "
+                f"{N_CHARACTERS} (or {N_CHARACTERS - 1} as written during training)"
+            )
+        known = {
+            "char_cnn": {"embedding", "filters", "n_highway", "activation",
+                         "max_characters_per_token", "n_characters"},
+            "lstm": {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip",
+                     "use_skip_connections"},
+        }
+        extra = {k: v for k, v in options.items() if k not in known}
+        for section, keys in known.items():
+            leftovers = {k: v for k, v in options[section].items() if k not in keys}
+            if leftovers:
+                extra[section] = leftovers
+        parsed = cls(
+            char_embedding_dim=int(embedding["dim"]),
+            filters=filters,
+            n_highway=int(get("char_cnn", "n_highway", 0) or 0),
+            activation=str(get("char_cnn", "activation", "relu")),
+            lstm_dim=int(get("lstm", "dim")),
+            projection_dim=int(get("lstm", "projection_dim")),
+            n_layers=int(get("lstm", "n_layers", 1)),
+            cell_clip=_optional_clip(get("lstm", "cell_clip", None)),
+            proj_clip=_optional_clip(get("lstm", "proj_clip", None)),
+            use_skip_connections=bool(get("lstm", "use_skip_connections", False)),
+            extra=copy.deepcopy(extra),
+        )
+        parsed.validate(source)
+        return parsed
+
+    def validate(self, source: str = "options") -> None:
+        """Raise ValueError when a value cannot describe a working biLM."""
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"{source}: 'char_cnn.activation' is {self.activation!r}; "
+                f"expected one of {ACTIVATIONS}"
+            )
+        if not self.filters:
+            raise ValueError(f"{source}: 'char_cnn.filters' is empty")
+        for width, n in self.filters:
+            if not 1 <= width <= MAX_CHARS_PER_TOKEN or n < 1:
+                raise ValueError(f"{source}: bad filter [{width}, {n}] in 'char_cnn.filters'")
+        positive = {
+            "char_cnn.embedding.dim": self.char_embedding_dim,
+            "lstm.dim": self.lstm_dim,
+            "lstm.projection_dim": self.projection_dim,
+            "lstm.n_layers": self.n_layers,
+        }
+        for key, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{source}: '{key}' must be positive, got {value}")
+        if self.projection_dim > self.lstm_dim:
+            raise ValueError(
+                f"{source}: 'lstm.projection_dim' ({self.projection_dim}) is larger than "
+                f"'lstm.dim' ({self.lstm_dim})"
+            )
+        if self.n_highway < 0:
+            raise ValueError(f"{source}: 'char_cnn.n_highway' is negative")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options.json dictionary (bilm-tf keys)."""
+        options: dict[str, Any] = copy.deepcopy(
+            {k: v for k, v in self.extra.items() if k not in ("char_cnn", "lstm")}
+        )
+        options["lstm"] = {
+            **copy.deepcopy(self.extra.get("lstm", {})),
+            "dim": self.lstm_dim,
+            "projection_dim": self.projection_dim,
+            "n_layers": self.n_layers,
+            "use_skip_connections": self.use_skip_connections,
+        }
+        for key in ("cell_clip", "proj_clip"):
+            if getattr(self, key) is not None:
+                options["lstm"][key] = getattr(self, key)
+        options["char_cnn"] = {
+            **copy.deepcopy(self.extra.get("char_cnn", {})),
+            "embedding": {"dim": self.char_embedding_dim},
+            "filters": [list(f) for f in self.filters],
+            "n_highway": self.n_highway,
+            "activation": self.activation,
+            "n_characters": N_CHARACTERS,
+            "max_characters_per_token": MAX_CHARS_PER_TOKEN,
+        }
+        return options
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> BiLMOptions:
+        """Read an options.json file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"options file {path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"cannot read options file {path}: {err}") from None
+        try:
+            options = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"options file {path} is not valid JSON: {err}") from None
+        return cls.from_dict(options, source=f"options file {path}")
+
+    def n_parameters(self) -> int:
+        """Number of parameters in the bilm-tf weights file (ELMO_SPEC.md §2)."""
+        e, f, p, d = self.char_embedding_dim, self.n_filters, self.projection_dim, self.lstm_dim
+        count = 261 * e + sum(w * e * n + n for w, n in self.filters)
+        count += self.n_highway * 2 * (f * f + f)
+        if self.has_char_projection:
+            count += f * p + p
+        per_cell = 2 * p * 4 * d + 4 * d + (d * p if self.has_lstm_projection else 0)
+        return count + 2 * self.n_layers * per_cell
+
+
+def _optional_clip(value: Any) -> float | None:
+    """bilm-tf and AllenNLP only clip when the value is truthy."""
+    return float(value) if value else None
