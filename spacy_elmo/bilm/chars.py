@@ -49,9 +49,7 @@ def token_to_char_ids(token: str) -> tuple[int, ...]:
 def check_sentences(sentences: object) -> list[list[str]]:
     """Validate a batch of pre-tokenised sentences; raise TypeError naming the bad item."""
     if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Sequence):
-        raise TypeError(
-            f"sentences must be a list of token lists, got {type(sentences).__name__}"
-        )
+        raise TypeError(f"sentences must be a list of token lists, got {type(sentences).__name__}")
     checked = []
     for i, sentence in enumerate(sentences):
         if isinstance(sentence, (str, bytes)) or not isinstance(sentence, Sequence):

@@ -113,9 +113,9 @@ def _read_datasets(weight_file: Path, options_source: str, options: BiLMOptions)
         with h5py.File(weight_file, "r") as hdf5:
             found: dict[str, tuple[int, ...]] = {}
             hdf5.visititems(
-                lambda name, obj: found.__setitem__(name, obj.shape)
-                if isinstance(obj, h5py.Dataset)
-                else None
+                lambda name, obj: (
+                    found.__setitem__(name, obj.shape) if isinstance(obj, h5py.Dataset) else None
+                )
             )
             for name, shape in expected.items():
                 if name not in found:
@@ -172,7 +172,7 @@ def read_allennlp(
     state: dict[str, numpy.ndarray] = {}
     for name, _, key, to_torch, _ in _conversions(options):
         state[key] = to_torch(arrays[name])
-    for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
+    for stack in ("forward_lstm", "backward_lstm"):
         for layer in range(options.n_layers):
             key = f"{stack}.layers.{layer}"
             fused = state.pop(f"{key}.W_0")
@@ -201,7 +201,9 @@ def write_allennlp(bilm: BiLM, options_file: str | Path, weight_file: str | Path
             state[f"{key}.W_0"] = numpy.concatenate(
                 [state[f"{key}.input_weight"].T, state[f"{key}.recurrent_weight"].T]
             )
-    datasets = {name: from_torch(state[key]) for name, _, key, _, from_torch in _conversions(options)}
+    datasets = {
+        name: from_torch(state[key]) for name, _, key, _, from_torch in _conversions(options)
+    }
     f = options.n_filters
     for h in range(options.n_highway):
         weight, bias = state[f"char_cnn.highways.{h}.weight"], state[f"char_cnn.highways.{h}.bias"]
@@ -235,7 +237,7 @@ def save_bilm(bilm: BiLM, directory: str | Path) -> None:
 
 def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
     """Options and state dict from a directory written by `save_bilm`, checked key by key."""
-    from safetensors import SafetensorsError
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from .model import BiLM
@@ -252,7 +254,9 @@ def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tenso
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{config_path} is not valid JSON: {err}") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
-        raise ValueError(f"{config_path} is not a spacy-elmo biLM config (no format '{FORMAT_NAME}')")
+        raise ValueError(
+            f"{config_path} is not a spacy-elmo biLM config (no format '{FORMAT_NAME}')"
+        )
     if config.get("version") != FORMAT_VERSION:
         raise ValueError(
             f"{config_path} has format version {config.get('version')!r}; this spacy-elmo "
@@ -261,7 +265,7 @@ def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tenso
     options = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
     try:
         state = load_file(str(weights_path))
-    except (SafetensorsError, OSError, ValueError) as err:
+    except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"cannot read {weights_path} ({err}); is it truncated?") from None
     expected = {k: tuple(v.shape) for k, v in BiLM(options).state_dict().items()}
     for key, shape in expected.items():
@@ -289,7 +293,9 @@ class _atomic_path:
 
     def __enter__(self) -> Path:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        fd, name = tempfile.mkstemp(
+            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
+        )
         os.close(fd)
         self.tmp = Path(name)
         return self.tmp

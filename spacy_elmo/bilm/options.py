@@ -90,10 +90,22 @@ class BiLMOptions:
                 f"{N_CHARACTERS} (or {N_CHARACTERS - 1} as written during training)"
             )
         known = {
-            "char_cnn": {"embedding", "filters", "n_highway", "activation",
-                         "max_characters_per_token", "n_characters"},
-            "lstm": {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip",
-                     "use_skip_connections"},
+            "char_cnn": {
+                "embedding",
+                "filters",
+                "n_highway",
+                "activation",
+                "max_characters_per_token",
+                "n_characters",
+            },
+            "lstm": {
+                "dim",
+                "projection_dim",
+                "n_layers",
+                "cell_clip",
+                "proj_clip",
+                "use_skip_connections",
+            },
         }
         extra = {k: v for k, v in options.items() if k not in known}
         for section, keys in known.items():
@@ -179,7 +191,9 @@ class BiLMOptions:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise FileNotFoundError(f"options file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as err:
+        except UnicodeDecodeError:
+            raise ValueError(f"options file {path} is not valid JSON (not UTF-8 text)") from None
+        except OSError as err:
             raise ValueError(f"cannot read options file {path}: {err}") from None
         try:
             options = json.loads(text)

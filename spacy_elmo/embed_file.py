@@ -1,0 +1,101 @@
+"""Bulk embedding of a text file into hdf5, in the layout of the old `allennlp elmo` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy
+
+from .bilm import BiLM
+
+OUTPUT_FORMATS = ("all", "top", "average")
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    """Stream the lines of a UTF-8 text file; ValueError naming the file and line on bad bytes."""
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist or is not a file")
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"input file {path}, line {number}: not UTF-8 text ({err.reason} at byte "
+                    f"{err.start})"
+                ) from None
+
+
+def whitespace_tokenizer(line: str) -> list[str]:
+    """Pre-tokenised input: tokens are separated by whitespace."""
+    return line.split()
+
+
+def spacy_tokenizer(lang: str = "en") -> Callable[[str], list[str]]:
+    """spaCy's rule-based tokenizer for `lang`, without whitespace tokens."""
+    import spacy
+
+    tokenizer = spacy.blank(lang).tokenizer
+    return lambda line: [t.text for t in tokenizer(line) if not t.is_space]
+
+
+def embed_file(
+    bilm: BiLM,
+    input_path: str | Path,
+    output_path: str | Path,
+    output_format: str = "all",
+    batch_size: int = 64,
+    tokenize: Callable[[str], list[str]] = whitespace_tokenizer,
+    chunk_lines: int = 1024,
+    progress: bool = True,
+) -> int:
+    """Embed every line of `input_path` into `output_path`; return the number of lines.
+
+    Dataset `str(i)` holds line i: (L + 1, n, D) for "all", (n, D) for "top" and "average".
+    Dataset `sentence_to_index` is a JSON object mapping each line's text to its index.
+    """
+    import h5py
+    from tqdm import tqdm
+
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
+    input_path, output_path = Path(input_path), Path(output_path)
+    total = sum(1 for _ in read_lines(input_path))
+    sentence_to_index: dict[str, str] = {}
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        h5py.File(output_path, "w") as out,
+        tqdm(total=total, unit="line", disable=not progress, desc="embedding") as bar,
+    ):
+        index = 0
+        for chunk in _chunks(read_lines(input_path), chunk_lines):
+            vectors = bilm.embed([tokenize(line) for line in chunk], batch_size=batch_size)
+            for line, layers in zip(chunk, vectors):
+                out.create_dataset(str(index), data=_select(layers, output_format))
+                sentence_to_index.setdefault(line, str(index))
+                index += 1
+            bar.update(len(chunk))
+        mapping = out.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
+        mapping[0] = json.dumps(sentence_to_index, ensure_ascii=False)
+    return index
+
+
+def _select(layers: numpy.ndarray, output_format: str) -> numpy.ndarray:
+    if output_format == "top":
+        return layers[-1]
+    if output_format == "average":
+        return layers.mean(axis=0)
+    return layers
+
+
+def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

@@ -1,0 +1,101 @@
+"""`spacy-elmo embed`: the hdf5 layout of the old `allennlp elmo` command, and its errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM
+from spacy_elmo.cli import app
+
+from .bilm.util import tiny_options, write_random_model
+
+LINES = ["The river bank overflowed .", "", "Don 't   stop !", "北京 😀"]
+
+
+@pytest.fixture
+def setup(tmp_path):
+    options, weights = write_random_model(tmp_path / "model", tiny_options(), seed=6)
+    text = tmp_path / "input.txt"
+    text.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return tmp_path, options, weights, text
+
+
+def run(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("flag", [None, "--top", "--average"])
+def test_embed_writes_one_dataset_per_line(setup, flag):
+    tmp_path, options, weights, text = setup
+    out = tmp_path / "out.hdf5"
+    args = ["embed", text, out, "--options", options, "--weights", weights, "-b", "2", "-q"]
+    result = run(*args, *([flag] if flag else []))
+    assert result.exit_code == 0, result.output
+    expected = BiLM.from_allennlp(options, weights).embed([line.split() for line in LINES])
+    with h5py.File(out, "r") as f:
+        assert sorted(f) == ["0", "1", "2", "3", "sentence_to_index"]
+        for i, layers in enumerate(expected):
+            want = {None: layers, "--top": layers[-1], "--average": layers.mean(0)}[flag]
+            np.testing.assert_allclose(f[str(i)][...], want, atol=1e-6, rtol=0)
+        mapping = json.loads(f["sentence_to_index"][0])
+    assert mapping == {line: str(i) for i, line in enumerate(LINES)}
+
+
+def test_embed_from_a_saved_model_with_spacy_tokenizer(setup):
+    tmp_path, options, weights, text = setup
+    bilm = BiLM.from_allennlp(options, weights)
+    bilm.save(tmp_path / "saved")
+    raw = tmp_path / "raw.txt"
+    raw.write_text("Don't stop, it's 5pm.\n", encoding="utf-8")
+    out = tmp_path / "out.hdf5"
+    result = run("embed", raw, out, "--model", tmp_path / "saved", "--tokenize", "-q")
+    assert result.exit_code == 0, result.output
+    tokens = ["Do", "n't", "stop", ",", "it", "'s", "5", "pm", "."]
+    with h5py.File(out, "r") as f:
+        np.testing.assert_allclose(f["0"][...], bilm.embed([tokens])[0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{missing}", "--options", "{options}", "--weights", "{weights}"], "does not exist"),
+        (["{binary}", "--options", "{options}", "--weights", "{weights}"], "not UTF-8"),
+        (["{text}", "--options", "{options}", "--weights", "{options}"], "HDF5"),
+        (["{text}", "--options", "{options}"], "must be given together"),
+        (["{text}"], "no biLM given"),
+        (["{text}", "--model", "{missing}"], "has no config.json"),
+        (
+            ["{text}", "--options", "{options}", "--weights", "{weights}", "--top", "--average"],
+            "at most one",
+        ),
+    ],
+)
+def test_embed_errors_are_clear(setup, args, message):
+    tmp_path, options, weights, text = setup
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"ok\n\xff\xfe\n")
+    names = dict(
+        missing=tmp_path / "missing", binary=binary, text=text, options=options, weights=weights
+    )
+    result = run(
+        "embed",
+        *(a.format(**names) for a in args[:1]),
+        tmp_path / "o.hdf5",
+        *(a.format(**names) for a in args[1:]),
+    )
+    assert result.exit_code == 1
+    assert message in result.output
+
+
+def test_console_script_is_installed():
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo.cli", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and "embed" in result.stdout
