@@ -1,0 +1,704 @@
+#!/usr/bin/env python
+"""Turn the fetched corpora (see fetch_assets.py) into UTF-8 plain text, one unit a line.
+
+Each extractor reads ``ASSETS/NAME/`` and yields paragraphs or sentences without markup:
+
+* ``sotu``: State of the Union addresses (``data/*.txt``), split into sentences.
+* ``nlp_corpus``: nlp-corpus ``builds/doc-N.json`` string arrays, one string a line.
+* ``brown``: Brown corpus, ``word/tag`` tags stripped, one tokenised sentence a line.
+* ``linux_doc``: Linux kernel docs ``html/_sources/**/*.rst.txt``, prose paragraphs only.
+* ``web_bible``: World English Bible from the SWORD zText module, one verse or paragraph a line.
+* ``austen``: Jane Austen's six novels from R's lazy-load ``data/Rdata.rdb``, one paragraph a line.
+* ``moby_dick``: Moby Dick chapter files, one paragraph a line.
+* ``conll2003``: the CoNLL-2003 TRAIN split only, one sentence a line (never valid/test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import gzip
+import html
+import json
+import lzma
+import re
+import struct
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers
+
+
+class ExtractError(RuntimeError):
+    """An input file is missing or not in the expected format."""
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def normalize(text: str) -> str:
+    """Collapse all whitespace runs to single spaces and strip the ends."""
+    return _SPACES.sub(" ", text).strip()
+
+
+def _files(root: Path, pattern: str) -> list[Path]:
+    """All files under ``root`` matching a recursive glob, sorted; error if there are none."""
+    found = sorted(p for p in root.rglob(pattern) if p.is_file())
+    if not found:
+        raise ExtractError(f"no files matching {pattern!r} under {root}")
+    return found
+
+
+def _natural_key(path: Path) -> list[Any]:
+    """Sort key that orders ``doc-2`` before ``doc-10``."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+
+
+def paragraphs(lines: Iterable[str]) -> Iterator[str]:
+    """Join runs of non-blank lines into single-line paragraphs."""
+    current: list[str] = []
+    for line in lines:
+        if line.strip():
+            current.append(line.strip())
+        elif current:
+            yield " ".join(current)
+            current = []
+    if current:
+        yield " ".join(current)
+
+
+_ABBREVIATIONS = {
+    "mr", "mrs", "ms", "dr", "st", "jr", "sr", "gen", "hon", "messrs", "gov", "lt", "col",
+    "capt", "no", "vs", "rev", "sen", "rep", "prof", "co", "inc", "ft", "mt", "art", "sec",
+}  # fmt: skip
+_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split running text at sentence ends, not after common abbreviations or initials."""
+    sentences, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        words = text[start : match.start() + 1].split()
+        last = words[-1].rstrip(".").lower() if words else ""
+        if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()) or "." in last:
+            continue  # "Mr. Smith", "J. Smith", "U.S. Government"
+        sentences.append(text[start : match.end()].strip())
+        start = match.end()
+    sentences.append(text[start:].strip())
+    return [s for s in sentences if s]
+
+
+# ---------------------------------------------------------------------------------------------
+# npm corpora
+
+
+def extract_sotu(root: Path) -> Iterator[str]:
+    """State of the Union addresses: each ``data/*.txt`` split into sentences."""
+    for path in _files(root, "data/*.txt"):
+        for para in paragraphs(path.read_text(encoding="utf-8").splitlines()):
+            yield from split_sentences(normalize(para))
+
+
+def extract_nlp_corpus(root: Path) -> Iterator[str]:
+    """nlp-corpus: ``builds/doc-N.json`` arrays of strings, one string a line."""
+    for path in sorted(_files(root, "builds/doc-*.json"), key=_natural_key):
+        items = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(items, list):
+            raise ExtractError(f"{path}: expected a JSON array, got {type(items).__name__}")
+        for item in items:
+            if isinstance(item, str):
+                yield item
+
+
+_BROWN_QUOTES = {"``": '"', "''": '"'}
+
+
+def strip_brown_tags(line: str) -> str:
+    """Turn a Brown ``word/tag word/tag`` line into space-joined words (quotes as ``"``)."""
+    words = []
+    for token in line.split():
+        word, sep, _tag = token.rpartition("/")
+        if not sep or not word:
+            word = token  # untagged token: keep as is
+        words.append(_BROWN_QUOTES.get(word, word))
+    return " ".join(words)
+
+
+def extract_brown(root: Path) -> Iterator[str]:
+    """Brown corpus files ``ca01..cr09``: one tagged sentence a line, tags stripped."""
+    files = [p for p in _files(root, "c*") if re.fullmatch(r"c[a-r]\d\d", p.name)]
+    if not files:
+        raise ExtractError(f"no Brown files ca01..cr09 under {root}")
+    for path in files:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                yield strip_brown_tags(line)
+
+
+def extract_moby_dick(root: Path) -> Iterator[str]:
+    """Moby Dick: files in ``data/file_list.json`` order (no contents), one paragraph a line."""
+    listing = _files(root, "data/file_list.json")[0]
+    data_dir = listing.parent
+    for name in json.loads(listing.read_text(encoding="utf-8")):
+        if name == "contents.txt":
+            continue
+        path = data_dir / name
+        if not path.is_file():
+            raise ExtractError(f"{listing} lists {name} but {path} is missing")
+        for para in paragraphs(path.read_text(encoding="utf-8").splitlines()):
+            if not re.match(r"(CHAPTER \d+\.|ETYMOLOGY\.|EXTRACTS\.|Epilogue$)", para):
+                yield para
+
+
+# ---------------------------------------------------------------------------------------------
+# Linux kernel documentation (reStructuredText sources)
+
+_UNDERLINE = re.compile(r"^([=\-`:'\"~^_*+#<>.])\1{2,}\s*$")
+_TABLE_LINE = re.compile(r"^\s*(\+[-=+]+\+?|\|.*\||={2,}( +={2,})+)\s*$")
+_LIST_MARKER = re.compile(r"^([-*+•]|#\.|\d+[.)]|[a-zA-Z][.)]|\(\d+\)|\([a-z]\))\s+")
+_ROLE = re.compile(r":[a-zA-Z0-9:_+-]+:`([^`<]*?)(?:\s*<[^>`]*>)?`")
+_LINK = re.compile(r"`([^`<]+?)\s*<[^>`]*>`__?")
+_INTERPRETED = re.compile(r"`+([^`]+?)`+_{0,2}")
+_EMPHASIS = re.compile(r"\*\*?([^*\s][^*]*?)\*\*?")
+_SUBST_REF = re.compile(r"\|([^|\s][^|]*)\|_{0,2}")
+_CODEY = re.compile(r"[{};]|->|::|==|!=|&&|\|\||#include|/\*|\*/|\w\(\w")  # code, not names
+
+
+def rst_inline_to_text(text: str) -> str:
+    """Replace reST inline markup (roles, links, literals, emphasis) by its text."""
+    text = _ROLE.sub(r"\1", text)
+    text = _LINK.sub(r"\1", text)
+    text = _INTERPRETED.sub(r"\1", text)
+    text = _EMPHASIS.sub(r"\1", text)
+    text = _SUBST_REF.sub(r"\1", text)
+    text = re.sub(r"(?<=\w)_(?=\s|[.,;:)]|$)", "", text)  # reference_
+    text = re.sub(r"\\(.)", r"\1", text)
+    text = re.sub(r"\s*::$", ":", text)
+    return normalize(text)
+
+
+def _looks_like_prose(text: str) -> bool:
+    """Heuristic: enough words, mostly letters, starts like a sentence, little code."""
+    words = text.split()
+    if len(words) < 4 or not text[0].isupper():
+        return False
+    if text[-1] not in ".:!?)\"'":
+        return False
+    non_space = [c for c in text if not c.isspace()]
+    letters = sum(c.isalpha() for c in non_space)
+    if letters < 0.8 * len(non_space):
+        return False
+    if "http://" in text or "https://" in text or "@" in text or "\ufffd" in text:
+        return False
+    return len(_CODEY.findall(text)) <= len(words) / 25
+
+
+def _rst_blocks(text: str) -> Iterator[list[str]]:
+    """Split reST source into blocks of consecutive non-blank lines."""
+    block: list[str] = []
+    for line in text.splitlines():
+        if line.strip():
+            block.append(line.rstrip())
+        elif block:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def rst_prose(text: str) -> Iterator[str]:
+    """Yield the prose paragraphs of a reST document as plain single-line text."""
+    for block in _rst_blocks(text):
+        lines = list(block)
+        # Remove section titles: underline (and optional overline) plus the title line.
+        for i in range(len(lines) - 1, -1, -1):
+            if i < len(lines) and _UNDERLINE.match(lines[i]):
+                start = i - 1 if i > 0 else i
+                del lines[start : i + 1]
+        if not lines:
+            continue
+        first = lines[0]
+        if first[0].isspace():  # indented: literal block, block quote or directive body
+            continue
+        if first.startswith(("..", ":", "|", ">>>", "$ ", "# ")) or _TABLE_LINE.match(first):
+            continue
+        if _LIST_MARKER.match(first):
+            continue
+        if any(_TABLE_LINE.match(line) or line.startswith(".. ") for line in lines):
+            continue
+        prose = rst_inline_to_text(" ".join(line.strip() for line in lines))
+        if prose and _looks_like_prose(prose):
+            yield prose
+
+
+def extract_linux_doc(root: Path) -> Iterator[str]:
+    """Linux kernel docs: English prose paragraphs of ``html/_sources/**/*.rst.txt``."""
+    for path in _files(root, "*.rst.txt"):
+        if "translations" in path.relative_to(root).parts:
+            continue  # Italian, Chinese, Japanese, Korean versions
+        yield from rst_prose(path.read_text(encoding="utf-8", errors="replace"))
+
+
+# ---------------------------------------------------------------------------------------------
+# SWORD zText module (World English Bible)
+
+_BZS = struct.Struct("<III")  # block: offset, compressed size, uncompressed size
+_BZV = struct.Struct("<IIH")  # verse: block number, offset in block, size
+
+
+def read_ztext(module_dir: Path, testament: str) -> Iterator[str]:
+    """Yield the raw (OSIS) text of every non-empty entry of one zText testament, in order."""
+    paths = [module_dir / f"{testament}.{ext}" for ext in ("bzs", "bzv", "bzz")]
+    for path in paths:
+        if not path.is_file():
+            raise ExtractError(f"missing zText file {path}")
+    bzs, bzv, bzz = (p.read_bytes() for p in paths)
+    for path, data, rec in ((paths[0], bzs, _BZS), (paths[1], bzv, _BZV)):
+        if len(data) % rec.size:
+            raise ExtractError(f"{path}: size {len(data)} is not a multiple of {rec.size}")
+    blocks = [_BZS.unpack_from(bzs, i) for i in range(0, len(bzs), _BZS.size)]
+    cache: dict[int, bytes] = {}
+    for i in range(0, len(bzv), _BZV.size):
+        block_no, offset, size = _BZV.unpack_from(bzv, i)
+        if size == 0:
+            continue
+        if block_no >= len(blocks):
+            raise ExtractError(f"{paths[1]}: entry {i // _BZV.size} names block {block_no}")
+        if block_no not in cache:
+            cache.clear()  # entries are in block order; keep one block in memory
+            start, csize, usize = blocks[block_no]
+            try:
+                raw = zlib.decompress(bzz[start : start + csize])
+            except zlib.error as err:
+                raise ExtractError(f"{paths[2]}: block {block_no} at {start}: {err}") from err
+            if len(raw) != usize:
+                raise ExtractError(
+                    f"{paths[2]}: block {block_no} is {len(raw)} bytes, index says {usize}"
+                )
+            cache[block_no] = raw
+        yield cache[block_no][offset : offset + size].decode("utf-8", errors="replace")
+
+
+_OSIS_DROP = re.compile(r"<(note|title)\b[^>]*(?<!/)>.*?</\1>", re.S)
+_OSIS_BREAK = re.compile(
+    r'<(div|p|lg)\b[^>]*type="(x-p|paragraph)"[^>]*/?>|<p\b[^>]*>|</p>|<lb\b[^>]*>'
+)
+_TAG = re.compile(r"<[^>]*>")
+_OPEN_TAG_AT_END = re.compile(r"<[^>]*$")
+
+
+def osis_to_text(osis: str) -> list[str]:
+    """Strip OSIS markup (dropping notes and titles); return paragraphs as single lines."""
+    text = _OSIS_DROP.sub(" ", osis)
+    text = _OSIS_BREAK.sub("\n", text)
+    text = html.unescape(_TAG.sub("", text))
+    out = []
+    for part in text.split("\n"):
+        line = re.sub(r"\s+([,.;:!?’”)])", r"\1", normalize(part))
+        if line:
+            out.append(line)
+    return out
+
+
+def extract_web_bible(root: Path) -> Iterator[str]:
+    """World English Bible: every zText module under the assets, OT then NT."""
+    for bzs in _files(root, "ot.bzs") + sorted(root.rglob("nt.bzs")):
+        carry = ""  # a tag cut at an entry boundary continues in the next entry
+        for entry in read_ztext(bzs.parent, bzs.stem):
+            text = carry + entry
+            cut = _OPEN_TAG_AT_END.search(text)
+            carry, text = (text[cut.start() :], text[: cut.start()]) if cut else ("", text)
+            yield from osis_to_text(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# R serialization (XDR) and lazy-load databases (janeaustenr)
+
+NILVALUE_SXP, REFSXP, PERSISTSXP, PACKAGESXP, NAMESPACESXP = 254, 255, 247, 248, 249
+ALTREP_SXP, ATTRLISTSXP, ATTRLANGSXP = 238, 239, 240
+_SPECIAL_SXP = {253, 252, 251, 250, 242, 241}  # global/base/empty envs, unbound, missing
+_PAIRLIST_SXP = {2, 3, 5, 6, 17, ATTRLISTSXP, ATTRLANGSXP}  # LIST, CLO, PROM, LANG, DOT
+SYMSXP, ENVSXP, SPECIALSXP, BUILTINSXP, CHARSXP = 1, 4, 7, 8, 9
+LGLSXP, INTSXP, REALSXP, CPLXSXP, STRSXP = 10, 13, 14, 15, 16
+VECSXP, EXPRSXP, EXTPTRSXP, WEAKREFSXP, RAWSXP, S4SXP = 19, 20, 22, 23, 24, 25
+_LATIN1_MASK = 1 << 2
+
+
+@dataclass
+class RObject:
+    """A decoded R object: its SEXP type, value and attributes (tag -> value)."""
+
+    sexptype: int
+    value: Any = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RSymbol:
+    """An R symbol (name)."""
+
+    name: str
+
+
+class RUnserializer:
+    """Minimal reader for R's XDR binary serialization format (versions 2 and 3)."""
+
+    def __init__(self, data: bytes, source: str = "<bytes>"):
+        self.data, self.pos, self.source = data, 0, source
+        self.refs: list[Any] = []
+
+    def error(self, message: str) -> ExtractError:
+        """Build an error naming the source and byte offset."""
+        return ExtractError(f"{self.source}: R serialization at byte {self.pos}: {message}")
+
+    def _int(self) -> int:
+        if self.pos + 4 > len(self.data):
+            raise self.error("unexpected end of data")
+        (value,) = struct.unpack_from(">i", self.data, self.pos)
+        self.pos += 4
+        return value
+
+    def _length(self) -> int:
+        n = self._int()
+        if n == -1:
+            hi, lo = self._int(), self._int()
+            n = (hi << 32) + lo
+        return n
+
+    def _take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise self.error(f"bad length {n}")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def read(self) -> Any:
+        """Read the header and the one top-level object."""
+        if self._take(2) != b"X\n":
+            raise self.error("not XDR binary serialization (expected 'X\\n')")
+        version = self._int()
+        self._int(), self._int()  # writer R version, minimal reader version
+        if version == 3:
+            self._take(self._int())  # native encoding name
+        elif version != 2:
+            raise self.error(f"unsupported serialization version {version}")
+        return self.item()
+
+    def _attributes(self, has_attr: bool) -> dict[str, Any]:
+        if not has_attr:
+            return {}
+        pairs = self.item()
+        return dict(pairs.value) if isinstance(pairs, RObject) else {}
+
+    def _pairlist(self, flags: int) -> RObject:
+        """Read a pairlist iteratively (CDR chains can be long) as [(tag, car), ...]."""
+        head = RObject(flags & 0xFF, [])
+        while True:
+            attrs = self._attributes(bool(flags & (1 << 9)))
+            if attrs and not head.attributes:
+                head.attributes = attrs
+            tag = self.item() if flags & (1 << 10) else None
+            car = self.item()
+            head.value.append((tag.name if isinstance(tag, RSymbol) else tag, car))
+            flags = self._int()
+            if flags & 0xFF not in _PAIRLIST_SXP:
+                self.pos -= 4
+                self.item()  # the terminating CDR, normally NULL
+                return head
+
+    def item(self) -> Any:  # noqa: C901 - one branch per SEXP type
+        """Read one serialized R object."""
+        flags = self._int()
+        sexptype, has_attr = flags & 0xFF, bool(flags & (1 << 9))
+        if sexptype == NILVALUE_SXP:
+            return None
+        if sexptype in _SPECIAL_SXP:
+            return RObject(sexptype)
+        if sexptype == REFSXP:
+            index = flags >> 8 or self._int()
+            if not 0 < index <= len(self.refs):
+                raise self.error(f"reference {index} out of range")
+            return self.refs[index - 1]
+        if sexptype == SYMSXP:
+            sym = RSymbol(self.item() or "")
+            self.refs.append(sym)
+            return sym
+        if sexptype in (PERSISTSXP, PACKAGESXP, NAMESPACESXP):
+            self._int()
+            obj = RObject(sexptype, [self.item() for _ in range(self._int())])
+            self.refs.append(obj)
+            return obj
+        if sexptype == ENVSXP:
+            self._int()  # locked
+            env = RObject(ENVSXP, {})
+            self.refs.append(env)
+            env.value = {"enclos": self.item(), "frame": self.item(), "hashtab": self.item()}
+            env.attributes = self._attributes(True)
+            return env
+        if sexptype in _PAIRLIST_SXP:
+            return self._pairlist(flags)
+        if sexptype == CHARSXP:
+            n = self._int()
+            if n == -1:
+                return None  # NA_character_
+            raw = self._take(n)
+            return raw.decode("latin-1" if (flags >> 12) & _LATIN1_MASK else "utf-8", "replace")
+        if sexptype in (SPECIALSXP, BUILTINSXP):
+            return RObject(sexptype, self._take(self._int()).decode("ascii", "replace"))
+        if sexptype == EXTPTRSXP:
+            obj = RObject(sexptype)
+            self.refs.append(obj)
+            obj.value = (self.item(), self.item())
+            obj.attributes = self._attributes(has_attr)
+            return obj
+        if sexptype == WEAKREFSXP:
+            obj = RObject(sexptype)
+            self.refs.append(obj)
+            obj.attributes = self._attributes(has_attr)
+            return obj
+        if sexptype == ALTREP_SXP:
+            return self._altrep()
+        return self._vector(sexptype, has_attr)
+
+    def _vector(self, sexptype: int, has_attr: bool) -> RObject:
+        if sexptype in (LGLSXP, INTSXP):
+            n = self._length()
+            value: Any = list(struct.unpack(f">{n}i", self._take(4 * n)))
+        elif sexptype == REALSXP:
+            n = self._length()
+            value = list(struct.unpack(f">{n}d", self._take(8 * n)))
+        elif sexptype == CPLXSXP:
+            n = self._length()
+            flat = struct.unpack(f">{2 * n}d", self._take(16 * n))
+            value = [complex(flat[i], flat[i + 1]) for i in range(0, 2 * n, 2)]
+        elif sexptype in (STRSXP, VECSXP, EXPRSXP):
+            value = [self.item() for _ in range(self._length())]
+        elif sexptype == RAWSXP:
+            value = self._take(self._length())
+        elif sexptype == S4SXP:
+            value = None
+        else:
+            raise self.error(f"unsupported SEXP type {sexptype}")
+        return RObject(sexptype, value, self._attributes(has_attr))
+
+    def _altrep(self) -> Any:
+        """Expand the ALTREP classes R writes for plain data (compact sequences, wrappers)."""
+        info, state, attr = self.item(), self.item(), self.item()
+        cls = info.value[0][1].name if isinstance(info, RObject) and info.value else "?"
+        attributes = dict(attr.value) if isinstance(attr, RObject) else {}
+        if cls in ("compact_intseq", "compact_realseq"):
+            n, start, step = state.value[:3]
+            seq = [start + i * step for i in range(int(n))]
+            kind = INTSXP if cls == "compact_intseq" else REALSXP
+            return RObject(kind, [int(x) for x in seq] if kind == INTSXP else seq, attributes)
+        if cls.startswith("wrap_") and isinstance(state, RObject):
+            inner = state.value[0][1]
+            if isinstance(inner, RObject) and attributes:
+                inner.attributes = attributes
+            return inner
+        if cls == "deferred_string" and isinstance(state, RObject):
+            arg = state.value[0][1]
+            return RObject(STRSXP, [_r_number_str(x) for x in arg.value], attributes)
+        raise self.error(f"unsupported ALTREP class {cls}")
+
+
+def _r_number_str(x: Any) -> str:
+    """Format a number as R's as.character would for integers and simple doubles."""
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+def unserialize(data: bytes, source: str = "<bytes>") -> Any:
+    """Decode one R-serialized (XDR) object."""
+    return RUnserializer(data, source).read()
+
+
+def _r_names(obj: RObject) -> list[str]:
+    names = obj.attributes.get("names")
+    return list(names.value) if isinstance(names, RObject) else []
+
+
+def read_lazyload_index(rdx: Path) -> dict[str, tuple[int, int]]:
+    """Read an R lazy-load ``.rdx`` (gzip or zlib'd serialization) -> {variable: (off, len)}."""
+    raw = rdx.read_bytes()
+    data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else zlib.decompress(raw[4:])
+    index = unserialize(data, str(rdx))
+    if not isinstance(index, RObject) or index.sexptype != VECSXP:
+        raise ExtractError(f"{rdx}: expected a list, got {index!r:.80}")
+    fields = dict(zip(_r_names(index), index.value))
+    variables = fields.get("variables")
+    if not isinstance(variables, RObject):
+        raise ExtractError(f"{rdx}: no 'variables' entry")
+    return {
+        name: (int(pos.value[0]), int(pos.value[1]))
+        for name, pos in zip(_r_names(variables), variables.value)
+    }
+
+
+def read_lazyload_value(rdb: Path, offset: int, length: int) -> Any:
+    """Decompress and decode one value of an R lazy-load ``.rdb`` file."""
+    with rdb.open("rb") as f:
+        f.seek(offset)
+        blob = f.read(length)
+    if len(blob) != length or length < 5:
+        raise ExtractError(f"{rdb}: cannot read {length} bytes at {offset}")
+    (size,) = struct.unpack(">I", blob[:4])
+    kind, body = blob[4:5], blob[5:]
+    try:
+        if kind == b"Z":
+            data = lzma.decompress(body)
+        elif kind == b"2":
+            data = bz2.decompress(body)
+        elif kind == b"0":
+            data = body
+        else:  # type 1: a plain zlib stream right after the length
+            data = zlib.decompress(blob[4:])
+    except (zlib.error, lzma.LZMAError, OSError) as err:
+        raise ExtractError(f"{rdb}: value at {offset}: {err}") from err
+    if len(data) != size:
+        raise ExtractError(f"{rdb}: value at {offset} is {len(data)} bytes, header says {size}")
+    return unserialize(data, f"{rdb}@{offset}")
+
+
+AUSTEN_BOOKS = (
+    "sensesensibility", "prideprejudice", "mansfieldpark", "emma", "northangerabbey",
+    "persuasion",
+)  # fmt: skip
+
+
+def read_austen_lines(data_dir: Path) -> dict[str, list[str]]:
+    """Read the six novels' character vectors from ``Rdata.rdb``/``Rdata.rdx``."""
+    rdx, rdb = data_dir / "Rdata.rdx", data_dir / "Rdata.rdb"
+    index = read_lazyload_index(rdx)
+    books = {}
+    for name in AUSTEN_BOOKS:
+        if name not in index:
+            raise ExtractError(f"{rdx}: no variable {name!r} (has {sorted(index)})")
+        value = read_lazyload_value(rdb, *index[name])
+        if not isinstance(value, RObject) or value.sexptype != STRSXP:
+            raise ExtractError(f"{rdb}: {name} is not a character vector")
+        books[name] = [line or "" for line in value.value]
+    return books
+
+
+def novel_paragraphs(lines: list[str]) -> Iterator[str]:
+    """Join a novel's text lines into paragraphs, dropping all-capitals headings."""
+    for para in paragraphs(lines):
+        if any(c.islower() for c in para) and not re.fullmatch(r"by Jane Austen", para):
+            yield para
+
+
+def extract_austen(root: Path) -> Iterator[str]:
+    """Jane Austen's six novels from janeaustenr's lazy-load data, one paragraph a line."""
+    data_dir = _files(root, "Rdata.rdx")[0].parent
+    for lines in read_austen_lines(data_dir).values():
+        yield from novel_paragraphs(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# CoNLL-2003 (train split only)
+
+
+def conll_sentences(lines: Iterable[str]) -> Iterator[str]:
+    """Yield CoNLL sentences (first column joined by spaces), skipping ``-DOCSTART-``."""
+    tokens: list[str] = []
+    for line in lines:
+        parts = line.split()
+        if not parts or parts[0] == "-DOCSTART-":
+            if tokens:
+                yield " ".join(tokens)
+            tokens = []
+        else:
+            tokens.append(parts[0])
+    if tokens:
+        yield " ".join(tokens)
+
+
+def extract_conll2003(root: Path) -> Iterator[str]:
+    """CoNLL-2003 training sentences only: the valid and test text must never be used."""
+    path = root / "train.txt"
+    if not path.is_file():
+        raise ExtractError(f"missing {path} (run fetch_assets.py conll2003)")
+    with path.open(encoding="utf-8") as f:
+        yield from conll_sentences(f)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+EXTRACTORS: dict[str, Callable[[Path], Iterator[str]]] = {
+    "sotu": extract_sotu,
+    "nlp_corpus": extract_nlp_corpus,
+    "brown": extract_brown,
+    "linux_doc": extract_linux_doc,
+    "web_bible": extract_web_bible,
+    "austen": extract_austen,
+    "moby_dick": extract_moby_dick,
+    "conll2003": extract_conll2003,
+}
+OUTPUT_NAMES = {"conll2003": "conll2003_train.txt"}
+
+
+def write_lines(lines: Iterable[str], output: Path) -> tuple[int, int]:
+    """Write normalised non-empty lines to ``output`` atomically; return (lines, words)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + ".part")
+    n_lines = n_words = 0
+    with tmp.open("w", encoding="utf-8", newline="\n") as f:
+        for line in lines:
+            line = normalize(line)
+            if line:
+                f.write(line + "\n")
+                n_lines += 1
+                n_words += len(line.split())
+    tmp.replace(output)
+    return n_lines, n_words
+
+
+def extract(name: str, assets: Path, output: Path) -> tuple[int, int]:
+    """Extract one corpus from ``assets/NAME`` into ``output``; return (lines, words)."""
+    root = assets / name
+    if not root.is_dir():
+        raise ExtractError(f"{root} does not exist (run: python scripts/fetch_assets.py {name})")
+    return write_lines(EXTRACTORS[name](root), output)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="+", metavar="NAME", help=f"any of: {', '.join(EXTRACTORS)}")
+    parser.add_argument("--assets", type=Path, default=Path("assets"), help="fetched assets")
+    parser.add_argument("--output", type=Path, help="output file (only with a single NAME)")
+    parser.add_argument(
+        "--output-dir", type=Path, default=Path("corpus/raw"), help="folder for NAME.txt outputs"
+    )
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in EXTRACTORS]
+    if unknown:
+        parser.error(f"unknown corpus {unknown}; choose from {list(EXTRACTORS)}")
+    if args.output and len(args.names) > 1:
+        parser.error("--output takes a single NAME; use --output-dir for several")
+    counts = {}
+    try:
+        for name in dict.fromkeys(args.names):
+            out = args.output or args.output_dir / OUTPUT_NAMES.get(name, f"{name}.txt")
+            counts[name] = extract(name, args.assets, out)
+            print(f"{name}: wrote {out}", flush=True)
+    except ExtractError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"{'corpus':<12} {'lines':>10} {'words':>12}")
+    for name, (n_lines, n_words) in counts.items():
+        print(f"{name:<12} {n_lines:>10,} {n_words:>12,}")
+    if len(counts) > 1:
+        total_lines = sum(c[0] for c in counts.values())
+        total_words = sum(c[1] for c in counts.values())
+        print(f"{'total':<12} {total_lines:>10,} {total_words:>12,}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""Offline tests of the corpus scripts on tiny inputs synthesised in the test."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import io
+import json
+import struct
+import sys
+import tarfile
+import zlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def _load(name: str) -> ModuleType:
+    """Import ``scripts/NAME.py`` as a module (scripts/ is not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ex = _load("extract_text")
+fa = _load("fetch_assets")
+sc = _load("split_corpus")
+
+
+# ---------------------------------------------------------------------------------------------
+# Small text helpers
+
+
+def test_strip_brown_tags():
+    line = "\tThe/at jury/nn said/vbd ``/`` no/at evidence/nn ''/'' 1/2/cd ./."
+    assert ex.strip_brown_tags(line) == 'The jury said " no evidence " 1/2 .'
+
+
+def test_extract_brown_files(tmp_path):
+    pkg = tmp_path / "package"
+    pkg.mkdir()
+    (pkg / "ca01").write_text("\n\n\tThe/at cat/nn ./.\n\n\n\tA/at dog/nn ./.\n")
+    (pkg / "README").write_text("not/a corpus/file\n")
+    assert list(ex.extract_brown(tmp_path)) == ["The cat .", "A dog ."]
+
+
+def test_split_sentences_keeps_abbreviations():
+    text = "Mr. Smith went to the U.S. Congress. He spoke! Then J. Doe left. 1812 came."
+    assert ex.split_sentences(text) == [
+        "Mr. Smith went to the U.S. Congress.",
+        "He spoke!",
+        "Then J. Doe left.",
+        "1812 came.",
+    ]
+
+
+def test_paragraphs_join_lines():
+    assert list(ex.paragraphs(["a b", "c", "", "", "d", ""])) == ["a b c", "d"]
+
+
+def test_conll_sentences_skip_docstart():
+    lines = [
+        "-DOCSTART- -X- -X- O",
+        "",
+        "EU NNP B-NP B-ORG",
+        "rejects VBZ B-VP O",
+        "",
+        "Peter NNP B-NP B-PER",
+        "",
+    ]
+    assert list(ex.conll_sentences(lines)) == ["EU rejects", "Peter"]
+
+
+def test_conll_extractor_reads_train_only(tmp_path):
+    (tmp_path / "train.txt").write_text("A DT O O\nb NN O O\n")
+    (tmp_path / "test.txt").write_text("SECRET NN O O\n")
+    (tmp_path / "valid.txt").write_text("SECRET NN O O\n")
+    assert list(ex.extract_conll2003(tmp_path)) == ["A b"]
+
+
+def test_nlp_corpus_and_moby_dick(tmp_path):
+    builds = tmp_path / "package" / "builds"
+    builds.mkdir(parents=True)
+    (builds / "doc-10.json").write_text(json.dumps(["third"]))
+    (builds / "doc-2.json").write_text(json.dumps(["first", "second"]))
+    assert list(ex.extract_nlp_corpus(tmp_path)) == ["first", "second", "third"]
+
+    data = tmp_path / "moby" / "data"
+    data.mkdir(parents=True)
+    (data / "file_list.json").write_text(json.dumps(["contents.txt", "chapter_1.txt"]))
+    (data / "contents.txt").write_text("CONTENTS\n")
+    (data / "chapter_1.txt").write_text("CHAPTER 1. Loomings.\n\nCall me\nIshmael.\n\nSome.\n")
+    assert list(ex.extract_moby_dick(tmp_path / "moby")) == ["Call me Ishmael.", "Some."]
+
+
+# ---------------------------------------------------------------------------------------------
+# reStructuredText prose
+
+RST = """\
+.. SPDX-License-Identifier: GPL-2.0
+
+==========
+Some Title
+==========
+
+:Author: Someone <a@b.c>
+
+The world of PCI is vast and full of surprises, see :ref:`the guide <pci-guide>`
+and ``pci_register_driver()`` for **details**.
+
+Structure of drivers
+====================
+Drivers discover devices in a system via the registration call.
+
+.. code-block:: c
+
+   int main(void) { return 0; }
+
+Use it like this::
+
+    $ echo 1 > /sys/bus/pci/rescan
+
+  - an indented list item that is not prose
+- a list item at the margin
+
++-------+-------+
+| a     | b     |
++-------+-------+
+
+===== =====
+col   col2
+===== =====
+
+struct foo { int a; int b; }; x->y = 3;
+"""
+
+
+def test_rst_prose_keeps_only_paragraphs():
+    assert list(ex.rst_prose(RST)) == [
+        "The world of PCI is vast and full of surprises, see the guide and "
+        "pci_register_driver() for details.",
+        "Drivers discover devices in a system via the registration call.",
+        "Use it like this:",
+    ]
+
+
+def test_linux_doc_skips_translations(tmp_path):
+    src = tmp_path / "html" / "_sources"
+    (src / "translations" / "it_IT").mkdir(parents=True)
+    (src / "index.rst.txt").write_text("This is a small English paragraph here.\n")
+    (src / "translations" / "it_IT" / "index.rst.txt").write_text("Questo è un paragrafo qui.\n")
+    assert list(ex.extract_linux_doc(tmp_path)) == ["This is a small English paragraph here."]
+
+
+# ---------------------------------------------------------------------------------------------
+# SWORD zText
+
+
+def _write_ztext(folder: Path, testament: str, blocks: list[list[str]]) -> None:
+    """Write a zText testament: zlib blocks (.bzz), block index (.bzs), verse index (.bzv)."""
+    bzz, bzs, bzv = bytearray(), bytearray(), bytearray()
+    bzv += struct.pack("<IIH", 0, 0, 0)  # empty entry (module/testament heading)
+    for number, entries in enumerate(blocks):
+        raw = "".join(entries).encode("utf-8")
+        packed = zlib.compress(raw)
+        bzs += struct.pack("<III", len(bzz), len(packed), len(raw))
+        bzz += packed
+        offset = 0
+        for entry in entries:
+            size = len(entry.encode("utf-8"))
+            bzv += struct.pack("<IIH", number, offset, size)
+            offset += size
+    for ext, data in (("bzz", bzz), ("bzs", bzs), ("bzv", bzv)):
+        (folder / f"{testament}.{ext}").write_bytes(bytes(data))
+
+
+def test_ztext_reader_and_osis_stripping(tmp_path):
+    module = tmp_path / "modules" / "texts" / "ztext" / "web"
+    module.mkdir(parents=True)
+    ot = [
+        [
+            '<title type="main">Genesis</title><chapter n="1" sID="Gen.1"/>',
+            '<w lemma="strong:H1">In</w> the beginning, God<note placement="foot">A '
+            'note.</note> created the <div sID="g1" type="x-p"/>heavens &amp; earth.',
+        ],
+        ["Now the earth <d", 'iv type="x-p" sID="g2"/>was “formless”.'],
+    ]
+    _write_ztext(module, "ot", ot)
+    _write_ztext(module, "nt", [["In the beginning was the Word."]])
+    assert list(ex.read_ztext(module, "nt")) == ["In the beginning was the Word."]
+    assert list(ex.extract_web_bible(tmp_path)) == [
+        "In the beginning, God created the",
+        "heavens & earth.",
+        "Now the earth",
+        "was “formless”.",
+        "In the beginning was the Word.",
+    ]
+
+
+def test_ztext_bad_index_size(tmp_path):
+    _write_ztext(tmp_path, "ot", [["x"]])
+    (tmp_path / "ot.bzv").write_bytes(b"123")
+    with pytest.raises(ex.ExtractError, match="ot.bzv"):
+        list(ex.read_ztext(tmp_path, "ot"))
+
+
+# ---------------------------------------------------------------------------------------------
+# R serialization and lazy-load database (hand-written XDR serializer)
+
+
+def _flags(sexptype: int, has_attr: bool = False, has_tag: bool = False, levels: int = 0) -> bytes:
+    return struct.pack(">i", sexptype | (has_attr << 9) | (has_tag << 10) | (levels << 12))
+
+
+def _charsxp(text: str | None) -> bytes:
+    if text is None:
+        return _flags(9) + struct.pack(">i", -1)
+    raw = text.encode("utf-8")
+    return _flags(9, levels=8) + struct.pack(">i", len(raw)) + raw  # UTF8_MASK
+
+
+def _strsxp(items: list[str | None], attrs: bytes = b"") -> bytes:
+    body = struct.pack(">i", len(items)) + b"".join(_charsxp(s) for s in items)
+    return _flags(16, has_attr=bool(attrs)) + body + attrs
+
+
+def _names_attr(names: list[str]) -> bytes:
+    """A pairlist ``names = c(...)`` as written for attributes; the symbol is new."""
+    return _flags(2, has_tag=True) + _flags(1) + _charsxp("names") + _strsxp(names) + _flags(254)
+
+
+def _intsxp(values: list[int]) -> bytes:
+    return _flags(13) + struct.pack(f">i{len(values)}i", len(values), *values)
+
+
+def _vecsxp(items: list[bytes], names: list[str] | None = None) -> bytes:
+    attrs = _names_attr(names) if names else b""
+    return (
+        _flags(19, has_attr=bool(attrs)) + struct.pack(">i", len(items)) + b"".join(items) + attrs
+    )
+
+
+def _serialize(body: bytes, version: int = 3) -> bytes:
+    head = b"X\n" + struct.pack(">iii", version, 0x40201, 0x30500)
+    if version == 3:
+        head += struct.pack(">i", 5) + b"UTF-8"
+    return head + body
+
+
+def test_unserialize_strings_and_lists():
+    obj = ex.unserialize(_serialize(_strsxp(["a", None, "é"])))
+    assert obj.sexptype == ex.STRSXP and obj.value == ["a", None, "é"]
+    lst = ex.unserialize(_serialize(_vecsxp([_intsxp([1, 2]), _strsxp(["x"])], ["n", "s"]), 2))
+    assert lst.value[0].value == [1, 2]
+    assert lst.attributes["names"].value == ["n", "s"]
+
+
+def test_unserialize_rejects_ascii_format():
+    with pytest.raises(ex.ExtractError, match="XDR"):
+        ex.unserialize(b"A\n3\n")
+
+
+def _lazyload_db(folder: Path, variables: dict[str, list[str]]) -> None:
+    """Write Rdata.rdb (4-byte length + zlib per value) and a gzip'd Rdata.rdx index."""
+    rdb, positions = bytearray(), []
+    for lines in variables.values():
+        data = _serialize(_strsxp(lines))
+        blob = struct.pack(">I", len(data)) + zlib.compress(data)
+        positions.append(_intsxp([len(rdb), len(blob)]))
+        rdb += blob
+    index = _vecsxp(
+        [_vecsxp(positions, list(variables)), _vecsxp([]), _flags(10) + struct.pack(">ii", 1, 1)],
+        ["variables", "references", "compressed"],
+    )
+    (folder / "Rdata.rdb").write_bytes(bytes(rdb))
+    (folder / "Rdata.rdx").write_bytes(gzip.compress(_serialize(index)))
+
+
+def test_austen_from_lazyload_db(tmp_path):
+    data = tmp_path / "janeaustenr" / "data"
+    data.mkdir(parents=True)
+    books = {
+        name: ["CHAPTER 1", "", f"{name} first", "line.", "", "Next."] for name in ex.AUSTEN_BOOKS
+    }
+    books["emma"] = ["EMMA", "", "by Jane Austen", "", "Emma Woodhouse, handsome,", "clever."]
+    _lazyload_db(data, dict(reversed(list(books.items()))))
+    index = ex.read_lazyload_index(data / "Rdata.rdx")
+    assert set(index) == set(ex.AUSTEN_BOOKS)
+    assert ex.read_lazyload_value(data / "Rdata.rdb", *index["emma"]).value == books["emma"]
+    out = list(ex.extract_austen(tmp_path))
+    assert out[:2] == ["sensesensibility first line.", "Next."]
+    assert "Emma Woodhouse, handsome, clever." in out
+    assert "EMMA" not in out and "by Jane Austen" not in out and len(out) == 11
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole-file writing, splitting and fetching
+
+
+def test_extract_cli_writes_counts(tmp_path, capsys):
+    assets = tmp_path / "assets"
+    (assets / "conll2003").mkdir(parents=True)
+    (assets / "conll2003" / "train.txt").write_text("-DOCSTART- -X- -X- O\n\nA x\nb y\n\nC z\n")
+    assert ex.main(["conll2003", "--assets", str(assets), "--output-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "conll2003_train.txt").read_text() == "A b\nC\n"
+    assert "conll2003" in capsys.readouterr().out
+
+
+def test_split_is_deterministic_and_complete(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    lines = [f"sentence number {i}" for i in range(2000)]
+    a.write_text("\n".join(lines[:1000]) + "\n\n")
+    b.write_text("\n".join(lines[1000:]) + "\n")
+    outs = []
+    for run in range(2):
+        train, dev = tmp_path / f"train{run}.txt", tmp_path / f"dev{run}.txt"
+        counts = sc.split_files([a, b], train, dev, 0.1, seed=0)
+        outs.append((train.read_text(), dev.read_text()))
+        assert counts["train_lines"] + counts["dev_lines"] == 2000
+    assert outs[0] == outs[1]
+    dev_lines = outs[0][1].splitlines()
+    assert 120 < len(dev_lines) < 280
+    assert set(dev_lines) | set(outs[0][0].splitlines()) == set(lines)
+    assert not set(dev_lines) & set(outs[0][0].splitlines())
+    # Membership depends only on the line and the seed, not on order or file.
+    assert all(sc.is_dev(line, 0.1, 0) for line in dev_lines)
+    other = {line for line in lines if sc.is_dev(line, 0.1, 1)}
+    assert other != set(dev_lines)
+
+
+def test_fetch_checks_md5_and_unpacks(tmp_path, monkeypatch):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        payload = b"hello\n"
+        info = tarfile.TarInfo("package/data/a.txt")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    archive_bytes = buf.getvalue()
+
+    def fake_npm(src, tmp):
+        path = tmp / "pkg-1.0.0.tgz"
+        path.write_bytes(archive_bytes)
+        return path
+
+    monkeypatch.setattr(fa, "download_npm", fake_npm)
+    good = fa.Source("demo", "npm", "pkg", "1.0.0", hashlib.md5(archive_bytes).hexdigest())
+    dest = fa.fetch(good, tmp_path)
+    assert (dest / "package" / "data" / "a.txt").read_bytes() == b"hello\n"
+    assert fa.is_complete(good, dest)
+    calls = []
+    monkeypatch.setattr(fa, "download_npm", lambda src, tmp: calls.append(src))
+    fa.fetch(good, tmp_path)  # marker present: no download
+    assert calls == []
+
+    monkeypatch.setattr(fa, "download_npm", fake_npm)
+    bad = fa.Source("demo2", "npm", "pkg", "1.0.0", "0" * 32)
+    with pytest.raises(fa.FetchError, match=r"pkg-1\.0\.0\.tgz.*expected 0{32}, got [0-9a-f]{32}"):
+        fa.fetch(bad, tmp_path)
+    assert not fa.is_complete(bad, tmp_path / "demo2")
+
+
+def test_every_source_has_an_extractor():
+    assert set(fa.SOURCES) == set(ex.EXTRACTORS)
