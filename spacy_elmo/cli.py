@@ -76,6 +76,88 @@ def embed(
     typer.echo(f"wrote {count} sentences to {output_file}")
 
 
+@app.command()
+def pretrain(
+    inputs: list[Path] = typer.Argument(..., help="Text files or folders (streamed)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Run directory."),
+    preset: str = typer.Option(
+        "bundled", help="Architecture: tiny, bundled, small, medium, original."
+    ),
+    options: Optional[Path] = typer.Option(None, help="bilm-tf options.json (overrides --preset)."),
+    dev: Optional[list[Path]] = typer.Option(
+        None, help="Held-out text (default: every 100th sentence)."
+    ),
+    pipeline: str = typer.Option("en", help="spaCy pipeline or language code for raw text."),
+    pretokenized: bool = typer.Option(False, help="Inputs are one tokenised sentence per line."),
+    vocab_size: int = typer.Option(50000, help="Softmax vocabulary size (top-K words)."),
+    min_count: int = typer.Option(3, help="Minimum count of a softmax word."),
+    max_steps: int = typer.Option(10000, help="Training steps (batches per rank)."),
+    batch_tokens: int = typer.Option(2048, help="Padded tokens per batch and rank."),
+    learning_rate: float = typer.Option(2e-3, "--lr"),
+    warmup_steps: int = typer.Option(200),
+    dropout: float = typer.Option(0.1),
+    clip_norm: float = typer.Option(10.0),
+    eval_every: int = typer.Option(500, help="Held-out perplexity every N steps."),
+    checkpoint_every: int = typer.Option(200, help="Checkpoint every N steps."),
+    log_every: int = typer.Option(20),
+    seed: int = typer.Option(0),
+    gpu_id: int = typer.Option(-1, help="CUDA device (-1: CPU)."),
+    mixed_precision: bool = typer.Option(False, help="bf16 autocast (GPU)."),
+    init_from: Optional[Path] = typer.Option(None, help="Saved or bilm-tf biLM to adapt."),
+    export_allennlp: bool = typer.Option(False, help="Also write options.json + hdf5."),
+    resume: bool = typer.Option(False, help="Continue from OUTPUT/checkpoints/last.pt."),
+    max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
+) -> None:
+    """Train a biLM on your text (also under `torchrun --nproc_per_node N`)."""
+    import json
+    import logging
+
+    from .pretrain import PretrainConfig
+    from .pretrain import pretrain as run_pretraining
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = PretrainConfig(
+            inputs=[str(p) for p in inputs],
+            output=str(output),
+            preset=preset,
+            options=json.loads(options.read_text()) if options else None,
+            dev=[str(p) for p in dev or []],
+            pipeline=pipeline,
+            pretokenized=pretokenized,
+            vocab_size=vocab_size,
+            min_count=min_count,
+            max_steps=max_steps,
+            batch_tokens=batch_tokens,
+            learning_rate=learning_rate,
+            warmup_steps=warmup_steps,
+            dropout=dropout,
+            clip_norm=clip_norm,
+            eval_every=eval_every,
+            checkpoint_every=checkpoint_every,
+            log_every=log_every,
+            seed=seed,
+            gpu_id=gpu_id,
+            mixed_precision=mixed_precision,
+            init_from=str(init_from) if init_from else None,
+            export_allennlp=export_allennlp,
+            max_memory_gb=max_memory_gb,
+            threads=threads,
+        )
+        summary = run_pretraining(config, resume=resume)
+    except (ValueError, OSError) as err:
+        _fail(str(err))
+    if summary.get("interrupted"):
+        typer.echo(f"interrupted at step {summary['step']}; continue with --resume")
+        raise typer.Exit(code=130)
+    if "dev_ppl" in summary:
+        typer.echo(
+            f"done: {summary['steps']} steps, {summary['tokens_seen']:,} tokens, held-out "
+            f"perplexity {summary['dev_ppl']:.1f}; model in {output / 'model'}"
+        )
+
+
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=1)

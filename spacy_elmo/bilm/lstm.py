@@ -99,6 +99,7 @@ class LstmStack(nn.Module):
     ) -> None:
         super().__init__()
         self.use_skip_connections = use_skip_connections
+        self.dropout = 0.0  # on each layer's input, in training mode only (LM pretraining)
         self.layers = nn.ModuleList(
             LstmCellWithProjection(dim, cell_dim, dim, cell_clip, proj_clip, use_projection)
             for _ in range(n_layers)
@@ -110,7 +111,8 @@ class LstmStack(nn.Module):
         """Packed inputs (N, P) -> packed output of every layer, and final states per layer."""
         outputs, final_states = [], []
         for index, (layer, state) in enumerate(zip(self.layers, states)):
-            layer_output, final_state = layer(inputs, batch_sizes, state)
+            cell_input = F.dropout(inputs, self.dropout, self.training) if self.dropout else inputs
+            layer_output, final_state = layer(cell_input, batch_sizes, state)
             if index > 0 and self.use_skip_connections:
                 layer_output = layer_output + inputs  # residual on the output, not on h
             outputs.append(layer_output)

@@ -1,0 +1,184 @@
+"""ELMo's task-specific layer mix as a Thinc layer (ELMO_SPEC.md §6).
+
+    ELMo = gamma * sum_j s_j * h_j,   s = softmax(w)
+
+over the L + 1 biLM layers of every token. Differences from AllenNLP's ``ScalarMix`` and
+bilm-tf's ``weight_layers``, on purpose:
+
+* gamma is stored as ``log_gamma``: thinc's L2 weight decay pulls every parameter towards 0,
+  which pulls gamma towards 1 (not towards 0, which would switch the features off).
+* The optional layer norm is per token: each layer's vector at each token is normalised by its
+  own mean and variance over the D features (epsilon 1e-12, as in bilm-tf), so a token's output
+  does not depend on the rest of the batch (both reference libraries use batch-wide statistics).
+* Layer dropout (training only) drops whole layers: each layer is kept with probability
+  1 - p, and the softmax is taken over the kept layers only (a dropped layer's weight is 0, the
+  others are renormalised; the same as setting its w_j to -inf). If every layer is dropped, none
+  is (the step runs without layer dropout).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import accumulate
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from spacy.util import registry
+from thinc.api import Model, Ops
+from thinc.types import Floats1d, Floats2d, Floats3d
+
+LAYER_NORM_EPS = 1e-12  # bilm-tf's epsilon (AllenNLP uses 1e-13)
+
+InT = List[Floats3d]  # one (n_layers, n_tokens, D) array per doc, float16/32/64
+OutT = List[Floats2d]  # one (n_tokens, D) array per doc, float32 (float64 for float64 input)
+
+
+@registry.architectures("spacy_elmo.ScalarMix.v1")
+@registry.layers("spacy_elmo.ScalarMix.v1")
+def scalar_mix(
+    n_layers: int,
+    *,
+    initial_weights: Optional[List[float]] = None,
+    gamma: float = 1.0,
+    layer_norm: bool = False,
+    layer_dropout: float = 0.0,
+    trainable: bool = True,
+) -> Model[InT, OutT]:
+    """Mix the biLM layers of every doc into one (n_tokens, D) array: gamma * sum_j s_j h_j.
+
+    initial_weights are pre-softmax (default 0: s_j = 1 / n_layers). With trainable=False the
+    weights and gamma are fixed: no gradient is accumulated for them, so no optimizer (and no
+    weight decay) touches them; gradients still flow to the inputs.
+    """
+    if n_layers < 1:
+        raise ValueError(f"scalar_mix: n_layers must be at least 1, got {n_layers}")
+    if initial_weights is None:
+        initial_weights = [0.0] * n_layers
+    if len(initial_weights) != n_layers:
+        raise ValueError(
+            f"scalar_mix: initial_weights has {len(initial_weights)} values "
+            f"({list(initial_weights)}) but n_layers is {n_layers}"
+        )
+    if not gamma > 0:
+        raise ValueError(f"scalar_mix: gamma must be positive, got {gamma}")
+    if not 0.0 <= layer_dropout < 1.0:
+        raise ValueError(f"scalar_mix: layer_dropout must be in [0, 1), got {layer_dropout}")
+    model: Model[InT, OutT] = Model(
+        "scalar_mix",
+        forward,
+        init=init,
+        params={"weights": None, "log_gamma": None},
+        attrs={
+            "n_layers": n_layers,
+            "layer_norm": layer_norm,
+            "layer_dropout": layer_dropout,
+            "trainable": trainable,
+        },
+    )
+    model.set_param("weights", model.ops.asarray1f([float(w) for w in initial_weights]))
+    model.set_param("log_gamma", model.ops.asarray1f([math.log(gamma)]))
+    return model
+
+
+def mix_weights(model: Model) -> Tuple[List[float], float]:
+    """The current softmax weights s (a list of n_layers floats) and gamma, for reporting."""
+    ops = model.ops
+    weights = ops.to_numpy(_softmax(ops, model.get_param("weights"), None))
+    log_gamma = ops.to_numpy(model.get_param("log_gamma"))
+    return [float(s) for s in weights], float(math.exp(float(log_gamma[0])))
+
+
+def init(model: Model[InT, OutT], X: Optional[InT] = None, Y: Optional[OutT] = None) -> None:
+    """Nothing to infer (the parameters are set at construction); check a sample if given."""
+    if X is not None:
+        _check_inputs(X, model.attrs["n_layers"])
+
+
+def forward(model: Model[InT, OutT], Xs: InT, is_train: bool) -> Tuple[OutT, Callable]:
+    ops = model.ops
+    n_layers = model.attrs["n_layers"]
+    _check_inputs(Xs, n_layers)
+    if not Xs:
+        return [], lambda dYs: []
+    in_dtypes = [X.dtype for X in Xs]
+    dtype = "float64" if all(d == "float64" for d in in_dtypes) else "float32"
+    lengths = [X.shape[1] for X in Xs]
+    starts = list(accumulate(lengths))[:-1]
+    X = ops.xp.concatenate([X.astype(dtype, copy=False) for X in Xs], axis=1)  # (L, N, D)
+    _, n_tokens, width = X.shape
+
+    keep = None
+    p_drop = model.attrs["layer_dropout"]
+    if is_train and p_drop > 0:
+        keep = (ops.get_dropout_mask((n_layers,), p_drop) > 0).astype(dtype)  # (L,)
+        if not keep.any():
+            keep = None
+    weights = _softmax(ops, model.get_param("weights").astype(dtype), keep)  # (L,)
+    gamma = ops.xp.exp(model.get_param("log_gamma").astype(dtype))  # (1,)
+
+    if model.attrs["layer_norm"]:
+        H, inv_std = _layer_norm(ops, X)  # (L, N, D), (L, N, 1)
+    else:
+        H, inv_std = X, None
+    mixed = (weights @ H.reshape(n_layers, -1)).reshape(n_tokens, width)  # (N, D)
+    Y = gamma * mixed  # (N, D)
+
+    def backprop(dYs: OutT) -> InT:
+        dY = ops.xp.concatenate([dY.astype(dtype, copy=False) for dY in dYs], axis=0)  # (N, D)
+        d_mixed = gamma * dY
+        if model.attrs["trainable"]:
+            d_weights = H.reshape(n_layers, -1) @ d_mixed.reshape(-1)  # (L,) d loss / d s
+            d_logits = weights * (d_weights - (d_weights * weights).sum())  # softmax backward
+            d_log_gamma = (dY * Y).sum(keepdims=True).reshape(1)  # d gamma / d log_gamma = gamma
+            _inc_grad(model, "weights", d_logits)
+            _inc_grad(model, "log_gamma", d_log_gamma)
+        dH = weights.reshape(n_layers, 1, 1) * d_mixed.reshape(1, n_tokens, width)  # (L, N, D)
+        dX = _layer_norm_backward(H, inv_std, dH) if inv_std is not None else dH
+        return [
+            ops.xp.ascontiguousarray(d.astype(in_dtype, copy=False))
+            for d, in_dtype in zip(ops.xp.split(dX, starts, axis=1), in_dtypes)
+        ]
+
+    return list(ops.xp.split(Y, starts, axis=0)), backprop
+
+
+def _softmax(ops: Ops, logits: Floats1d, keep: Optional[Floats1d]) -> Floats1d:
+    """softmax(logits) over the layers where keep is 1 (all layers if keep is None)."""
+    exp = ops.xp.exp(logits - logits.max())
+    if keep is not None:
+        exp = exp * keep
+    return exp / exp.sum()
+
+
+def _layer_norm(ops: Ops, X: Floats3d) -> Tuple[Floats3d, Floats3d]:
+    """Normalise every (layer, token) vector over its D features; also return 1 / std."""
+    mean = X.mean(axis=-1, keepdims=True)  # (L, N, 1)
+    centred = X - mean
+    variance = (centred * centred).mean(axis=-1, keepdims=True)  # (L, N, 1)
+    inv_std = 1.0 / ops.xp.sqrt(variance + LAYER_NORM_EPS)
+    return centred * inv_std, inv_std
+
+
+def _layer_norm_backward(H: Floats3d, inv_std: Floats3d, dH: Floats3d) -> Floats3d:
+    """Gradient through H = (X - mean) / sqrt(var + eps), mean and var over the last axis."""
+    mean_dH = dH.mean(axis=-1, keepdims=True)
+    mean_dH_H = (dH * H).mean(axis=-1, keepdims=True)
+    return inv_std * (dH - mean_dH - H * mean_dH_H)
+
+
+def _inc_grad(model: Model, name: str, grad: Floats1d) -> None:
+    model.inc_grad(name, grad.astype(model.get_param(name).dtype, copy=False))
+
+
+def _check_inputs(Xs: Sequence[Floats3d], n_layers: int) -> None:
+    """Every doc's input must be (n_layers, n_tokens, D) with one D for the whole batch."""
+    widths = set()
+    for i, X in enumerate(Xs):
+        shape = getattr(X, "shape", None)
+        if shape is None or len(shape) != 3 or shape[0] != n_layers:
+            raise ValueError(
+                f"scalar_mix: input {i} must have shape (n_layers={n_layers}, n_tokens, width), "
+                f"got {shape if shape is not None else type(X).__name__}"
+            )
+        widths.add(shape[2])
+    if len(widths) > 1:
+        raise ValueError(f"scalar_mix: all inputs must have the same width, got {sorted(widths)}")

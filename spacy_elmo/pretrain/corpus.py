@@ -1,0 +1,220 @@
+"""Training text: find input files, tokenise them once into a cache, stream batches from it.
+
+The cache is one tokenised sentence per line (tokens separated by single spaces), so that a
+resumed run can replay the exact batch sequence of an uninterrupted one by skipping batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+logger = logging.getLogger("spacy_elmo.pretrain")
+
+TEXT_PROBE_BYTES = 8192
+
+
+def iter_input_files(inputs: Sequence[str | Path]) -> list[Path]:
+    """Expand files and folders (recursively, sorted) into the list of readable text files.
+
+    Empty and binary files are skipped with a warning naming them.
+    """
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            candidates = sorted(p for p in path.rglob("*") if p.is_file())
+        elif path.is_file():
+            candidates = [path]
+        else:
+            raise FileNotFoundError(f"pretraining input {path} does not exist")
+        for candidate in candidates:
+            reason = _unusable_reason(candidate)
+            if reason:
+                logger.warning("skipping %s: %s", candidate, reason)
+            else:
+                files.append(candidate)
+    return files
+
+
+def _unusable_reason(path: Path) -> str | None:
+    if path.stat().st_size == 0:
+        return "empty file"
+    with path.open("rb") as handle:
+        probe = handle.read(TEXT_PROBE_BYTES)
+    if b"\x00" in probe:
+        return "binary file (NUL bytes)"
+    try:
+        probe.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(probe) - 4:  # not just a character cut by the probe's end
+            return f"not UTF-8 text (byte {err.start})"
+    return None
+
+
+def iter_lines(files: Iterable[Path]) -> Iterator[str]:
+    """Stream the non-blank lines of text files, replacing undecodable bytes."""
+    for path in files:
+        with path.open("r", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                line = line.strip()
+                if line:
+                    yield line
+
+
+def spacy_sentence_splitter(
+    pipeline: str = "en", batch_size: int = 256
+) -> Callable[[Iterable[str]], Iterator[list[str]]]:
+    """Sentences of tokens from raw lines, with a spaCy pipeline name/path or a language code.
+
+    A language code gives the blank tokenizer plus the rule-based sentencizer.
+    """
+    import spacy
+
+    if spacy.util.is_package(pipeline) or Path(pipeline).exists():
+        nlp = spacy.load(pipeline)
+    else:
+        nlp = spacy.blank(pipeline)
+    if not any(nlp.has_pipe(name) for name in ("sentencizer", "senter", "parser")):
+        nlp.add_pipe("sentencizer")
+
+    def split(lines: Iterable[str]) -> Iterator[list[str]]:
+        for doc in nlp.pipe(lines, batch_size=batch_size):
+            for sent in doc.sents:
+                tokens = [t.text for t in sent if not t.is_space]
+                if tokens:
+                    yield tokens
+
+    return split
+
+
+def pretokenized_splitter(lines: Iterable[str]) -> Iterator[list[str]]:
+    """Input that is already one tokenised sentence per line."""
+    for line in lines:
+        tokens = line.split()
+        if tokens:
+            yield tokens
+
+
+def write_tokenized(
+    files: Sequence[Path],
+    output: Path,
+    splitter: Callable[[Iterable[str]], Iterator[list[str]]],
+    max_tokens: int,
+    dev_output: Path | None = None,
+    dev_every: int = 0,
+) -> tuple[int, int]:
+    """Tokenise `files` into `output` (sentences longer than `max_tokens` are cut in pieces).
+
+    With `dev_output`, every `dev_every`-th sentence goes there instead (a held-out split).
+    Returns (sentences, tokens) written to `output`. Files are written under a temporary name
+    and renamed when complete.
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + ".part")
+    dev_tmp = dev_output.with_name(dev_output.name + ".part") if dev_output else None
+    n_sentences = n_tokens = n_seen = 0
+    with (
+        tmp.open("w", encoding="utf-8") as out,
+        dev_tmp.open("w", encoding="utf-8") if dev_tmp else open(os.devnull, "w") as dev_out,
+    ):
+        for tokens in splitter(iter_lines(files)):
+            for start in range(0, len(tokens), max_tokens):
+                piece = " ".join(tokens[start : start + max_tokens]) + "\n"
+                n_seen += 1
+                if dev_tmp is not None and dev_every and n_seen % dev_every == 0:
+                    dev_out.write(piece)
+                    continue
+                out.write(piece)
+                n_sentences += 1
+                n_tokens += len(tokens[start : start + max_tokens])
+    if n_sentences == 0:
+        tmp.unlink()
+        if dev_tmp is not None:
+            dev_tmp.unlink()
+        names = ", ".join(str(f) for f in files[:5]) or "(no usable files)"
+        raise ValueError(f"the pretraining corpus has no sentences: {names}")
+    if dev_tmp is not None:
+        dev_tmp.replace(dev_output)
+    tmp.replace(output)
+    return n_sentences, n_tokens
+
+
+def read_sentences(path: Path) -> Iterator[list[str]]:
+    """Sentences of a tokenised cache file."""
+    with path.open("r", encoding="utf-8") as handle:
+        for line in handle:
+            tokens = line.split(" ")
+            tokens[-1] = tokens[-1].rstrip("\n")
+            if tokens != [""]:
+                yield tokens
+
+
+def iter_batches(
+    path: Path,
+    seed: int,
+    batch_tokens: int,
+    chunk_sentences: int = 20000,
+    max_sentences: int = 512,
+) -> Iterator[tuple[int, list[list[str]]]]:
+    """An endless, deterministic stream of (epoch, batch) over the tokenised file.
+
+    Each chunk of sentences is shuffled with a seed derived from (seed, epoch, chunk), sorted
+    by length so that batches are length-homogeneous (little padding), cut into batches of at
+    most `batch_tokens` tokens (boundaries included), and the batch order shuffled again.
+    """
+    epoch = 0
+    while True:
+        chunk: list[list[str]] = []
+        chunk_index = 0
+        any_batch = False
+        for sentence in read_sentences(path):
+            chunk.append(sentence)
+            if len(chunk) == chunk_sentences:
+                for batch in _chunk_batches(
+                    chunk, seed, epoch, chunk_index, batch_tokens, max_sentences
+                ):
+                    any_batch = True
+                    yield epoch, batch
+                chunk, chunk_index = [], chunk_index + 1
+        if chunk:
+            for batch in _chunk_batches(
+                chunk, seed, epoch, chunk_index, batch_tokens, max_sentences
+            ):
+                any_batch = True
+                yield epoch, batch
+        if not any_batch:
+            raise ValueError(f"tokenised corpus {path} holds no sentences")
+        epoch += 1
+
+
+def _chunk_batches(
+    chunk: list[list[str]],
+    seed: int,
+    epoch: int,
+    chunk_index: int,
+    batch_tokens: int,
+    max_sentences: int,
+) -> list[list[list[str]]]:
+    digest = hashlib.sha256(f"{seed}/{epoch}/{chunk_index}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "little"))
+    chunk = list(chunk)
+    rng.shuffle(chunk)
+    chunk.sort(key=len)
+    batches: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    for sentence in chunk:
+        width = len(sentence) + 2
+        # Padded size of the batch if this sentence joins it (it is the longest so far).
+        if current and (width * (len(current) + 1) > batch_tokens or len(current) >= max_sentences):
+            batches.append(current)
+            current = []
+        current.append(sentence)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches

@@ -1,0 +1,538 @@
+"""Train a biLM with forward and backward language-model losses (`spacy-elmo pretrain`).
+
+Resumable bit for bit: a checkpoint holds the weights, optimizer, scheduler, RNG state and
+the number of batches consumed; the batch stream is a pure function of (seed, corpus), so a
+resumed run skips the consumed batches and continues exactly where the killed run was.
+Under `torchrun` it trains with DistributedDataParallel, rank r taking every r-th batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..bilm import BiLM, BiLMOptions, batch_to_ids
+from ..bilm.lm_head import LMHead
+from .corpus import (
+    iter_batches,
+    iter_input_files,
+    pretokenized_splitter,
+    read_sentences,
+    spacy_sentence_splitter,
+    write_tokenized,
+)
+from .presets import preset
+from .vocab import Vocab
+
+logger = logging.getLogger("spacy_elmo.pretrain")
+
+CHECKPOINT = "checkpoints/last.pt"
+METRICS = "metrics.jsonl"
+
+
+@dataclass
+class PretrainConfig:
+    """Everything that defines a pretraining run (saved in every checkpoint)."""
+
+    inputs: list[str]
+    output: str
+    preset: str = "bundled"
+    options: Optional[dict[str, Any]] = None  # bilm-tf options; overrides `preset`
+    dev: list[str] = field(default_factory=list)  # else every `dev_every`-th sentence
+    dev_every: int = 100
+    max_dev_sentences: int = 2000
+    pipeline: str = "en"  # spaCy pipeline name/path or language code for raw text
+    pretokenized: bool = False
+    vocab_size: int = 50000
+    min_count: int = 3
+    max_sentence_tokens: int = 50
+    batch_tokens: int = 2048
+    max_steps: int = 10000
+    learning_rate: float = 2e-3
+    warmup_steps: int = 200
+    dropout: float = 0.1
+    clip_norm: float = 10.0
+    eval_every: int = 500
+    checkpoint_every: int = 200
+    log_every: int = 20
+    seed: int = 0
+    gpu_id: int = -1
+    mixed_precision: bool = False
+    init_from: Optional[str] = None
+    export_allennlp: bool = False
+    max_memory_gb: Optional[float] = None
+    threads: Optional[int] = None
+
+
+class LanguageModel(nn.Module):
+    """biLM + shared softmax: summed NLL of the forward and backward LMs."""
+
+    def __init__(self, bilm: BiLM, head: LMHead, dropout: float) -> None:
+        super().__init__()
+        self.bilm = bilm
+        self.head = head
+        self.dropout = dropout
+
+    def forward(self, char_ids: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
+        """(4,) tensor: forward NLL sum, forward count, backward NLL sum, backward count.
+
+        `target_ids` (batch, time + 2) holds the word ids of <S> w_1 .. w_n </S>, -1 after.
+        """
+        acts = self.bilm.activations(char_ids)
+        top_forward = F.dropout(acts.forward[-1], self.dropout, self.training)
+        top_backward = F.dropout(acts.backward[-1], self.dropout, self.training)
+        # The forward LM at position t predicts token t + 1; the backward LM token t - 1.
+        forward_targets = target_ids[:, 1:]
+        forward_valid = forward_targets >= 0
+        backward_targets = target_ids[:, :-1]
+        backward_valid = acts.mask[:, 1:] & (backward_targets >= 0)
+        forward_nll = self.head.nll(
+            top_forward[:, :-1][forward_valid], forward_targets[forward_valid]
+        )
+        backward_nll = self.head.nll(
+            top_backward[:, 1:][backward_valid], backward_targets[backward_valid]
+        )
+        return torch.stack(
+            [
+                forward_nll,
+                forward_valid.sum().to(forward_nll.dtype),
+                backward_nll,
+                backward_valid.sum().to(backward_nll.dtype),
+            ]
+        )
+
+
+def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
+    width = max(len(s) for s in sentences) + 2
+    targets = torch.full((len(sentences), width), -1, dtype=torch.long)
+    for i, sentence in enumerate(sentences):
+        ids = [vocab.bos, *vocab.ids(sentence), vocab.eos]
+        targets[i, : len(ids)] = torch.tensor(ids)
+    return targets
+
+
+# ---------------------------------------------------------------------- set-up
+def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
+    """Tokenise the inputs once into work/corpus/{train,dev}.txt (skipped when present)."""
+    train, dev = work / "corpus" / "train.txt", work / "corpus" / "dev.txt"
+    if train.exists() and dev.exists():
+        return train, dev
+    splitter = (
+        pretokenized_splitter if config.pretokenized else spacy_sentence_splitter(config.pipeline)
+    )
+    files = iter_input_files(config.inputs)
+    if not files:
+        raise ValueError(f"no usable text files in {', '.join(config.inputs)}")
+    if config.dev:
+        dev_files = iter_input_files(config.dev)
+        write_tokenized(files, train, splitter, config.max_sentence_tokens)
+        write_tokenized(dev_files, dev, splitter, config.max_sentence_tokens)
+    else:
+        write_tokenized(files, train, splitter, config.max_sentence_tokens, dev, config.dev_every)
+    return train, dev
+
+
+def build_options(config: PretrainConfig) -> BiLMOptions:
+    raw = config.options if config.options is not None else preset(config.preset)
+    return BiLMOptions.from_dict(
+        raw, source=f"preset {config.preset}" if config.options is None else "options"
+    )
+
+
+def load_init_model(path: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
+    """A saved biLM directory (with its softmax if it has one) or a bilm-tf options+hdf5 pair."""
+    directory = Path(path)
+    if (directory / "config.json").exists():
+        bilm = BiLM.load(directory)
+        if (directory / "vocab.txt").exists() and (directory / "lm_head.safetensors").exists():
+            from safetensors.torch import load_file
+
+            return (
+                bilm,
+                Vocab.from_file(directory / "vocab.txt"),
+                load_file(str(directory / "lm_head.safetensors")),
+            )
+        return bilm, None, None
+    weights = sorted(directory.glob("*weights*.hdf5")) if directory.is_dir() else []
+    options = sorted(directory.glob("*options*.json")) if directory.is_dir() else []
+    if len(weights) == 1 and len(options) == 1:
+        return BiLM.from_allennlp(options[0], weights[0]), None, None
+    raise ValueError(
+        f"--init-from {path}: expected a saved biLM directory (config.json + model.safetensors) "
+        f"or a directory with one *options*.json and one *weights*.hdf5 file"
+    )
+
+
+def estimate_memory_bytes(options: BiLMOptions, vocab_size: int, batch_tokens: int) -> int:
+    """A generous estimate of training memory: weights, grads, Adam moments, activations."""
+    head_params = options.projection_dim * min(vocab_size, 2 * 10**4) + vocab_size * 64
+    params = options.n_parameters() + head_params
+    d, p, f = options.lstm_dim, options.projection_dim, options.n_filters
+    per_token = 2 * options.n_layers * (9 * d + 4 * p)  # gates, cell, tanh, outputs, grads
+    per_token += 50 * f // 2 + 8 * f + 4 * p  # conv maps of distinct tokens, highway
+    per_token += 2 * 2 * 2100  # head logits, both directions
+    return params * 4 * 4 + batch_tokens * per_token * 4 * 3
+
+
+def available_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 2**62  # pragma: no cover - non-Linux
+
+
+def check_memory(config: PretrainConfig, options: BiLMOptions, vocab_size: int, device) -> None:
+    need = estimate_memory_bytes(options, vocab_size, config.batch_tokens)
+    have = (
+        int(config.max_memory_gb * 2**30)
+        if config.max_memory_gb is not None
+        else available_memory_bytes(device)
+    )
+    if need > have:
+        raise ValueError(
+            f"this architecture ({options.n_parameters():,} biLM parameters, D={options.lstm_dim}, "
+            f"P={options.projection_dim}) with batch_tokens={config.batch_tokens} needs about "
+            f"{need / 2**30:.1f} GiB but only {have / 2**30:.1f} GiB is available; use a smaller "
+            f"preset, fewer batch tokens or a bigger machine"
+        )
+
+
+# ---------------------------------------------------------------------- the run
+class Pretrainer:
+    def __init__(self, config: PretrainConfig, resume: bool = False) -> None:
+        self.work = Path(config.output)
+        self.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        checkpoint = None
+        if resume:
+            path = self.work / CHECKPOINT
+            if not path.exists():
+                raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+            saved = PretrainConfig(**checkpoint["config"])
+            saved.max_steps = config.max_steps  # the one thing a resume may change
+            config = saved
+        self.config = config
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.device = torch.device(f"cuda:{config.gpu_id}" if config.gpu_id >= 0 else "cpu")
+        if self.distributed and not torch.distributed.is_initialized():
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            torch.distributed.init_process_group(backend)
+        self.is_main = self.rank == 0
+        torch.manual_seed(config.seed)
+
+        if self.is_main:
+            self.train_path, self.dev_path = prepare_corpus(config, self.work)
+        self._barrier()
+        self.train_path = self.work / "corpus" / "train.txt"
+        self.dev_path = self.work / "corpus" / "dev.txt"
+
+        init_vocab = init_head = None
+        if config.init_from:
+            bilm, init_vocab, init_head = load_init_model(config.init_from)
+            options = bilm.options
+        else:
+            options = build_options(config)
+            bilm = BiLM(options)
+        vocab_path = self.work / "vocab.txt"
+        if init_vocab is not None:
+            vocab = init_vocab
+        elif vocab_path.exists():
+            vocab = Vocab.from_file(vocab_path)
+        else:
+            vocab = Vocab.build(
+                read_sentences(self.train_path), config.vocab_size, config.min_count
+            )
+        if self.is_main:
+            vocab.to_file(vocab_path)
+        self.vocab = vocab
+        check_memory(config, options, len(vocab), self.device)
+
+        head = LMHead(options.projection_dim, len(vocab))
+        if init_head is not None:
+            head.load_state_dict(init_head)
+        for stack in (bilm.forward_lstm, bilm.backward_lstm):
+            stack.dropout = config.dropout
+        self.model = LanguageModel(bilm, head, config.dropout).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.step = 0
+        self.tokens_seen = 0
+        self.train_seconds = 0.0
+        if checkpoint is not None:
+            self.model.load_state_dict(checkpoint["model"])
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+            self.scheduler.load_state_dict(checkpoint["scheduler"])
+            torch.set_rng_state(checkpoint["torch_rng"])
+            if self.device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(checkpoint["cuda_rng"], self.device)
+            self.step = checkpoint["step"]
+            self.tokens_seen = checkpoint["tokens_seen"]
+            self.train_seconds = checkpoint["train_seconds"]
+            if self.is_main:
+                _truncate_metrics(self.work / METRICS, self.step)
+        self.train_module: nn.Module = self.model
+        if self.distributed:
+            self.train_module = nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        self.stop_requested = False
+
+    def _lr_factor(self, step: int) -> float:
+        """Linear warm-up, then linear decay to 10% at max_steps."""
+        warmup, total = self.config.warmup_steps, max(1, self.config.max_steps)
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, total - warmup))
+
+    def _barrier(self) -> None:
+        if self.distributed:
+            torch.distributed.barrier()
+
+    # ------------------------------------------------------------------ batches
+    def _my_batches(self) -> Iterator[tuple[int, list[list[str]]]]:
+        """This rank's batches from the global stream, after the ones already consumed."""
+        stream = iter_batches(self.train_path, self.config.seed, self.config.batch_tokens)
+        skip = self.step * self.world
+        for index, (epoch, batch) in enumerate(stream):
+            if index < skip or index % self.world != self.rank:
+                continue
+            yield epoch, batch
+
+    def _loss(self, sentences: list[list[str]], module: nn.Module) -> torch.Tensor:
+        char_ids = batch_to_ids(sentences).to(self.device)
+        targets = target_tensor(sentences, self.vocab).to(self.device)
+        with torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.config.mixed_precision
+        ):
+            return module(char_ids, targets).float()
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> dict[str, Any]:
+        from tqdm import tqdm
+
+        config = self.config
+        previous = signal.signal(signal.SIGINT, self._request_stop)
+        bar = tqdm(total=config.max_steps, initial=self.step, disable=not self.is_main, unit="step")
+        window_tokens, window_start = 0, time.perf_counter()
+        window_nll = torch.zeros(4)
+        epoch = 0
+        try:
+            batches = self._my_batches()
+            while self.step < config.max_steps and not self._should_stop():
+                start = time.perf_counter()
+                epoch, sentences = next(batches)
+                self.model.train()
+                sums = self._loss(sentences, self.train_module)
+                loss = (sums[0] / sums[1].clamp(min=1) + sums[2] / sums[3].clamp(min=1)) / 2
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.step += 1
+                n_tokens = sum(len(s) for s in sentences) * self.world
+                self.tokens_seen += n_tokens
+                window_tokens += n_tokens
+                window_nll += sums.detach().cpu()
+                self.train_seconds += time.perf_counter() - start
+                bar.update(1)
+                if self.step % config.log_every == 0 or self.step == config.max_steps:
+                    elapsed = time.perf_counter() - window_start
+                    ppl = math.exp(
+                        (window_nll[0] + window_nll[2]).item()
+                        / max(1.0, (window_nll[1] + window_nll[3]).item())
+                    )
+                    record = {
+                        "step": self.step,
+                        "epoch": epoch,
+                        "tokens": self.tokens_seen,
+                        "train_ppl": ppl,
+                        "lr": self.scheduler.get_last_lr()[0],
+                        "tokens_per_s": window_tokens / max(elapsed, 1e-9),
+                        "train_seconds": self.train_seconds,
+                    }
+                    bar.set_postfix(
+                        loss=f"{math.log(ppl):.3f}",
+                        ppl=f"{ppl:.1f}",
+                        tok_s=f"{record['tokens_per_s']:.0f}",
+                    )
+                    self._log(record)
+                    window_tokens, window_start, window_nll = 0, time.perf_counter(), torch.zeros(4)
+                if self.step % config.eval_every == 0 or self.step == config.max_steps:
+                    self._log({"step": self.step, **self.evaluate()})
+                if self.step % config.checkpoint_every == 0:
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+            signal.signal(signal.SIGINT, previous)
+        self.save_checkpoint()
+        if self.stop_requested:
+            if self.is_main:
+                logger.warning(
+                    "interrupted: checkpoint written at step %d; rerun with --resume", self.step
+                )
+            return {"interrupted": True, "step": self.step}
+        summary = self.finish()
+        return summary
+
+    def _request_stop(self, signum, frame) -> None:  # noqa: ARG002
+        self.stop_requested = True
+
+    def _should_stop(self) -> bool:
+        if not self.distributed:
+            return self.stop_requested
+        flag = torch.tensor([1.0 if self.stop_requested else 0.0])
+        torch.distributed.all_reduce(flag)
+        self.stop_requested = flag.item() > 0
+        return self.stop_requested
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if self.is_main:
+            with (self.work / METRICS).open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Held-out perplexity of the forward and backward LMs, and their average."""
+        if not self.is_main:
+            return {}
+        self.model.eval()
+        sums = torch.zeros(4)
+        sentences = []
+        for sentence in read_sentences(self.dev_path):
+            sentences.append(sentence)
+            if len(sentences) >= self.config.max_dev_sentences:
+                break
+        sentences.sort(key=len)
+        batch: list[list[str]] = []
+        for sentence in sentences:
+            if batch and (len(sentence) + 2) * (len(batch) + 1) > self.config.batch_tokens:
+                sums += self._loss(batch, self.model).cpu()
+                batch = []
+            batch.append(sentence)
+        if batch:
+            sums += self._loss(batch, self.model).cpu()
+        forward = math.exp(sums[0].item() / max(1.0, sums[1].item()))
+        backward = math.exp(sums[2].item() / max(1.0, sums[3].item()))
+        return {
+            "dev_ppl_forward": forward,
+            "dev_ppl_backward": backward,
+            "dev_ppl": (forward + backward) / 2,
+        }
+
+    def save_checkpoint(self) -> None:
+        """Write checkpoints/last.pt atomically (rank 0 only)."""
+        self._barrier()
+        if self.is_main:
+            path = self.work / CHECKPOINT
+            path.parent.mkdir(parents=True, exist_ok=True)
+            state = {
+                "config": asdict(self.config),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state(self.device)
+                if self.device.type == "cuda"
+                else None,
+                "step": self.step,
+                "tokens_seen": self.tokens_seen,
+                "train_seconds": self.train_seconds,
+            }
+            tmp = path.with_name(path.name + ".tmp")
+            torch.save(state, tmp)
+            os.replace(tmp, path)
+        self._barrier()
+
+    def finish(self) -> dict[str, Any]:
+        """Save the biLM (+ softmax and vocab), metrics plot, optional bilm-tf export."""
+        summary: dict[str, Any] = {}
+        if self.distributed:
+            summary["rank_checksums"] = self._rank_checksums()
+        if self.is_main:
+            model_dir = self.work / "model"
+            bilm = self.model.bilm
+            bilm.eval()
+            bilm.save(model_dir)
+            from safetensors.torch import save_file
+
+            save_file(
+                {k: v.detach().cpu().contiguous() for k, v in self.model.head.state_dict().items()},
+                str(model_dir / "lm_head.safetensors"),
+            )
+            self.vocab.to_file(model_dir / "vocab.txt")
+            final_eval = self.evaluate()
+            summary.update(
+                {
+                    "options": bilm.options.to_dict(),
+                    "n_parameters": bilm.options.n_parameters(),
+                    "vocab_size": len(self.vocab),
+                    "steps": self.step,
+                    "tokens_seen": self.tokens_seen,
+                    "train_seconds": round(self.train_seconds, 1),
+                    "world_size": self.world,
+                    **final_eval,
+                }
+            )
+            (model_dir / "pretrain.json").write_text(json.dumps(summary, indent=2) + "\n")
+            if self.config.export_allennlp:
+                bilm.to_allennlp(
+                    self.work / "allennlp" / "options.json", self.work / "allennlp" / "weights.hdf5"
+                )
+            try:
+                from .plot import plot_metrics
+
+                plot_metrics(self.work / METRICS, self.work / "perplexity.png")
+            except ImportError:
+                logger.warning("matplotlib is not installed: no perplexity plot")
+        self._barrier()
+        return summary
+
+    def _rank_checksums(self) -> list[float]:
+        """Every rank's sum of all weights (float64), gathered on all ranks."""
+        local = torch.tensor(
+            [sum(p.detach().double().sum().item() for p in self.model.parameters())],
+            dtype=torch.float64,
+        )
+        gathered = [torch.zeros_like(local) for _ in range(self.world)]
+        torch.distributed.all_gather(gathered, local)
+        return [g.item() for g in gathered]
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop metric lines a killed run wrote after its last checkpoint."""
+    if not path.exists():
+        return
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line).get("step", 0) <= step
+    ]
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+def pretrain(config: PretrainConfig, resume: bool = False) -> dict[str, Any]:
+    """Run (or resume) a pretraining run; returns the summary written to model/pretrain.json."""
+    trainer = Pretrainer(config, resume=resume)
+    try:
+        return trainer.train()
+    finally:
+        if trainer.distributed and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
