@@ -154,6 +154,50 @@ def read_sentences(path: Path) -> Iterator[list[str]]:
                 yield tokens
 
 
+def interleaved_sentences(path: Path, n_streams: int = 64) -> Iterator[list[str]]:
+    """Sentences of `path` read round-robin from `n_streams` equal byte ranges of the file.
+
+    A file written corpus after corpus then yields a mixture of all of them from the start,
+    while reading stays streaming (one open handle per range).
+    """
+    size = path.stat().st_size
+    starts = sorted({_line_start(path, size * i // n_streams) for i in range(n_streams)})
+    ends = [*starts[1:], size]
+    handles = [path.open("rb") for _ in starts]
+    try:
+        for handle, start in zip(handles, starts):
+            handle.seek(start)
+        active = list(range(len(handles)))
+        while active:
+            still_active = []
+            for i in active:
+                if handles[i].tell() >= ends[i]:
+                    continue
+                line = handles[i].readline()
+                if not line:
+                    continue
+                still_active.append(i)
+                tokens = line.decode("utf-8").rstrip("\n").split(" ")
+                if tokens != [""]:
+                    yield tokens
+            active = still_active
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+def _line_start(path: Path, offset: int) -> int:
+    """The offset of the first line starting at or after `offset`."""
+    if offset == 0:
+        return 0
+    with path.open("rb") as handle:
+        handle.seek(offset - 1)
+        if handle.read(1) == b"\n":
+            return offset
+        handle.readline()
+        return handle.tell()
+
+
 def iter_batches(
     path: Path,
     seed: int,
@@ -172,7 +216,7 @@ def iter_batches(
         chunk: list[list[str]] = []
         chunk_index = 0
         any_batch = False
-        for sentence in read_sentences(path):
+        for sentence in interleaved_sentences(path):
             chunk.append(sentence)
             if len(chunk) == chunk_sentences:
                 for batch in _chunk_batches(

@@ -415,11 +415,7 @@ class Pretrainer:
             return {}
         self.model.eval()
         sums = torch.zeros(4)
-        sentences = []
-        for sentence in read_sentences(self.dev_path):
-            sentences.append(sentence)
-            if len(sentences) >= self.config.max_dev_sentences:
-                break
+        sentences = self._dev_sentences()
         sentences.sort(key=len)
         batch: list[list[str]] = []
         for sentence in sentences:
@@ -436,6 +432,16 @@ class Pretrainer:
             "dev_ppl_backward": backward,
             "dev_ppl": (forward + backward) / 2,
         }
+
+    def _dev_sentences(self) -> list[list[str]]:
+        """At most `max_dev_sentences`, evenly spaced over the whole held-out file."""
+        if getattr(self, "_dev_cache", None) is None:
+            total = sum(1 for _ in read_sentences(self.dev_path))
+            stride = max(1, -(-total // self.config.max_dev_sentences))
+            self._dev_cache = [
+                s for i, s in enumerate(read_sentences(self.dev_path)) if i % stride == 0
+            ]
+        return list(self._dev_cache)
 
     def save_checkpoint(self) -> None:
         """Write checkpoints/last.pt atomically (rank 0 only)."""

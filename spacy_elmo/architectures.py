@@ -1,0 +1,172 @@
+"""Every registered architecture of spacy-elmo (versioned; never change a released version)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Maxout, Model, chain, concatenate, with_array
+from thinc.types import Floats2d, Floats3d
+
+from .bilm import BiLMOptions
+from .layers.elmo_model import LayerCache, elmo_model
+from .layers.listener import ElmoListener
+from .layers.scalar_mix import scalar_mix
+from .loaders import bundled_bilm
+
+LISTENER = "spacy_elmo.ElmoListener.v1"
+TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
+MIX = "spacy_elmo.ElmoMix.v1"
+MIX_KEYS = ("n_layers", "layer_norm", "layer_dropout", "initial_weights", "gamma", "trainable")
+
+
+@registry.architectures("spacy_elmo.ElmoModel.v1")
+def ElmoModel(
+    char_embedding_dim: int = 16,
+    filters: List[List[int]] = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]],
+    n_highway: int = 1,
+    activation: str = "relu",
+    lstm_dim: int = 512,
+    projection_dim: int = 128,
+    n_layers: int = 2,
+    cell_clip: Optional[float] = 3.0,
+    proj_clip: Optional[float] = 3.0,
+    use_skip_connections: bool = True,
+    max_tokens: int = 256,
+    batch_tokens: int = 4096,
+    frozen: bool = True,
+    grad_factor: float = 1.0,
+    cache_tokens: int = 1_000_000,
+    store_dtype: str = "float32",
+) -> Model[List[Doc], List[Floats3d]]:
+    """The biLM (dims as in options.json) over doc sentences, one (L+1, n, 2P) array per doc.
+
+    Weights are not part of the architecture: they come from `[initialize.components.elmo]`,
+    from the pipeline directory, or, when none were given, the bundled English biLM.
+    """
+    options = BiLMOptions.from_dict(
+        {
+            "char_cnn": {
+                "embedding": {"dim": char_embedding_dim},
+                "filters": filters,
+                "n_highway": n_highway,
+                "activation": activation,
+            },
+            "lstm": {
+                "dim": lstm_dim,
+                "projection_dim": projection_dim,
+                "n_layers": n_layers,
+                "cell_clip": cell_clip,
+                "proj_clip": proj_clip,
+                "use_skip_connections": use_skip_connections,
+            },
+        },
+        source="[components.elmo.model]",
+    )
+    model = elmo_model(
+        options,
+        max_tokens=max_tokens,
+        batch_tokens=batch_tokens,
+        frozen=frozen,
+        grad_factor=grad_factor,
+        cache_tokens=cache_tokens,
+        store_dtype=store_dtype,
+    )
+    model.attrs["default_weights"] = bundled_bilm
+    model.attrs["replace_listener"] = _replace_listener
+    model.attrs["replace_listener_cfg"] = _replace_listener_cfg
+    return model
+
+
+@registry.architectures(LISTENER)
+def ElmoListenerMix(
+    width: int,
+    n_layers: int = 3,
+    upstream: str = "*",
+    layer_norm: bool = False,
+    layer_dropout: float = 0.0,
+    initial_weights: Optional[List[float]] = None,
+    gamma: float = 1.0,
+    trainable: bool = True,
+) -> Model[List[Doc], List[Floats2d]]:
+    """This component's own mix gamma * sum_j s_j h_j of the upstream `elmo` layers.
+
+    width is 2P of the biLM (256 for the bundled model), n_layers is L + 1.
+    """
+    listener = ElmoListener(upstream, width=width, n_layers=n_layers)
+    mix = scalar_mix(
+        n_layers,
+        initial_weights=initial_weights,
+        gamma=gamma,
+        layer_norm=layer_norm,
+        layer_dropout=layer_dropout,
+        trainable=trainable,
+    )
+    model = chain(listener, mix)
+    model.set_dim("nO", width)
+    return model
+
+
+@registry.architectures(MIX)
+def ElmoMix(
+    elmo: Model[List[Doc], List[Floats3d]],
+    n_layers: int = 3,
+    layer_norm: bool = False,
+    layer_dropout: float = 0.0,
+    initial_weights: Optional[List[float]] = None,
+    gamma: float = 1.0,
+    trainable: bool = True,
+) -> Model[List[Doc], List[Floats2d]]:
+    """An inline biLM with its mix: what `nlp.replace_listeners` puts in a listener's place."""
+    mix = scalar_mix(
+        n_layers,
+        initial_weights=initial_weights,
+        gamma=gamma,
+        layer_norm=layer_norm,
+        layer_dropout=layer_dropout,
+        trainable=trainable,
+    )
+    model = chain(elmo, mix)
+    model.set_dim("nO", elmo.get_dim("nO"))
+    return model
+
+
+@registry.architectures(TOK2VEC)
+def ElmoTok2Vec(
+    elmo: Model[List[Doc], List[Floats2d]],
+    embed: Model[List[Doc], List[Floats2d]],
+    encode: Model[Floats2d, Floats2d],
+) -> Model[List[Doc], List[Floats2d]]:
+    """The paper's [x_k; ELMo_k]: mixed ELMo concatenated with context-free token features.
+
+    The concatenation is projected to the encoder's width (Maxout), then encoded.
+    """
+    width = encode.get_dim("nO")
+    model = chain(
+        concatenate(elmo, embed),
+        with_array(Maxout(width, nP=3, normalize=True)),
+        with_array(encode),
+    )
+    model.set_dim("nO", width)
+    return model
+
+
+def _replace_listener(model: Model) -> Model:
+    """Called by `nlp.replace_listeners` on the copy of the elmo model: give it its own cache."""
+    model.attrs["cache"] = LayerCache(model.attrs["cache"].max_tokens)
+    return model
+
+
+def _replace_listener_cfg(elmo_cfg: Dict[str, Any], tok2vec_cfg: Dict[str, Any]) -> Dict:
+    """The config of an inline ElmoMix.v1 that keeps the listener's own mix settings."""
+    listener_cfg = tok2vec_cfg
+    if tok2vec_cfg.get("@architectures") == TOK2VEC:
+        listener_cfg = tok2vec_cfg["elmo"]
+    if listener_cfg.get("@architectures") != LISTENER:
+        raise ValueError(
+            f"replace_listeners: expected a {LISTENER} config, got "
+            f"{listener_cfg.get('@architectures')!r}"
+        )
+    mix = {key: listener_cfg[key] for key in MIX_KEYS if key in listener_cfg}
+    return {"@architectures": MIX, "elmo": elmo_cfg, **mix}

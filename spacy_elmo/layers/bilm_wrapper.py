@@ -1,0 +1,69 @@
+"""The torch biLM as a Thinc layer: char ids (batch, time, 50) -> layers (L + 1, batch, time, 2P).
+
+Serialised as msgpack {options, safetensors weights}: no pickle, and independent of thinc's
+default torch (de)serialiser.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Tuple
+
+import srsly
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp, xp2torch
+from thinc.types import Floats4d, Ints3d
+
+from ..bilm import BiLM, BiLMOptions
+
+
+def bilm_layer(bilm: BiLM) -> Model[Ints3d, Floats4d]:
+    """Wrap `bilm`; gradients reach its parameters only through `begin_update`."""
+    return PyTorchWrapper_v3(
+        bilm,
+        convert_inputs=_convert_inputs,
+        convert_outputs=_convert_outputs,
+        serialize_model=serialize_bilm,
+        deserialize_model=deserialize_bilm,
+    )
+
+
+def torch_bilm(layer: Model) -> BiLM:
+    """The torch module inside a `bilm_layer`."""
+    return layer.shims[0]._model
+
+
+def _convert_inputs(
+    model: Model, char_ids: Ints3d, is_train: bool
+) -> Tuple[ArgsKwargs, Callable[[Any], Any]]:
+    ids = xp2torch(model.ops.asarray(char_ids, dtype="int64"))
+    return ArgsKwargs(args=(ids,), kwargs={}), lambda d_inputs: []
+
+
+def _convert_outputs(model: Model, inputs_outputs, is_train: bool):
+    _, output = inputs_outputs
+    layers = output.layers  # (L + 1, batch, time, 2P)
+
+    def get_d_torch(d_layers: Floats4d) -> ArgsKwargs:
+        grad = xp2torch(d_layers).to(layers.dtype)
+        return ArgsKwargs(args=(layers,), kwargs={"grad_tensors": (grad,)})
+
+    return torch2xp(layers, ops=model.ops), get_d_torch
+
+
+def serialize_bilm(bilm: BiLM) -> bytes:
+    state = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
+    return srsly.msgpack_dumps(
+        {"options": json.dumps(bilm.options.to_dict()), "weights": save_safetensors(state)}
+    )
+
+
+def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
+    msg = srsly.msgpack_loads(data)
+    options = BiLMOptions.from_dict(json.loads(msg["options"]), source="serialised elmo model")
+    if options != bilm.options:
+        bilm = BiLM(options, stateful=bilm.stateful)
+    bilm.load_state_dict(load_safetensors(msg["weights"]))
+    return bilm.to(device)

@@ -1,0 +1,46 @@
+"""Where biLM weights come from: registered loaders for `[initialize.components.elmo.weights]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from spacy.util import registry
+
+from .bilm import BiLM
+
+BUNDLED_MODEL = Path(__file__).parent / "data" / "en_elmo_bundled"
+
+
+@registry.misc("spacy_elmo.AllenNLPWeights.v1")
+def allennlp_weights(options_file: Path, weights_file: Path) -> Callable[[], BiLM]:
+    """The published AllenNLP/bilm-tf files: options.json and the weights hdf5."""
+
+    def load() -> BiLM:
+        return BiLM.from_allennlp(options_file, weights_file)
+
+    load.source = f"{options_file} + {weights_file}"  # type: ignore[attr-defined]
+    return load
+
+
+@registry.misc("spacy_elmo.SavedBiLM.v1")
+def saved_bilm(path: Path) -> Callable[[], BiLM]:
+    """A directory written by `BiLM.save` or `spacy-elmo pretrain` (its `model/` folder)."""
+
+    def load() -> BiLM:
+        return BiLM.load(path)
+
+    load.source = str(path)  # type: ignore[attr-defined]
+    return load
+
+
+def bundled_bilm() -> BiLM:
+    """The English biLM that ships in the package."""
+    if not (BUNDLED_MODEL / "model.safetensors").exists():
+        raise ValueError(
+            f"the bundled English biLM is not in this installation ({BUNDLED_MODEL}); give "
+            "weights in the config: [initialize.components.elmo.weights] with "
+            '@misc = "spacy_elmo.AllenNLPWeights.v1" (options_file, weights_file) or '
+            '"spacy_elmo.SavedBiLM.v1" (path)'
+        )
+    return BiLM.load(BUNDLED_MODEL)

@@ -1,0 +1,290 @@
+"""The `elmo` pipeline component and the Doc/Span/Token extensions it fills."""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+import numpy
+import srsly
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc, Span, Token
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer, get_array_module
+from thinc.types import Floats3d
+
+from .bilm import BiLM
+from .layers.elmo_model import get_bilm, set_weights
+from .layers.listener import ElmoListener
+
+DEFAULT_CONFIG = """
+[model]
+@architectures = "spacy_elmo.ElmoModel.v1"
+char_embedding_dim = 16
+filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]]
+n_highway = 1
+activation = "relu"
+lstm_dim = 512
+projection_dim = 128
+n_layers = 2
+cell_clip = 3.0
+proj_clip = 3.0
+use_skip_connections = true
+max_tokens = 256
+batch_tokens = 4096
+frozen = true
+grad_factor = 1.0
+cache_tokens = 1000000
+store_dtype = "float32"
+"""
+
+
+@Language.factory(
+    "elmo",
+    default_config={
+        "model": Config().from_str(DEFAULT_CONFIG)["model"],
+        "mix_weights": None,
+        "gamma": 1.0,
+        "set_tensor": False,
+    },
+    assigns=["doc._.elmo_layers", "doc._.elmo_mix_weights"],
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats3d]],
+    mix_weights: Optional[List[float]],
+    gamma: float,
+    set_tensor: bool,
+) -> Elmo:
+    """ELMo layers for every token; `mix_weights` (non-negative, normalised; default equal)
+    and `gamma` define `doc._.elmo`; `set_tensor` writes that mix into `doc.tensor`."""
+    return Elmo(nlp.vocab, model, name, mix_weights=mix_weights, gamma=gamma, set_tensor=set_tensor)
+
+
+class Elmo(TrainablePipe):
+    """Runs the biLM over each doc's sentences and shares its layers with listeners."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "elmo",
+        *,
+        mix_weights: Optional[List[float]] = None,
+        gamma: float = 1.0,
+        set_tensor: bool = False,
+    ) -> None:
+        install_extensions()
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.listener_map: Dict[str, List[ElmoListener]] = {}
+        n_layers = model.get_dim("n_layers")
+        self.mix = mix_vector(mix_weights, gamma, n_layers)
+        self.cfg: Dict[str, Any] = {
+            "mix_weights": mix_weights,
+            "gamma": gamma,
+            "set_tensor": set_tensor,
+        }
+
+    # ------------------------------------------------------------------ listeners
+    @property
+    def listeners(self) -> List[ElmoListener]:
+        return [m for c in self.listening_components for m in self.listener_map[c]]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map.keys())
+
+    def add_listener(self, listener: ElmoListener, component_name: str) -> None:
+        self.listener_map.setdefault(component_name, [])
+        if listener not in self.listener_map[component_name]:
+            self.listener_map[component_name].append(listener)
+
+    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
+        if listener in self.listener_map.get(component_name, []):
+            self.listener_map[component_name].remove(listener)
+            if not self.listener_map[component_name]:
+                del self.listener_map[component_name]
+            return True
+        return False
+
+    def find_listeners(self, component) -> None:
+        names = ("*", self.name)
+        if isinstance(getattr(component, "model", None), Model):
+            for node in component.model.walk():
+                if isinstance(node, ElmoListener) and node.upstream_name in names:
+                    self.add_listener(node, component.name)
+
+    # ------------------------------------------------------------------ prediction
+    def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
+        return self.model.predict(list(docs))
+
+    def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
+        mix = self.model.ops.asarray(self.mix)
+        for doc, doc_layers in zip(docs, layers):
+            doc._.elmo_layers = doc_layers
+            doc._.elmo_mix_weights = self.mix.tolist()
+            if self.cfg["set_tensor"]:
+                doc.tensor = mix_layers(doc_layers, mix)
+
+    # ------------------------------------------------------------------ training
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Compute the layers of the batch once and hand them to every listener."""
+        if losses is None:
+            losses = {}
+        validate_examples(examples, "Elmo.update")
+        docs = [eg.predicted for eg in examples]
+        losses.setdefault(self.name, 0.0)
+        self.model.set_dropout_rate(drop)
+        layers, backprop_layers = self.model.begin_update(docs)
+        ops = self.model.ops
+        d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]
+
+        def accumulate_gradient(one_d_layers: List[Floats3d]) -> List[Floats3d]:
+            for i, d in enumerate(one_d_layers):
+                d_layers[i] += d
+                losses[self.name] += float((d**2).sum())
+            return [ops.alloc(x.shape, dtype="float32") for x in layers]
+
+        def backprop(one_d_layers: List[Floats3d]) -> List[Doc]:
+            accumulate_gradient(one_d_layers)
+            d_docs = backprop_layers(d_layers)
+            if sgd is not None:
+                self.finish_update(sgd)
+            return d_docs
+
+        batch_id = ElmoListener.get_batch_id(docs)
+        for listener in self.listeners[:-1]:
+            listener.receive(batch_id, layers, accumulate_gradient)
+        if self.listeners:
+            self.listeners[-1].receive(batch_id, layers, backprop)
+        return losses
+
+    def get_loss(self, examples, scores) -> None:
+        pass
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        weights: Optional[Callable[[], BiLM]] = None,
+    ) -> None:
+        """Load the biLM weights (`weights` loader, else the bundled model) and check dims."""
+        validate_get_examples(get_examples, "Elmo.initialize")
+        if weights is not None:
+            source = getattr(weights, "source", "the weights loader")
+            set_weights(self.model, weights(), source)
+        elif not self.model.attrs["weights_loaded"]:
+            load_default = self.model.attrs["default_weights"]
+            set_weights(self.model, load_default(), "the bundled biLM")
+        doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
+        self.model.initialize(X=doc_sample)
+        self._check_listeners()
+
+    def _check_listeners(self) -> None:
+        options = get_bilm(self.model).options
+        for component, listeners in self.listener_map.items():
+            for listener in listeners:
+                width, n_layers = listener.get_dim("nO"), listener.get_dim("n_layers")
+                if (width, n_layers) != (options.output_dim, options.n_layers + 1):
+                    raise ValueError(
+                        f"the elmo listener of '{component}' has width={width}, n_layers="
+                        f"{n_layers} but the '{self.name}' biLM gives width="
+                        f"{options.output_dim} (2 x projection_dim), n_layers="
+                        f"{options.n_layers + 1}; fix the listener's config"
+                    )
+
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        result = super().from_bytes(bytes_data, exclude=exclude)
+        self.model.attrs["cache"].clear()
+        return result
+
+    def from_disk(self, path, *, exclude=tuple()):
+        result = super().from_disk(path, exclude=exclude)
+        self.model.attrs["cache"].clear()
+        return result
+
+
+# ---------------------------------------------------------------------- mixing and extensions
+def mix_vector(weights: Optional[List[float]], gamma: float, n_layers: int) -> numpy.ndarray:
+    """gamma * s as a (n_layers,) float32 vector; s = the weights normalised (default equal)."""
+    if weights is None:
+        weights = [1.0] * n_layers
+    if len(weights) != n_layers:
+        raise ValueError(
+            f"mix_weights has {len(weights)} values {list(weights)} but the biLM has "
+            f"{n_layers} layers"
+        )
+    array = numpy.asarray(weights, dtype="float64")
+    if (array < 0).any() or array.sum() <= 0:
+        raise ValueError(f"mix_weights must be non-negative and not all 0, got {list(weights)}")
+    return (gamma * array / array.sum()).astype("float32")
+
+
+def mix_layers(layers: Floats3d, mix) -> Any:
+    """(L + 1, n, D) layers -> (n, D) float32 mix."""
+    xp = get_array_module(layers)
+    return xp.tensordot(xp.asarray(mix, dtype="float32"), layers.astype("float32"), axes=1)
+
+
+def _doc_mix(doc: Doc):
+    layers = doc._.elmo_layers
+    return None if layers is None else mix_layers(layers, doc._.elmo_mix_weights)
+
+
+def _span_layers(span: Span):
+    layers = span.doc._.elmo_layers
+    return None if layers is None else layers[:, span.start : span.end]
+
+
+def _span_mix(span: Span):
+    layers = _span_layers(span)
+    return None if layers is None else mix_layers(layers, span.doc._.elmo_mix_weights)
+
+
+def _token_layers(token: Token):
+    layers = token.doc._.elmo_layers
+    return None if layers is None else layers[:, token.i]
+
+
+def _token_mix(token: Token):
+    layers = _token_layers(token)
+    if layers is None:
+        return None
+    xp = get_array_module(layers)
+    return xp.asarray(token.doc._.elmo_mix_weights, dtype="float32") @ layers.astype("float32")
+
+
+def install_extensions() -> None:
+    """Register the extensions once (idempotent, also in worker processes)."""
+    if not Doc.has_extension("elmo_layers"):
+        Doc.set_extension("elmo_layers", default=None)
+        Doc.set_extension("elmo_mix_weights", default=None)
+        Doc.set_extension("elmo", getter=_doc_mix)
+        Span.set_extension("elmo_layers", getter=_span_layers)
+        Span.set_extension("elmo", getter=_span_mix)
+        Token.set_extension("elmo_layers", getter=_token_layers)
+        Token.set_extension("elmo", getter=_token_mix)
+
+
+@srsly.msgpack_encoders("spacy_elmo_cupy")
+def _encode_cupy(obj, chain=None):
+    """GPU arrays on docs are written as numpy arrays (Doc.to_bytes, DocBin, n_process)."""
+    if type(obj).__module__.startswith("cupy"):
+        obj = obj.get()
+    return obj if chain is None else chain(obj)
+
+
+install_extensions()
