@@ -1,7 +1,5 @@
 """Every registered architecture of spacy-elmo (versioned; never change a released version)."""
 
-from __future__ import annotations
-
 from typing import Any, Dict, List, Optional
 
 from spacy.tokens import Doc
@@ -18,13 +16,14 @@ from .loaders import bundled_bilm
 LISTENER = "spacy_elmo.ElmoListener.v1"
 TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
 MIX = "spacy_elmo.ElmoMix.v1"
+BUNDLED_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]]
 MIX_KEYS = ("n_layers", "layer_norm", "layer_dropout", "initial_weights", "gamma", "trainable")
 
 
 @registry.architectures("spacy_elmo.ElmoModel.v1")
 def ElmoModel(
     char_embedding_dim: int = 16,
-    filters: List[List[int]] = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]],
+    filters: Optional[List[List[int]]] = None,
     n_highway: int = 1,
     activation: str = "relu",
     lstm_dim: int = 512,
@@ -49,7 +48,7 @@ def ElmoModel(
         {
             "char_cnn": {
                 "embedding": {"dim": char_embedding_dim},
-                "filters": filters,
+                "filters": filters if filters is not None else BUNDLED_FILTERS,
                 "n_highway": n_highway,
                 "activation": activation,
             },

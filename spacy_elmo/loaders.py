@@ -1,7 +1,5 @@
 """Where biLM weights come from: registered loaders for `[initialize.components.elmo.weights]`."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Callable
 

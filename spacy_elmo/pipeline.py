@@ -1,7 +1,5 @@
 """The `elmo` pipeline component and the Doc/Span/Token extensions it fills."""
 
-from __future__ import annotations
-
 from itertools import islice
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
@@ -58,7 +56,7 @@ def make_elmo(
     mix_weights: Optional[List[float]],
     gamma: float,
     set_tensor: bool,
-) -> Elmo:
+) -> "Elmo":
     """ELMo layers for every token; `mix_weights` (non-negative, normalised; default equal)
     and `gamma` define `doc._.elmo`; `set_tensor` writes that mix into `doc.tensor`."""
     return Elmo(nlp.vocab, model, name, mix_weights=mix_weights, gamma=gamma, set_tensor=set_tensor)

@@ -11,6 +11,7 @@ unit are kept in a bounded cache keyed by its tokens, so later epochs do not run
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -23,6 +24,21 @@ from ..bilm import BiLM, BiLMOptions, batch_to_ids
 from .bilm_wrapper import bilm_layer, torch_bilm
 
 STORE_DTYPES = ("float32", "float16")
+_process_id = os.getpid()
+
+
+def _fork_safe_threads() -> None:
+    """In a forked child (spaCy's `nlp.pipe(n_process=N)`), use one torch thread.
+
+    The OpenMP pool the parent already started does not survive `fork`: the child's first
+    multi-threaded GEMM would wait for it forever.
+    """
+    global _process_id
+    if os.getpid() != _process_id:
+        import torch
+
+        torch.set_num_threads(1)
+        _process_id = os.getpid()
 
 
 @dataclass
@@ -179,6 +195,7 @@ def forward(
     # Only training docs are cached: they come back every epoch, and at inference a cache
     # would double the memory of a long document.
     use_cache = frozen and is_train and cache.max_tokens > 0
+    _fork_safe_threads()
     ensure_weights(model)
     outputs = [ops.xp.zeros((n_layers, len(doc), width), dtype=store_dtype) for doc in docs]
 

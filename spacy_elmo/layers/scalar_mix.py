@@ -16,8 +16,6 @@ bilm-tf's ``weight_layers``, on purpose:
   is (the step runs without layer dropout).
 """
 
-from __future__ import annotations
-
 import math
 from itertools import accumulate
 from typing import Callable, List, Optional, Sequence, Tuple

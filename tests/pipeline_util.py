@@ -1,0 +1,79 @@
+"""Tiny biLMs and pipelines for the spaCy integration tests."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import spacy
+from spacy.tokens import Doc, DocBin
+
+from spacy_elmo import BiLM, BiLMOptions
+
+from .bilm.util import tiny_options
+
+TINY = tiny_options()
+TINY_MODEL_CONFIG = {
+    "char_embedding_dim": TINY["char_cnn"]["embedding"]["dim"],
+    "filters": TINY["char_cnn"]["filters"],
+    "n_highway": TINY["char_cnn"]["n_highway"],
+    "lstm_dim": TINY["lstm"]["dim"],
+    "projection_dim": TINY["lstm"]["projection_dim"],
+    "n_layers": TINY["lstm"]["n_layers"],
+}
+TINY_WIDTH = 2 * TINY["lstm"]["projection_dim"]
+
+
+def save_tiny_bilm(directory: Path, seed: int = 0) -> BiLM:
+    import torch
+
+    torch.manual_seed(seed)
+    bilm = BiLM(BiLMOptions.from_dict(tiny_options()))
+    bilm.save(directory)
+    return bilm
+
+
+def tiny_nlp(bilm_dir: Path, *, pipeline=("elmo",), **elmo_config) -> spacy.Language:
+    """A blank English pipeline whose elmo component holds the tiny biLM of `bilm_dir`."""
+    nlp = spacy.blank("en")
+    model = {**TINY_MODEL_CONFIG, **elmo_config.pop("model", {})}
+    nlp.add_pipe("elmo", config={"model": model, **elmo_config})
+    for name in pipeline[1:]:
+        nlp.add_pipe(name)
+    nlp.config["initialize"]["components"]["elmo"] = {
+        "weights": {"@misc": "spacy_elmo.SavedBiLM.v1", "path": str(bilm_dir)}
+    }
+    return nlp
+
+
+SUBJECTS = [("Anna", "PERSON", "NNP"), ("Berlin", "GPE", "NNP"), ("the bank", None, "DT NN")]
+VERBS = [("visited", "VBD"), ("likes", "VBZ"), ("left", "VBD")]
+OBJECTS = [("Paris", "GPE", "NNP"), ("Ben", "PERSON", "NNP"), ("a river", None, "DT NN")]
+
+
+def synthetic_docs(nlp, n: int, seed: int = 0) -> list[Doc]:
+    """Sentences with gold tags, entities and sentence starts."""
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        subject, verb, obj = rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS)
+        words, tags, ents = [], [], []
+        for text, label, tag in (subject, (verb[0], None, verb[1]), obj, (".", None, ".")):
+            start = len(words)
+            words += text.split()
+            tags += tag.split()
+            if label:
+                ents.append(f"B-{label}")
+                ents += [f"I-{label}"] * (len(text.split()) - 1)
+            else:
+                ents += ["O"] * len(text.split())
+            assert len(words) == len(tags) == len(ents), start
+        doc = Doc(nlp.vocab, words=words, tags=tags, ents=ents)
+        doc[0].is_sent_start = True
+        docs.append(doc)
+    return docs
+
+
+def write_docbin(nlp, path: Path, n: int, seed: int) -> Path:
+    DocBin(docs=synthetic_docs(nlp, n, seed)).to_disk(path)
+    return path

@@ -1,0 +1,224 @@
+"""The `elmo` component: extensions, units, odd input, serialisation, multiprocessing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+
+from spacy_elmo import BiLM
+
+from .pipeline_util import TINY_WIDTH, save_tiny_bilm, tiny_nlp
+
+
+@pytest.fixture(scope="module")
+def bilm_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("bilm")
+    save_tiny_bilm(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bilm(bilm_dir):
+    return BiLM.load(bilm_dir)
+
+
+@pytest.fixture(scope="module")
+def nlp(bilm_dir):
+    nlp = tiny_nlp(bilm_dir)
+    nlp.initialize()
+    return nlp
+
+
+def test_factory_resolves_without_importing_spacy_elmo():
+    code = (
+        "import sys, spacy; nlp = spacy.blank('en'); nlp.add_pipe('elmo'); "
+        "print('spacy_elmo' in sys.modules, nlp.pipe_names)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True ['elmo']"
+
+
+def test_layers_equal_the_bilm_on_the_docs_tokens(nlp, bilm):
+    doc = nlp("The river bank overflowed after heavy rain")
+    assert doc._.elmo_layers.shape == (3, 7, TINY_WIDTH)
+    assert doc._.elmo_layers.dtype == np.float32
+    expected = bilm.embed([[t.text for t in doc]])[0]
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, rtol=0)
+    token = doc[2]
+    assert token._.elmo_layers.shape == (3, TINY_WIDTH)
+    assert np.shares_memory(token._.elmo_layers, doc._.elmo_layers)  # a view, no copy
+    span = doc[1:3]
+    assert span._.elmo_layers.shape == (3, 2, TINY_WIDTH)
+    assert np.shares_memory(span._.elmo_layers, doc._.elmo_layers)
+    # Default mix: equal weights, gamma 1.
+    np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=1e-6)
+    np.testing.assert_allclose(token._.elmo, expected[:, 2].mean(0), atol=1e-6)
+    np.testing.assert_allclose(span._.elmo, expected[:, 1:3].mean(0), atol=1e-6)
+
+
+def test_configured_mix(bilm_dir, bilm):
+    nlp = tiny_nlp(bilm_dir, mix_weights=[0.0, 1.0, 3.0], gamma=2.0)
+    nlp.initialize()
+    doc = nlp("river bank")
+    layers = bilm.embed([["river", "bank"]])[0]
+    np.testing.assert_allclose(doc._.elmo, 2.0 * (0.25 * layers[1] + 0.75 * layers[2]), atol=1e-6)
+    with pytest.raises(ValueError, match="mix_weights has 2 values"):
+        tiny_nlp(bilm_dir, mix_weights=[1.0, 1.0])
+
+
+def test_sentences_are_the_units(bilm_dir, bilm):
+    nlp = tiny_nlp(bilm_dir, pipeline=("elmo", "sentencizer"))
+    nlp.remove_pipe("sentencizer")
+    nlp.add_pipe("sentencizer", first=True)
+    nlp.initialize()
+    doc = nlp("The river rose. The bank closed!")
+    sents = [[t.text for t in s] for s in doc.sents]
+    assert len(sents) == 2
+    expected = np.concatenate(bilm.embed(sents), axis=1)
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, rtol=0)
+
+
+def test_whitespace_tokens_are_skipped_and_zero(nlp, bilm):
+    doc = nlp("river  bank \n flooded")
+    texts = [t.text for t in doc]
+    spaces = [i for i, t in enumerate(doc) if t.is_space]
+    assert spaces, texts
+    assert not doc._.elmo_layers[:, spaces].any()
+    words = [t.text for t in doc if not t.is_space]
+    kept = [i for i, t in enumerate(doc) if not t.is_space]
+    np.testing.assert_allclose(doc._.elmo_layers[:, kept], bilm.embed([words])[0], atol=1e-6)
+
+
+def test_long_docs_without_sentences_are_windowed(bilm_dir, bilm):
+    nlp = tiny_nlp(bilm_dir, model={"max_tokens": 4, "batch_tokens": 12})
+    nlp.initialize()
+    words = [f"w{i}" for i in range(10)]
+    doc = nlp(Doc(nlp.vocab, words=words))
+    expected = np.concatenate(bilm.embed([words[0:4], words[4:8], words[8:10]]), axis=1)
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "   ", "\n\n", "x" * 1000, "😀 🎉 emoji", "北京欢迎你 東京", "mixed 中文 and ünïcödé"],
+)
+def test_odd_input_works(nlp, bilm, text):
+    doc = nlp(text)
+    assert doc._.elmo_layers.shape == (3, len(doc), TINY_WIDTH)
+    assert np.isfinite(doc._.elmo_layers).all()
+    words = [t.text for t in doc if not t.is_space]
+    if words:
+        kept = [i for i, t in enumerate(doc) if not t.is_space]
+        np.testing.assert_allclose(doc._.elmo_layers[:, kept], bilm.embed([words])[0], atol=1e-6)
+
+
+def test_float16_storage(bilm_dir, nlp):
+    half = tiny_nlp(bilm_dir, model={"store_dtype": "float16"})
+    half.initialize()
+    doc16, doc32 = half("river bank flooded"), nlp("river bank flooded")
+    assert doc16._.elmo_layers.dtype == np.float16
+    np.testing.assert_allclose(doc16._.elmo_layers, doc32._.elmo_layers, atol=2e-3, rtol=2e-3)
+    assert doc16._.elmo.dtype == np.float32
+
+
+@pytest.mark.filterwarnings("ignore:.*W007")
+def test_set_tensor_gives_token_vectors_and_similarity(bilm_dir):
+    nlp = tiny_nlp(bilm_dir, set_tensor=True)
+    nlp.initialize()
+    doc = nlp("The river bank")
+    np.testing.assert_allclose(doc.tensor, doc._.elmo, atol=1e-6)
+    np.testing.assert_allclose(doc[2].vector, doc[2]._.elmo, atol=1e-6)
+    other = nlp("An investment bank")
+    a, b = doc._.elmo.mean(0), other._.elmo.mean(0)
+    cosine = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+    assert doc.similarity(other) == pytest.approx(cosine, abs=1e-5)
+    assert cosine < 1.0 - 1e-6
+
+
+def test_doc_to_bytes_and_docbin_keep_the_layers(nlp):
+    docs = list(nlp.pipe(["river bank", "investment bank approved", ""]))
+    for doc in docs:
+        restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
+        np.testing.assert_array_equal(restored._.elmo_layers, doc._.elmo_layers)
+        np.testing.assert_allclose(restored._.elmo, doc._.elmo)
+    docbin = DocBin(store_user_data=True, docs=docs)
+    restored = list(DocBin().from_bytes(docbin.to_bytes()).get_docs(nlp.vocab))
+    for a, b in zip(docs, restored):
+        np.testing.assert_array_equal(a._.elmo_layers, b._.elmo_layers)
+
+
+def test_pipe_with_two_processes(nlp):
+    texts = ["river bank", "the investment bank approved it", "", "x " * 30]
+    single = list(nlp.pipe(texts))
+    multi = list(nlp.pipe(texts, n_process=2, batch_size=1))
+    for a, b in zip(single, multi):
+        np.testing.assert_allclose(a._.elmo_layers, b._.elmo_layers, atol=1e-6)
+
+
+def test_to_disk_and_load_need_only_the_directory(nlp, tmp_path):
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.get_pipe("elmo").model.attrs["weights_loaded"]
+    a, b = nlp("the river bank"), loaded("the river bank")
+    np.testing.assert_array_equal(a._.elmo_layers, b._.elmo_layers)
+    restored = spacy.blank("en").from_config(nlp.config)
+    restored.from_bytes(nlp.to_bytes())
+    np.testing.assert_array_equal(restored("the river bank")._.elmo_layers, a._.elmo_layers)
+
+
+def test_thinc_model_bytes_round_trip(nlp, bilm_dir):
+    model = nlp.get_pipe("elmo").model
+    fresh = tiny_nlp(bilm_dir).get_pipe("elmo").model  # random weights, not loaded
+    fresh.from_bytes(model.to_bytes())
+    docs = [nlp.make_doc("the river bank flooded")]
+    np.testing.assert_array_equal(model.predict(docs)[0], fresh.predict(docs)[0])
+
+
+def test_mismatched_weights_fail_at_initialize(tmp_path, bilm_dir):
+    nlp = tiny_nlp(bilm_dir, model={"lstm_dim": 32})
+    with pytest.raises(ValueError, match="do not match the elmo model's configuration: .*lstm.dim"):
+        nlp.initialize()
+
+
+def test_missing_weights_file_fails_at_initialize(tmp_path, bilm_dir):
+    nlp = tiny_nlp(bilm_dir)
+    nlp.config["initialize"]["components"]["elmo"]["weights"]["path"] = str(tmp_path / "nope")
+    with pytest.raises(ValueError, match="has no config.json"):
+        nlp.initialize()
+
+
+def test_allennlp_weights_loader(allennlp_fixture):
+    nlp = spacy.blank("en")
+    nlp.add_pipe(
+        "elmo",
+        config={
+            "model": {
+                "char_embedding_dim": 4,
+                "filters": [[1, 4], [2, 8], [3, 16], [4, 32], [5, 64]],
+                "n_highway": 2,
+                "lstm_dim": 64,
+                "projection_dim": 16,
+            }
+        },
+    )
+    nlp.config["initialize"]["components"]["elmo"] = {
+        "weights": {
+            "@misc": "spacy_elmo.AllenNLPWeights.v1",
+            "options_file": str(allennlp_fixture / "options.json"),
+            "weights_file": str(allennlp_fixture / "lm_weights.hdf5"),
+        }
+    }
+    nlp.initialize()
+    doc = nlp(Doc(nlp.vocab, words=["Don", "'t", "!"]))
+    reference = BiLM.from_allennlp(
+        allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5"
+    )
+    np.testing.assert_allclose(
+        doc._.elmo_layers, reference.embed([["Don", "'t", "!"]])[0], atol=1e-6
+    )
