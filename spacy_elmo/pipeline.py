@@ -10,7 +10,7 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, Token
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer, get_array_module
+from thinc.api import Config, Model, Optimizer, get_array_module, set_dropout_rate
 from thinc.types import Floats3d
 
 from .bilm import BiLM
@@ -144,7 +144,7 @@ class Elmo(TrainablePipe):
         validate_examples(examples, "Elmo.update")
         docs = [eg.predicted for eg in examples]
         losses.setdefault(self.name, 0.0)
-        self.model.set_dropout_rate(drop)
+        set_dropout_rate(self.model, drop)
         layers, backprop_layers = self.model.begin_update(docs)
         ops = self.model.ops
         d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]

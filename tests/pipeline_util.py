@@ -77,3 +77,27 @@ def synthetic_docs(nlp, n: int, seed: int = 0) -> list[Doc]:
 def write_docbin(nlp, path: Path, n: int, seed: int) -> Path:
     DocBin(docs=synthetic_docs(nlp, n, seed)).to_disk(path)
     return path
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tiny_training_config(bilm_dir: Path, train: Path, dev: Path, **training):
+    """configs/ner_tagger_elmo.cfg with the tiny biLM and small widths."""
+    from spacy import util
+
+    config = util.load_config(REPO / "configs" / "ner_tagger_elmo.cfg")
+    config["paths"]["train"] = str(train)
+    config["paths"]["dev"] = str(dev)
+    config["components"]["elmo"]["model"].update(TINY_MODEL_CONFIG)
+    for name in ("tagger", "ner"):
+        tok2vec = config["components"][name]["model"]["tok2vec"]
+        tok2vec["elmo"]["width"] = TINY_WIDTH
+        tok2vec["embed"].update({"width": 16, "rows": [200, 50, 50, 50]})
+        tok2vec["encode"].update({"width": 16, "depth": 1})
+    config["initialize"]["components"]["elmo"] = {
+        "weights": {"@misc": "spacy_elmo.SavedBiLM.v1", "path": str(bilm_dir)}
+    }
+    config["training"].update({"max_steps": 60, "eval_frequency": 30, **training})
+    config["training"]["batcher"]["size"] = 16
+    return config

@@ -21,7 +21,12 @@ class ElmoListener(Model):
 
     def __init__(self, upstream_name: str, width: int, n_layers: int) -> None:
         Model.__init__(
-            self, name=self.name, forward=listener_forward, dims={"nO": width, "n_layers": n_layers}
+            self,
+            name=self.name,
+            forward=listener_forward,
+            init=listener_init,
+            dims={"nO": width, "n_layers": n_layers},
+            attrs={"initializing": False},
         )
         self.upstream_name = upstream_name
         self._batch_id: Optional[int] = None
@@ -37,6 +42,7 @@ class ElmoListener(Model):
         self._batch_id = batch_id
         self._outputs = outputs
         self._backprop = backprop
+        self.attrs["initializing"] = False
 
     def verify_inputs(self, docs: List[Doc]) -> bool:
         if self._batch_id is None and self._outputs is None:
@@ -54,6 +60,11 @@ class ElmoListener(Model):
         return True
 
 
+def listener_init(model: ElmoListener, X=None, Y=None) -> None:
+    """Dims are fixed by the config; the sample docs of `initialize` have no layers yet."""
+    model.attrs["initializing"] = True
+
+
 def listener_forward(
     model: ElmoListener, docs: List[Doc], is_train: bool
 ) -> Tuple[List[Floats3d], Callable]:
@@ -67,7 +78,17 @@ def listener_forward(
             return []
 
         return outputs, backprop
+    if model.attrs["initializing"] and not is_train and not _have_layers(docs):
+        # During `initialize`, thinc passes the sample docs (not yet annotated) through the
+        # layers to infer the dims of the next ones: zeros of the right shape do that.
+        n_layers, width = model.get_dim("n_layers"), model.get_dim("nO")
+        return [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs], lambda d: []
+    model.attrs["initializing"] = False
     return [read_layers(model, doc) for doc in docs], lambda d_outputs: []
+
+
+def _have_layers(docs: List[Doc]) -> bool:
+    return Doc.has_extension("elmo_layers") and all(d._.elmo_layers is not None for d in docs)
 
 
 def read_layers(model: ElmoListener, doc: Doc) -> Floats3d:

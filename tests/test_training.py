@@ -1,0 +1,169 @@
+"""Training with listeners: per-component mixes, frozen cache, fine-tuning, frozen upstream,
+replace_listeners, and an end-to-end `spacy train` run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import spacy
+import torch
+from spacy.training import Example
+from spacy.util import load_model_from_config
+
+from spacy_elmo.layers.elmo_model import get_bilm
+from spacy_elmo.layers.scalar_mix import mix_weights
+
+from .pipeline_util import save_tiny_bilm, synthetic_docs, tiny_training_config, write_docbin
+
+
+@pytest.fixture(scope="module")
+def bilm_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("bilm")
+    save_tiny_bilm(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("data")
+    blank = spacy.blank("en")
+    return (
+        write_docbin(blank, directory / "train.spacy", 60, seed=0),
+        write_docbin(blank, directory / "dev.spacy", 20, seed=1),
+    )
+
+
+def make_nlp(bilm_dir, data, **elmo_model):
+    config = tiny_training_config(bilm_dir, *data)
+    config["components"]["elmo"]["model"].update(elmo_model)
+    nlp = load_model_from_config(config, auto_fill=True)
+    examples = [Example(nlp.make_doc(""), doc) for doc in []]
+    gold = synthetic_docs(nlp, 30, seed=2)
+    examples = [Example(spacy.tokens.Doc(nlp.vocab, words=[t.text for t in d]), d) for d in gold]
+    for eg in examples:
+        eg.predicted[0].is_sent_start = True
+    nlp.initialize(lambda: examples)
+    return nlp, examples
+
+
+def mixes(nlp, component):
+    return [
+        mix_weights(node)
+        for node in nlp.get_pipe(component).model.walk()
+        if node.name == "scalar_mix"
+    ]
+
+
+def bilm_state(nlp):
+    return {k: v.clone() for k, v in get_bilm(nlp.get_pipe("elmo").model).state_dict().items()}
+
+
+def test_listeners_train_their_own_mixes_with_a_frozen_cached_bilm(bilm_dir, data):
+    nlp, examples = make_nlp(bilm_dir, data)
+    elmo = nlp.get_pipe("elmo")
+    assert sorted(elmo.listening_components) == ["ner", "tagger"]
+    before = bilm_state(nlp)
+    optimizer = nlp.create_optimizer()
+    optimizer.learn_rate = 0.05
+    nlp.update(examples, sgd=optimizer)  # first epoch: the biLM runs on every sentence
+    after_first = elmo.model.attrs["bilm_tokens"]
+    assert after_first == sum(len(eg.predicted) for eg in examples)
+    for _ in range(5):
+        losses = nlp.update(examples, sgd=optimizer)
+    assert elmo.model.attrs["bilm_tokens"] == after_first  # later epochs: all from the cache
+    assert losses["tagger"] > 0 and losses["ner"] >= 0
+    for key, value in bilm_state(nlp).items():
+        assert torch.equal(value, before[key]), key  # frozen: no update of the biLM
+    (tagger_s, tagger_gamma), (ner_s, ner_gamma) = mixes(nlp, "tagger")[0], mixes(nlp, "ner")[0]
+    assert not np.allclose(tagger_s, [1 / 3] * 3) and not np.allclose(ner_s, [1 / 3] * 3)
+    assert not np.allclose(tagger_s, ner_s)
+
+
+def test_fine_tuning_updates_the_bilm(bilm_dir, data):
+    nlp, examples = make_nlp(bilm_dir, data, frozen=False, grad_factor=2.0)
+    before = bilm_state(nlp)
+    optimizer = nlp.create_optimizer()
+    for _ in range(2):  # the upstream's update lags one step behind (spaCy's update order)
+        nlp.update(examples, sgd=optimizer)
+    changed = [k for k, v in bilm_state(nlp).items() if not torch.equal(v, before[k])]
+    assert "forward_lstm.layers.1.recurrent_weight" in changed
+    assert "char_cnn.char_embedding.weight" in changed
+    # No cache when fine-tuning: every pass runs the biLM.
+    tokens = sum(len(eg.predicted) for eg in examples)
+    assert nlp.get_pipe("elmo").model.attrs["bilm_tokens"] == 2 * tokens
+
+
+def test_listener_with_frozen_annotating_upstream(bilm_dir, data):
+    nlp, examples = make_nlp(bilm_dir, data)
+    before = bilm_state(nlp)
+    optimizer = nlp.create_optimizer()
+    for _ in range(3):
+        losses = nlp.update(examples, sgd=optimizer, exclude=["elmo"], annotates=["elmo"])
+    assert "elmo" not in losses and losses["tagger"] > 0
+    for key, value in bilm_state(nlp).items():
+        assert torch.equal(value, before[key])
+
+
+def test_frozen_upstream_that_does_not_annotate_is_a_clear_error(bilm_dir, data):
+    nlp, examples = make_nlp(bilm_dir, data)
+    with pytest.raises(ValueError, match="elmo_layers is not set"):
+        nlp.update(examples, exclude=["elmo"])
+
+
+def test_replace_listeners_keeps_predictions_and_mix(bilm_dir, data, tmp_path):
+    nlp, examples = make_nlp(bilm_dir, data)
+    optimizer = nlp.create_optimizer()
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+    texts = [[t.text for t in eg.reference] for eg in examples[:5]]
+    docs = [nlp(spacy.tokens.Doc(nlp.vocab, words=w)) for w in texts]
+    tagger_mix = mixes(nlp, "tagger")[0]
+    nlp.replace_listeners("elmo", "tagger", ["model.tok2vec.elmo"])
+    assert nlp.get_pipe("elmo").listening_components == ["ner"]
+    assert nlp.config["components"]["tagger"]["model"]["tok2vec"]["elmo"]["@architectures"] == (
+        "spacy_elmo.ElmoMix.v1"
+    )
+    assert mixes(nlp, "tagger")[0] == tagger_mix
+    again = [nlp(spacy.tokens.Doc(nlp.vocab, words=w)) for w in texts]
+    assert [[t.tag_ for t in d] for d in docs] == [[t.tag_ for t in d] for d in again]
+    nlp.to_disk(tmp_path / "replaced")
+    loaded = spacy.load(tmp_path / "replaced")
+    reloaded = [loaded(spacy.tokens.Doc(loaded.vocab, words=w)) for w in texts]
+    assert [[t.tag_ for t in d] for d in docs] == [[t.tag_ for t in d] for d in reloaded]
+    # The tagger now works without the elmo component.
+    loaded.remove_pipe("elmo")
+    loaded.remove_pipe("ner")
+    alone = [loaded(spacy.tokens.Doc(loaded.vocab, words=w)) for w in texts]
+    assert [[t.tag_ for t in d] for d in docs] == [[t.tag_ for t in d] for d in alone]
+
+
+def test_spacy_train_end_to_end(bilm_dir, data, tmp_path):
+    config = tiny_training_config(bilm_dir, *data, max_steps=80, eval_frequency=40)
+    config.to_disk(tmp_path / "config.cfg")
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy", "train", str(tmp_path / "config.cfg"),
+         "--output", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    nlp = spacy.load(tmp_path / "out" / "model-last")
+    docs = synthetic_docs(nlp, 20, seed=3)
+    words = [[t.text for t in d] for d in docs]
+    predicted = [nlp(spacy.tokens.Doc(nlp.vocab, words=w)) for w in words]
+    accuracy = np.mean(
+        [p.tag_ == g.tag_ for pd, gd in zip(predicted, docs) for p, g in zip(pd, gd)]
+    )
+    assert accuracy > 0.5  # the 7-tag synthetic grammar is learnt in 80 steps
+    nlp.to_disk(tmp_path / "again")
+    reloaded = spacy.load(tmp_path / "again")
+    for w, before in zip(words, predicted):
+        after = reloaded(spacy.tokens.Doc(reloaded.vocab, words=w))
+        assert [t.tag_ for t in after] == [t.tag_ for t in before]
+        assert [(e.start, e.end, e.label_) for e in after.ents] == [
+            (e.start, e.end, e.label_) for e in before.ents
+        ]
+        np.testing.assert_array_equal(after._.elmo_layers, before._.elmo_layers)
+    assert mixes(nlp, "tagger")[0] != mixes(nlp, "ner")[0]
