@@ -158,6 +158,29 @@ def pretrain(
         )
 
 
+@app.command()
+def perplexity(
+    model: Path = typer.Argument(..., help="Model directory written by `spacy-elmo pretrain`."),
+    inputs: list[Path] = typer.Argument(..., help="Held-out text files or folders."),
+    pretokenized: bool = typer.Option(True, help="One tokenised sentence per line."),
+    pipeline: str = typer.Option("en", help="spaCy pipeline for raw text (--no-pretokenized)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON here."),
+) -> None:
+    """Forward, backward and average perplexity of a pretrained biLM on held-out text."""
+    import json
+
+    from .pretrain.evaluate import perplexity as compute
+
+    try:
+        result = compute(model, inputs, pretokenized=pretokenized, pipeline=pipeline)
+    except (ValueError, OSError) as err:
+        _fail(str(err))
+    text = json.dumps(result, indent=2)
+    if output is not None:
+        output.write_text(text + "\n")
+    typer.echo(text)
+
+
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=1)

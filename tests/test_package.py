@@ -41,4 +41,4 @@ def test_spacy_package_installs_and_loads(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = np.array(__import__("json").loads(result.stdout.strip().splitlines()[-1]))
     expected = nlp("the river bank")._.elmo_layers
-    np.testing.assert_allclose(loaded, expected, atol=1e-6)
+    np.testing.assert_allclose(loaded, expected, atol=1e-5)

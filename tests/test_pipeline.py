@@ -49,7 +49,7 @@ def test_layers_equal_the_bilm_on_the_docs_tokens(nlp, bilm):
     assert doc._.elmo_layers.shape == (3, 7, TINY_WIDTH)
     assert doc._.elmo_layers.dtype == np.float32
     expected = bilm.embed([[t.text for t in doc]])[0]
-    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-5, rtol=0)
     token = doc[2]
     assert token._.elmo_layers.shape == (3, TINY_WIDTH)
     assert np.shares_memory(token._.elmo_layers, doc._.elmo_layers)  # a view, no copy
@@ -57,9 +57,9 @@ def test_layers_equal_the_bilm_on_the_docs_tokens(nlp, bilm):
     assert span._.elmo_layers.shape == (3, 2, TINY_WIDTH)
     assert np.shares_memory(span._.elmo_layers, doc._.elmo_layers)
     # Default mix: equal weights, gamma 1.
-    np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=1e-6)
-    np.testing.assert_allclose(token._.elmo, expected[:, 2].mean(0), atol=1e-6)
-    np.testing.assert_allclose(span._.elmo, expected[:, 1:3].mean(0), atol=1e-6)
+    np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=1e-5)
+    np.testing.assert_allclose(token._.elmo, expected[:, 2].mean(0), atol=1e-5)
+    np.testing.assert_allclose(span._.elmo, expected[:, 1:3].mean(0), atol=1e-5)
 
 
 def test_configured_mix(bilm_dir, bilm):
@@ -67,7 +67,7 @@ def test_configured_mix(bilm_dir, bilm):
     nlp.initialize()
     doc = nlp("river bank")
     layers = bilm.embed([["river", "bank"]])[0]
-    np.testing.assert_allclose(doc._.elmo, 2.0 * (0.25 * layers[1] + 0.75 * layers[2]), atol=1e-6)
+    np.testing.assert_allclose(doc._.elmo, 2.0 * (0.25 * layers[1] + 0.75 * layers[2]), atol=1e-5)
     with pytest.raises(ValueError, match="mix_weights has 2 values"):
         tiny_nlp(bilm_dir, mix_weights=[1.0, 1.0])
 
@@ -81,7 +81,7 @@ def test_sentences_are_the_units(bilm_dir, bilm):
     sents = [[t.text for t in s] for s in doc.sents]
     assert len(sents) == 2
     expected = np.concatenate(bilm.embed(sents), axis=1)
-    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-5, rtol=0)
 
 
 def test_whitespace_tokens_are_skipped_and_zero(nlp, bilm):
@@ -92,7 +92,7 @@ def test_whitespace_tokens_are_skipped_and_zero(nlp, bilm):
     assert not doc._.elmo_layers[:, spaces].any()
     words = [t.text for t in doc if not t.is_space]
     kept = [i for i, t in enumerate(doc) if not t.is_space]
-    np.testing.assert_allclose(doc._.elmo_layers[:, kept], bilm.embed([words])[0], atol=1e-6)
+    np.testing.assert_allclose(doc._.elmo_layers[:, kept], bilm.embed([words])[0], atol=1e-5)
 
 
 def test_long_docs_without_sentences_are_windowed(bilm_dir, bilm):
@@ -101,7 +101,7 @@ def test_long_docs_without_sentences_are_windowed(bilm_dir, bilm):
     words = [f"w{i}" for i in range(10)]
     doc = nlp(Doc(nlp.vocab, words=words))
     expected = np.concatenate(bilm.embed([words[0:4], words[4:8], words[8:10]]), axis=1)
-    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_odd_input_works(nlp, bilm, text):
     words = [t.text for t in doc if not t.is_space]
     if words:
         kept = [i for i, t in enumerate(doc) if not t.is_space]
-        np.testing.assert_allclose(doc._.elmo_layers[:, kept], bilm.embed([words])[0], atol=1e-6)
+        np.testing.assert_allclose(doc._.elmo_layers[:, kept], bilm.embed([words])[0], atol=1e-5)
 
 
 def test_float16_storage(bilm_dir, nlp):
@@ -132,8 +132,8 @@ def test_set_tensor_gives_token_vectors_and_similarity(bilm_dir):
     nlp = tiny_nlp(bilm_dir, set_tensor=True)
     nlp.initialize()
     doc = nlp("The river bank")
-    np.testing.assert_allclose(doc.tensor, doc._.elmo, atol=1e-6)
-    np.testing.assert_allclose(doc[2].vector, doc[2]._.elmo, atol=1e-6)
+    np.testing.assert_allclose(doc.tensor, doc._.elmo, atol=1e-5)
+    np.testing.assert_allclose(doc[2].vector, doc[2]._.elmo, atol=1e-5)
     other = nlp("An investment bank")
     a, b = doc._.elmo.mean(0), other._.elmo.mean(0)
     cosine = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
@@ -158,7 +158,7 @@ def test_pipe_with_two_processes(nlp):
     single = list(nlp.pipe(texts))
     multi = list(nlp.pipe(texts, n_process=2, batch_size=1))
     for a, b in zip(single, multi):
-        np.testing.assert_allclose(a._.elmo_layers, b._.elmo_layers, atol=1e-6)
+        np.testing.assert_allclose(a._.elmo_layers, b._.elmo_layers, atol=1e-5)
 
 
 def test_to_disk_and_load_need_only_the_directory(nlp, tmp_path):
@@ -220,5 +220,5 @@ def test_allennlp_weights_loader(allennlp_fixture):
         allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5"
     )
     np.testing.assert_allclose(
-        doc._.elmo_layers, reference.embed([["Don", "'t", "!"]])[0], atol=1e-6
+        doc._.elmo_layers, reference.embed([["Don", "'t", "!"]])[0], atol=1e-5
     )

@@ -88,6 +88,10 @@ def test_pretraining_learns_and_saves_a_loadable_model(tmp_path):
     np.testing.assert_array_equal(bilm.embed(sentence)[0], exported.embed(sentence)[0])
     vocab = Vocab.from_file(run / "model" / "vocab.txt")
     assert vocab.words[:3] == ["<S>", "</S>", "<UNK>"] and "bank" in vocab.index
+    from spacy_elmo.pretrain.evaluate import perplexity
+
+    evaluated = perplexity(run / "model", [run / "corpus" / "dev.txt"])
+    assert evaluated["ppl"] == pytest.approx(summary["dev_ppl"], rel=1e-4)
 
 
 def weights_of(run: Path) -> dict[str, torch.Tensor]:
@@ -225,3 +229,38 @@ def test_raw_text_is_sentence_split_with_spacy(tmp_path):
     lines = (tmp_path / "run" / "corpus" / "train.txt").read_text().splitlines()
     assert "The river flooded ." in lines and "Do n't panic ." in lines
     assert (tmp_path / "run" / "corpus" / "dev.txt").read_text().strip()
+
+
+def test_language_model_targets_are_next_and_previous_words():
+    """The summed NLL equals -log p(next word) forward and -log p(previous word) backward."""
+    from spacy_elmo.bilm import BiLMOptions, batch_to_ids
+    from spacy_elmo.bilm.lm_head import LMHead
+    from spacy_elmo.pretrain.presets import preset
+    from spacy_elmo.pretrain.trainer import LanguageModel, target_tensor
+
+    torch.manual_seed(0)
+    words = ["the", "river", "bank", "flooded", "."]
+    vocab = Vocab(["<S>", "</S>", "<UNK>", *words])
+    bilm = BiLM(BiLMOptions.from_dict(preset("tiny")))
+    for cutoffs in ((), (4,)):  # full softmax and adaptive softmax
+        model = LanguageModel(bilm, LMHead(16, len(vocab), cutoffs), dropout=0.0).eval()
+        sentences = [["the", "river", "flooded"], ["bank", "unknownword"]]
+        with torch.no_grad():
+            sums = model(batch_to_ids(sentences), target_tensor(sentences, vocab))
+            acts = bilm.activations(batch_to_ids(sentences))
+            head = model.head.softmax
+            forward_nll = backward_nll = 0.0
+            for row, sentence in enumerate(sentences):
+                ids = [vocab.bos, *vocab.ids(sentence), vocab.eos]
+                for t in range(len(ids) - 1):
+                    hidden = acts.forward[-1][row, t][None]
+                    log_p = head.log_prob(hidden) if cutoffs else head(hidden).log_softmax(-1)
+                    forward_nll -= log_p[0, ids[t + 1]].item()
+                for t in range(1, len(ids)):
+                    hidden = acts.backward[-1][row, t][None]
+                    log_p = head.log_prob(hidden) if cutoffs else head(hidden).log_softmax(-1)
+                    backward_nll -= log_p[0, ids[t - 1]].item()
+        assert sums[1].item() == sums[3].item() == 4 + 3  # n + 1 targets per sentence
+        assert sums[0].item() == pytest.approx(forward_nll, rel=1e-5)
+        assert sums[2].item() == pytest.approx(backward_nll, rel=1e-5)
+        assert vocab.ids(["unknownword"]) == [vocab.unk]
