@@ -1,0 +1,55 @@
+"""Copy a pretraining run's model into the package as the bundled English biLM.
+
+    python scripts/bundle_model.py training/bundled spacy_elmo/data/en_elmo_bundled
+
+Copies config.json, model.safetensors, lm_head.safetensors, vocab.txt and pretrain.json
+(with the held-out perplexity from perplexity.json), checks that the copy loads and that the
+files stay within the size budget, and copies the perplexity plot to docs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+FILES = ("config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt")
+MAX_BYTES = 25 * 10**6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="pretraining output directory")
+    parser.add_argument("target", type=Path, help="package data directory")
+    parser.add_argument("--docs", type=Path, default=Path("docs"))
+    args = parser.parse_args()
+    model = args.run / "model"
+    missing = [name for name in FILES if not (model / name).exists()]
+    if missing:
+        sys.exit(f"{model} lacks {', '.join(missing)}: has the pretraining run finished?")
+    size = sum((model / name).stat().st_size for name in FILES)
+    if size > MAX_BYTES:
+        sys.exit(f"the model files take {size / 1e6:.1f} MB, more than {MAX_BYTES / 1e6:.0f} MB")
+    args.target.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        shutil.copyfile(model / name, args.target / name)
+    summary = json.loads((model / "pretrain.json").read_text())
+    held_out = args.run / "perplexity.json"
+    if held_out.exists():
+        summary["held_out"] = json.loads(held_out.read_text())
+    (args.target / "pretrain.json").write_text(json.dumps(summary, indent=2) + "\n")
+    args.docs.mkdir(parents=True, exist_ok=True)
+    if (args.run / "perplexity.png").exists():
+        shutil.copyfile(args.run / "perplexity.png", args.docs / "bundled_perplexity.png")
+
+    from spacy_elmo import BiLM
+
+    bilm = BiLM.load(args.target)
+    vectors = bilm.embed([["The", "river", "bank", "."]])[0]
+    print(f"bundled {size / 1e6:.1f} MB into {args.target}; output shape {vectors.shape}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The bundled English biLM: `nlp.add_pipe("elmo")` works offline and ELMo's sense check holds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import spacy
+
+from spacy_elmo.loaders import BUNDLED_MODEL
+
+RIVER_1 = "The river bank overflowed after heavy rain"
+FINANCE = "The investment bank approved the commercial acquisition"
+RIVER_2 = "They walked along the muddy bank of the river"
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    return nlp
+
+
+def bank(doc):
+    return next(t for t in doc if t.text == "bank")._.elmo_layers
+
+
+def cosine(a, b):
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_bundled_model_is_small_and_documented():
+    files = ["config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt"]
+    assert sum((BUNDLED_MODEL / f).stat().st_size for f in files) <= 25 * 10**6
+    summary = json.loads((BUNDLED_MODEL / "pretrain.json").read_text())
+    assert summary["tokens_seen"] > 10**6 and summary["held_out"]["ppl"] > 1
+
+
+def test_add_pipe_works_out_of_the_box(nlp):
+    doc = nlp(RIVER_1)
+    assert doc._.elmo_layers.shape == (3, 7, 256)
+    assert doc[2]._.elmo_layers.shape == (3, 256)
+    assert doc[2]._.elmo.shape == (256,)
+
+
+def test_bank_sense_check(nlp):
+    river_1, finance, river_2 = (bank(nlp(text)) for text in (RIVER_1, FINANCE, RIVER_2))
+    np.testing.assert_array_equal(river_1[0], finance[0])  # layer 0 is context-free
+    assert np.abs(river_1[1] - finance[1]).max() > 1e-2
+    assert np.abs(river_1[2] - finance[2]).max() > 1e-2
+    assert cosine(river_1[2], river_2[2]) > cosine(river_1[2], finance[2])
