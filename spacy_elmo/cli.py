@@ -31,17 +31,18 @@ def load_bilm(
         return BiLM.from_allennlp(options, weights, stateful=stateful)
     if options is not None or weights is not None:
         raise ValueError("--options and --weights must be given together")
-    raise ValueError(
-        "no biLM given: pass --model DIR (a directory written by BiLM.save) or "
-        "--options options.json --weights weights.hdf5"
-    )
+    from .loaders import bundled_bilm
+
+    return bundled_bilm(stateful=stateful)
 
 
 @app.command()
 def embed(
     input_file: Path = typer.Argument(..., help="Text file, one sentence per line."),
     output_file: Path = typer.Argument(..., help="hdf5 file to write."),
-    model: Optional[Path] = typer.Option(None, "--model", "-m", help="Saved biLM directory."),
+    model: Optional[Path] = typer.Option(
+        None, "--model", "-m", help="Saved biLM directory (default: the bundled English biLM)."
+    ),
     options: Optional[Path] = typer.Option(None, help="bilm-tf/AllenNLP options.json."),
     weights: Optional[Path] = typer.Option(None, help="bilm-tf/AllenNLP weights hdf5."),
     top: bool = typer.Option(False, "--top", help="Write only the top layer, (n, D)."),

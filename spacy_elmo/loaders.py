@@ -32,7 +32,7 @@ def saved_bilm(path: Path) -> Callable[[], BiLM]:
     return load
 
 
-def bundled_bilm() -> BiLM:
+def bundled_bilm(stateful: bool = False) -> BiLM:
     """The English biLM that ships in the package."""
     if not (BUNDLED_MODEL / "model.safetensors").exists():
         raise ValueError(
@@ -41,4 +41,4 @@ def bundled_bilm() -> BiLM:
             '@misc = "spacy_elmo.AllenNLPWeights.v1" (options_file, weights_file) or '
             '"spacy_elmo.SavedBiLM.v1" (path)'
         )
-    return BiLM.load(BUNDLED_MODEL)
+    return BiLM.load(BUNDLED_MODEL, stateful=stateful)

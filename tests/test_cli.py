@@ -69,7 +69,6 @@ def test_embed_from_a_saved_model_with_spacy_tokenizer(setup):
         (["{binary}", "--options", "{options}", "--weights", "{weights}"], "not UTF-8"),
         (["{text}", "--options", "{options}", "--weights", "{options}"], "HDF5"),
         (["{text}", "--options", "{options}"], "must be given together"),
-        (["{text}"], "no biLM given"),
         (["{text}", "--model", "{missing}"], "has no config.json"),
         (
             ["{text}", "--options", "{options}", "--weights", "{weights}", "--top", "--average"],
