@@ -94,17 +94,8 @@ def ElmoListenerMix(
     width is 2P of the biLM (256 for the bundled model), n_layers is L + 1.
     """
     listener = ElmoListener(upstream, width=width, n_layers=n_layers)
-    mix = scalar_mix(
-        n_layers,
-        initial_weights=initial_weights,
-        gamma=gamma,
-        layer_norm=layer_norm,
-        layer_dropout=layer_dropout,
-        trainable=trainable,
-    )
-    model = chain(listener, mix)
-    model.set_dim("nO", width)
-    return model
+    settings = dict(layer_norm=layer_norm, layer_dropout=layer_dropout, trainable=trainable)
+    return _with_mix(listener, width, n_layers, initial_weights, gamma, settings)
 
 
 @registry.architectures(MIX)
@@ -118,16 +109,22 @@ def ElmoMix(
     trainable: bool = True,
 ) -> Model[List[Doc], List[Floats2d]]:
     """An inline biLM with its mix: what `nlp.replace_listeners` puts in a listener's place."""
-    mix = scalar_mix(
-        n_layers,
-        initial_weights=initial_weights,
-        gamma=gamma,
-        layer_norm=layer_norm,
-        layer_dropout=layer_dropout,
-        trainable=trainable,
-    )
-    model = chain(elmo, mix)
-    model.set_dim("nO", elmo.get_dim("nO"))
+    settings = dict(layer_norm=layer_norm, layer_dropout=layer_dropout, trainable=trainable)
+    return _with_mix(elmo, elmo.get_dim("nO"), n_layers, initial_weights, gamma, settings)
+
+
+def _with_mix(
+    layers: Model,
+    width: int,
+    n_layers: int,
+    initial_weights: Optional[List[float]],
+    gamma: float,
+    settings: Dict[str, Any],
+) -> Model[List[Doc], List[Floats2d]]:
+    """Docs -> (L + 1, n, width) layers -> this component's mixed (n, width) vectors."""
+    mix = scalar_mix(n_layers, initial_weights=initial_weights, gamma=gamma, **settings)
+    model = chain(layers, mix)
+    model.set_dim("nO", width)
     return model
 
 

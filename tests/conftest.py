@@ -62,3 +62,13 @@ def allennlp_fixture() -> Path:
         return _fetch_from_allennlp_wheel()
     except (subprocess.CalledProcessError, StopIteration, OSError, KeyError) as err:
         pytest.skip(f"AllenNLP ELMo fixture not available: {err}")
+
+
+@pytest.fixture(scope="session")
+def bilm_dir(tmp_path_factory) -> Path:
+    """A saved tiny biLM (random weights) for the spaCy integration tests."""
+    from .pipeline_util import save_tiny_bilm
+
+    directory = tmp_path_factory.mktemp("bilm")
+    save_tiny_bilm(directory)
+    return directory

@@ -12,14 +12,7 @@ from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import BiLM
 
-from .pipeline_util import TINY_WIDTH, save_tiny_bilm, tiny_nlp
-
-
-@pytest.fixture(scope="module")
-def bilm_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("bilm")
-    save_tiny_bilm(directory)
-    return directory
+from .pipeline_util import TINY_WIDTH, tiny_nlp
 
 
 @pytest.fixture(scope="module")

@@ -16,14 +16,7 @@ from spacy.util import load_model_from_config
 from spacy_elmo.layers.elmo_model import get_bilm
 from spacy_elmo.layers.scalar_mix import mix_weights
 
-from .pipeline_util import save_tiny_bilm, synthetic_docs, tiny_training_config, write_docbin
-
-
-@pytest.fixture(scope="module")
-def bilm_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("bilm")
-    save_tiny_bilm(directory)
-    return directory
+from .pipeline_util import synthetic_docs, tiny_training_config, write_docbin
 
 
 @pytest.fixture(scope="module")
