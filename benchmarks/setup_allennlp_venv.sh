@@ -26,11 +26,11 @@ PIP=("$VENV/bin/python" -m pip install --quiet)
 # 3. What AllenNLP's import chain (allennlp.modules.elmo) needs, with dependencies.
 "${PIP[@]}" h5py spacy "transformers==4.49.0" "huggingface_hub<1" google-cloud-storage boto3 \
     lmdb dill base58 more-itertools safetensors typer tqdm requests filelock numpy scipy \
-    scikit-learn nltk termcolor tensorboardX sentencepiece jsonnet "torch==2.13.0" || {
+    scikit-learn nltk termcolor tensorboardX sentencepiece pillow "rich<13" jsonnet "torch==2.13.0" || {
     # jsonnet has no wheel for every Python; AllenNLP falls back to json without it.
     "${PIP[@]}" h5py spacy "transformers==4.49.0" "huggingface_hub<1" google-cloud-storage boto3 \
         lmdb dill base58 more-itertools safetensors typer tqdm requests filelock numpy scipy \
-        scikit-learn nltk termcolor tensorboardX sentencepiece "torch==2.13.0"
+        scikit-learn nltk termcolor tensorboardX sentencepiece pillow "rich<13" "torch==2.13.0"
 }
 
 # 4. This project, without touching the packages above.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +19,7 @@ from .lstm import LstmStack, State
 from .options import BiLMOptions
 
 DIRECTIONS = ("forward", "backward")
+TOKEN_CACHE_SIZE = 20000  # distinct tokens whose char-CNN vectors are kept at inference
 
 
 @dataclass
@@ -47,10 +49,17 @@ class BiLM(nn.Module):
     into the same row of the next call, as AllenNLP and bilm-tf do (ELMO_SPEC.md §7).
     """
 
-    def __init__(self, options: BiLMOptions, stateful: bool = False) -> None:
+    def __init__(
+        self, options: BiLMOptions, stateful: bool = False, token_cache_size: int = TOKEN_CACHE_SIZE
+    ) -> None:
         super().__init__()
         self.options = options
         self.stateful = stateful
+        # Without autograd the char-CNN vector of a token is looked up here when it was computed
+        # before with the same weights (keyed by the 50 char ids; LRU, `token_cache_size` rows).
+        self.token_cache_size = token_cache_size
+        self._token_cache: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self._token_cache_key: tuple = ()
         self.char_cnn = CharCNN(options)
         stack_args = dict(
             n_layers=options.n_layers,
@@ -180,8 +189,32 @@ class BiLM(nn.Module):
         )
         if mask.any():
             distinct, inverse = torch.unique(char_ids[mask], dim=0, return_inverse=True)
-            output[mask] = self.char_cnn(distinct)[inverse]
+            if torch.is_grad_enabled() or self.token_cache_size == 0:
+                vectors = self.char_cnn(distinct)
+            else:
+                vectors = self._cached_char_cnn(distinct)
+            output[mask] = vectors[inverse]
         return output
+
+    def _cached_char_cnn(self, distinct: torch.Tensor) -> torch.Tensor:
+        """char_cnn(distinct) with an LRU cache, emptied whenever a char-CNN weight changes."""
+        weights_key = tuple((p.data_ptr(), p._version) for p in self.char_cnn.parameters())
+        if weights_key != self._token_cache_key:
+            self._token_cache.clear()
+            self._token_cache_key = weights_key
+        cache = self._token_cache
+        keys = [row.tobytes() for row in distinct.cpu().numpy()]
+        missing = [i for i, key in enumerate(keys) if key not in cache]
+        if missing:
+            index = torch.tensor(missing, device=distinct.device)
+            for i, vector in zip(missing, self.char_cnn(distinct[index])):
+                cache[keys[i]] = vector
+        vectors = torch.stack([cache[key] for key in keys])
+        for key in keys:
+            cache.move_to_end(key)
+        while len(cache) > self.token_cache_size:
+            cache.popitem(last=False)
+        return vectors
 
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
         """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""

@@ -123,3 +123,27 @@ def test_gradients_match_finite_differences(files):
             assert abs((up - down) / 2e-6 - grad[index].item()) < 1e-5 * max(
                 1, abs(grad[index].item())
             )
+
+
+def test_token_cache_is_exact_and_follows_weight_changes(files, tmp_path):
+    cached = BiLM.from_allennlp(*files)
+    uncached = BiLM.from_allennlp(*files)
+    uncached.token_cache_size = 0
+    sentences = random_sentences(20, seed=3)
+    for _ in range(2):  # the second pass reads every token vector from the cache
+        for a, b in zip(cached.embed(sentences), uncached.embed(sentences)):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    assert 0 < len(cached._token_cache) <= len(WORDS)
+    other_files = write_random_model(tmp_path, tiny_options(), seed=9)
+    other = BiLM.from_allennlp(*other_files)
+    cached.load_state_dict(other.state_dict())  # new weights: the cache must not be used
+    for a, b in zip(cached.embed(sentences), other.embed(sentences)):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    with torch.no_grad():
+        cached.char_cnn.projection.bias.add_(1.0)  # in-place change, same tensor
+    uncached.load_state_dict(cached.state_dict())
+    for a, b in zip(cached.embed(sentences), uncached.embed(sentences)):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    cached.token_cache_size = 3
+    cached.embed(sentences)
+    assert len(cached._token_cache) == 3

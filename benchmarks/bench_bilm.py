@@ -1,0 +1,552 @@
+#!/usr/bin/env python
+"""spacy-elmo's biLM against AllenNLP 2.10.1's `_ElmoBiLm`: speed, memory and exactness.
+
+Run with the benchmark venv (see setup_allennlp_venv.sh), from the repository root:
+
+    /work/bench-venv/bin/python benchmarks/bench_bilm.py              # small, medium, original
+    /work/bench-venv/bin/python benchmarks/bench_bilm.py --bundled    # + the bundled model
+    /work/bench-venv/bin/python benchmarks/bench_bilm.py --quick      # smoke run (small, 24 sents)
+
+For every architecture, random weights are written once in the bilm-tf hdf5 layout
+(`BiLM.to_allennlp`) to a cache folder outside git; both implementations load that same file.
+Sentences: the first N sentences of CoNLL-2003 valid.txt, gold tokens, natural lengths.
+Each (implementation, architecture) runs in its own subprocess with `torch.set_num_threads`
+(2 by default), so that its peak memory is its own:
+
+* batch 32: every sentence once, in batches of 32; tokens/s counts real words only (no <S>,
+  </S>, no padding). spacy-elmo: `BiLM.embed(sentences, batch_size=32)` (stateless mode; it
+  batches longest first). AllenNLP: `batch_to_ids` + `_ElmoBiLm` + `remove_sentence_boundaries`
+  per batch of 32 in input order, as `ElmoEmbedder` does, with `reset_states()` before every
+  batch, which is bitwise a freshly built module (ELMO_SPEC §7), so both are stateless.
+  One untimed warm-up batch first. Times include token -> char ids and the copy of every
+  sentence's layers into its own float32 numpy array (3, n, 2P), for both.
+* batch 1: the first M sentences one at a time; median latency in ms per sentence.
+* peak memory: the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) during the
+  batch-32 pass, minus its RSS before the model was loaded; on CUDA,
+  torch.cuda.max_memory_allocated.
+* exactness: the max abs difference over all layers and all real tokens between the two
+  implementations' outputs, at batch 32 and at batch 1.
+
+Writes a markdown table and JSON to benchmarks/results/bilm_<device>.{md,json}
+(bilm_<device>_quick.* with --quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+CONLL_VALID = REPO / "assets" / "conll2003" / "valid.txt"
+BUNDLED_DIR = REPO / "spacy_elmo" / "data" / "en_elmo_bundled"
+ARCHS = ("small", "medium", "original")
+EXPECTED_PARAMETERS = {"small": 13_593_296, "medium": 28_027_728, "original": 93_600_848}
+IMPLS = ("spacy-elmo", "allennlp")
+TOLERANCE = 1e-5
+
+
+# ---------------------------------------------------------------------------------- helpers
+def read_conll_sentences(path: Path, limit: int) -> list[list[str]]:
+    """The first `limit` sentences (lists of gold tokens) of a CoNLL-2003 file."""
+    sentences: list[list[str]] = []
+    current: list[str] = []
+    with open(path, encoding="utf8") as handle:
+        for line in handle:
+            columns = line.split()
+            if not columns or columns[0] == "-DOCSTART-":
+                if current:
+                    sentences.append(current)
+                    current = []
+                    if len(sentences) >= limit:
+                        return sentences
+                continue
+            current.append(columns[0])
+    if current and len(sentences) < limit:
+        sentences.append(current)
+    return sentences
+
+
+def proc_status(field: str) -> int:
+    """A /proc/self/status value in bytes (VmRSS, VmHWM)."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def machine_info() -> dict:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import torch
+
+    info = {
+        "cpu": cpu,
+        "cpu_cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "platform": platform.platform(),
+    }
+    try:
+        info["memory_gib"] = round(
+            os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1
+        )
+    except (ValueError, OSError):
+        pass
+    try:
+        import spacy_elmo
+
+        info["spacy_elmo"] = spacy_elmo.__version__
+    except ImportError:
+        pass
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        info["git_commit"] = commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    try:
+        from importlib.metadata import version
+
+        info["allennlp"] = version("allennlp")
+    except Exception:  # noqa: BLE001
+        info["allennlp"] = None
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+# ---------------------------------------------------------------------------------- weights
+def hdf5_parameter_count(weight_file: Path) -> int:
+    import h5py
+
+    total = 0
+
+    def visit(_name, obj):
+        nonlocal total
+        if isinstance(obj, h5py.Dataset):
+            total += obj.size
+
+    with h5py.File(weight_file, "r") as handle:
+        handle.visititems(visit)
+    return total
+
+
+def prepare_weights(arch: str, cache_dir: Path, seed: int) -> dict:
+    """options.json + weights.hdf5 for `arch` (random weights, or the bundled model)."""
+    import torch
+
+    from spacy_elmo import BiLM, BiLMOptions
+
+    folder = cache_dir / arch
+    options_file, weight_file = folder / "options.json", folder / "weights.hdf5"
+    stamp = folder / "source.json"
+    if arch == "bundled":
+        source = {"source": str(BUNDLED_DIR), "mtime": (BUNDLED_DIR / "model.safetensors").stat().st_mtime}
+    else:
+        from spacy_elmo.pretrain.presets import preset
+
+        source = {"source": f"random preset {arch!r}", "seed": seed, "options": preset(arch)}
+    fresh = (
+        options_file.exists()
+        and weight_file.exists()
+        and stamp.exists()
+        and json.loads(stamp.read_text()) == source
+    )
+    if not fresh:
+        folder.mkdir(parents=True, exist_ok=True)
+        if arch == "bundled":
+            bilm = BiLM.load(BUNDLED_DIR)
+        else:
+            torch.manual_seed(seed)
+            bilm = BiLM(BiLMOptions.from_dict(source["options"]))
+        bilm.to_allennlp(options_file, weight_file)
+        stamp.write_text(json.dumps(source))
+        print(f"[weights] wrote {weight_file}", flush=True)
+    options = BiLMOptions.from_file(options_file)
+    n_parameters = options.n_parameters()
+    in_file = hdf5_parameter_count(weight_file)
+    if arch in EXPECTED_PARAMETERS and n_parameters != EXPECTED_PARAMETERS[arch]:
+        raise SystemExit(
+            f"{arch}: {n_parameters:,} parameters, expected {EXPECTED_PARAMETERS[arch]:,}"
+        )
+    if in_file != n_parameters:
+        raise SystemExit(f"{arch}: the hdf5 holds {in_file:,} values, options say {n_parameters:,}")
+    return {
+        "options_file": str(options_file),
+        "weight_file": str(weight_file),
+        "n_parameters": n_parameters,
+        "weights_mb": n_parameters * 4 / 2**20,
+        "lstm_dim": options.lstm_dim,
+        "projection_dim": options.projection_dim,
+        "n_highway": options.n_highway,
+    }
+
+
+# ---------------------------------------------------------------------------------- worker
+class Runner:
+    """Loads one implementation; `run(batch)` -> list of float32 arrays (L + 1, n, 2P)."""
+
+    def __init__(self, impl: str, options_file: str, weight_file: str, device: str) -> None:
+        import torch
+
+        self.impl, self.device = impl, torch.device(device)
+        if impl == "spacy-elmo":
+            from spacy_elmo import BiLM
+
+            self.model = BiLM.from_allennlp(options_file, weight_file).eval().to(self.device)
+        elif impl == "allennlp":
+            sys.path.insert(0, str(HERE))
+            import allennlp_compat  # noqa: F401  (before allennlp: torchvision ops)
+            from allennlp.modules.elmo import _ElmoBiLm, batch_to_ids
+            from allennlp.nn.util import remove_sentence_boundaries
+
+            self._batch_to_ids = batch_to_ids
+            self._remove = remove_sentence_boundaries
+            self.model = _ElmoBiLm(options_file, weight_file, requires_grad=False).eval()
+            self.model.to(self.device)
+        else:
+            raise ValueError(impl)
+
+    def sync(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def run(self, batch: list[list[str]], batch_size: int) -> list:
+        import numpy
+        import torch
+
+        if self.impl == "spacy-elmo":
+            return self.model.embed(batch, batch_size=batch_size)
+        results = []
+        with torch.no_grad():
+            for start in range(0, len(batch), batch_size):
+                sentences = batch[start : start + batch_size]
+                # Stateless: equal to a freshly constructed module (ELMO_SPEC §7).
+                self.model._elmo_lstm.reset_states()
+                char_ids = self._batch_to_ids(sentences).to(self.device)
+                output = self.model(char_ids)
+                mask = output["mask"]
+                layers = [self._remove(a, mask)[0] for a in output["activations"]]
+                stacked = torch.stack(layers).float().cpu().numpy()  # (L + 1, b, t, 2P)
+                for row, sentence in enumerate(sentences):
+                    results.append(numpy.ascontiguousarray(stacked[:, row, : len(sentence)]))
+        return results
+
+
+def worker(args: argparse.Namespace) -> None:
+    import numpy
+    import torch
+
+    spec = json.loads(args.worker_spec)
+    torch.set_num_threads(spec["threads"])
+    sentences = read_conll_sentences(CONLL_VALID, spec["sentences"])
+    b1_sentences = sentences[: spec["batch1_sentences"]]
+    on_cuda = spec["device"].startswith("cuda")
+    result: dict = {"impl": spec["impl"], "arch": spec["arch"], "threads": spec["threads"]}
+
+    rss_before = proc_status("VmRSS")
+    start = time.perf_counter()
+    runner = Runner(spec["impl"], spec["options_file"], spec["weight_file"], spec["device"])
+    runner.sync()
+    result["load_s"] = time.perf_counter() - start
+    result["rss_loaded_mb"] = (proc_status("VmRSS") - rss_before) / 2**20
+
+    # Warm-up (untimed): one batch of 32, then one sentence.
+    runner.run(sentences[:32], 32)
+    runner.run(sentences[:1], 1)
+    runner.sync()
+
+    # Batch 32.
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats()
+        cuda_base = torch.cuda.memory_allocated()
+    result["peak_rss_valid"] = reset_peak_rss()
+    start = time.perf_counter()
+    outputs = runner.run(sentences, 32)
+    runner.sync()
+    elapsed = time.perf_counter() - start
+    n_tokens = sum(len(s) for s in sentences)
+    result.update(
+        b32_sentences=len(sentences),
+        b32_tokens=n_tokens,
+        b32_seconds=elapsed,
+        b32_tokens_per_s=n_tokens / elapsed,
+        peak_rss_mb=(proc_status("VmHWM") - rss_before) / 2**20,
+    )
+    if on_cuda:
+        result["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        result["cuda_peak_over_weights_mb"] = (torch.cuda.max_memory_allocated() - cuda_base) / 2**20
+
+    # Batch 1.
+    latencies, b1_outputs = [], []
+    for sentence in b1_sentences:
+        start = time.perf_counter()
+        b1_outputs.extend(runner.run([sentence], 1))
+        runner.sync()
+        latencies.append(time.perf_counter() - start)
+    b1_tokens = sum(len(s) for s in b1_sentences)
+    result.update(
+        b1_sentences=len(b1_sentences),
+        b1_tokens=b1_tokens,
+        b1_latency_ms_median=1000 * statistics.median(latencies),
+        b1_latency_ms_mean=1000 * statistics.fmean(latencies),
+        b1_tokens_per_s=b1_tokens / sum(latencies),
+    )
+
+    out = Path(spec["outputs"])
+    numpy.savez(
+        out,
+        b32=numpy.concatenate(outputs, axis=1),
+        b32_lengths=numpy.array([o.shape[1] for o in outputs]),
+        b1=numpy.concatenate(b1_outputs, axis=1),
+    )
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_worker(spec: dict, env_threads: int) -> dict:
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(env_threads)
+    process = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker-spec", json.dumps(spec)],
+        capture_output=True, text=True, env=env, cwd=str(REPO),
+    )
+    lines = [l for l in process.stdout.splitlines() if l.startswith("RESULT ")]
+    if process.returncode != 0 or not lines:
+        sys.stderr.write(process.stdout[-4000:] + process.stderr[-4000:])
+        raise SystemExit(f"worker {spec['impl']} {spec['arch']} failed ({process.returncode})")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def max_abs_diff(a_file: Path, b_file: Path, key: str, n_tokens: int | None = None) -> float:
+    import numpy
+
+    a, b = numpy.load(a_file)[key], numpy.load(b_file)[key]
+    if n_tokens is not None:
+        a, b = a[:, :n_tokens], b[:, :n_tokens]
+    if a.shape != b.shape:
+        raise SystemExit(f"{key}: shapes differ {a.shape} vs {b.shape}")
+    return float(numpy.abs(a.astype("float64") - b.astype("float64")).max())
+
+
+# ---------------------------------------------------------------------------------- report
+def fmt(value, spec=",.0f", missing="–"):
+    return missing if value is None else format(value, spec)
+
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
+    device = report["settings"]["device"]
+    lines = [
+        f"# biLM benchmark: spacy-elmo vs AllenNLP `_ElmoBiLm` ({device})",
+        "",
+        f"- Machine: {m['cpu']}, {m['cpu_cores']} cores"
+        + (f", {m.get('memory_gib')} GiB" if m.get("memory_gib") else "")
+        + (f"; GPU {m['gpu']} (CUDA {m['cuda']})" if m.get("gpu") else ""),
+        f"- Versions: Python {m['python']}, torch {m['torch']}, AllenNLP {m.get('allennlp')}, "
+        f"spacy-elmo {m.get('spacy_elmo')} (git {m.get('git_commit', '?')})",
+        f"- Date: {m['date']}",
+        f"- Threads: {report['settings']['threads']} (`torch.set_num_threads`); sentences: the first "
+        f"N of CoNLL-2003 valid.txt, gold tokens, natural lengths; tokens = real words only",
+        f"- Command: `{report['settings']['command']}`",
+        "",
+        "| model | params | implementation | batch 32: sentences / tokens | batch 32 tokens/s "
+        "| speed-up | batch 1: median ms/sentence (n) | batch 1 tokens/s | speed-up "
+        "| peak memory MB (weights MB) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arch, entry in report["results"].items():
+        base = entry.get("allennlp")
+        for impl in IMPLS:
+            r = entry.get(impl)
+            if r is None:
+                continue
+            speed32 = speed1 = "–"
+            if impl != "allennlp" and base:
+                speed32 = f"{r['b32_tokens_per_s'] / base['b32_tokens_per_s']:.2f}x"
+                speed1 = f"{r['b1_tokens_per_s'] / base['b1_tokens_per_s']:.2f}x"
+            memory = r.get("cuda_peak_mb", r["peak_rss_mb"])
+            lines.append(
+                f"| {arch} | {entry['weights']['n_parameters'] / 1e6:.1f}M | {impl} "
+                f"| {r['b32_sentences']} / {r['b32_tokens']:,} | {r['b32_tokens_per_s']:,.0f} "
+                f"| {speed32} | {r['b1_latency_ms_median']:.1f} ({r['b1_sentences']}) "
+                f"| {r['b1_tokens_per_s']:,.0f} | {speed1} "
+                f"| {memory:,.0f} ({entry['weights']['weights_mb']:,.0f}) |"
+            )
+    lines += [
+        "",
+        "Max abs difference of all layers (all real tokens), spacy-elmo vs AllenNLP "
+        f"(required <= {TOLERANCE:g} on small):",
+        "",
+        "| model | batch 32 | batch 1 | sentences compared (batch 32 / batch 1) |",
+        "|---|---:|---:|---:|",
+    ]
+    for arch, entry in report["results"].items():
+        d = entry.get("max_abs_diff")
+        if d:
+            lines.append(
+                f"| {arch} | {d['b32']:.2e} | {d['b1']:.2e} | {d['b32_sentences']} / {d['b1_sentences']} |"
+            )
+    notes = report.get("notes") or []
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
+    lines += [
+        "",
+        "Peak memory: peak RSS of the benchmark process during the batch-32 pass minus its RSS "
+        "before loading the model (so: weights + activations + allocator overhead); on CUDA, "
+        "`torch.cuda.max_memory_allocated`. AllenNLP runs in input order with `reset_states()` "
+        "before each batch (= a fresh module per batch); spacy-elmo's `embed` sorts by length.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- main
+def parse_caps(values: list[str]) -> dict[str, int]:
+    caps = {}
+    for value in values:
+        arch, _, n = value.partition("=")
+        caps[arch] = int(n)
+    return caps
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archs", default=",".join(ARCHS), help="comma-separated presets")
+    parser.add_argument("--bundled", action="store_true", help="also the bundled model")
+    parser.add_argument("--sentences", type=int, default=512, help="batch-32 sentences")
+    parser.add_argument("--batch1-sentences", type=int, default=64)
+    parser.add_argument(
+        "--allennlp-sentences", action="append", default=[], metavar="ARCH=N",
+        help="fewer sentences for AllenNLP on ARCH (batch 32), e.g. original=256",
+    )
+    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--cache-dir", type=Path, default=Path("/work/bench-cache"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=None, help="results path without suffix")
+    parser.add_argument("--quick", action="store_true", help="smoke run: small, 24 sentences")
+    parser.add_argument("--worker-spec", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker_spec:
+        return worker(args)
+
+    if args.quick:
+        args.archs, args.sentences, args.batch1_sentences = "small", 24, 4
+    archs = [a for a in args.archs.split(",") if a]
+    if args.bundled:
+        if (BUNDLED_DIR / "model.safetensors").exists():
+            archs.append("bundled")
+        else:
+            print(f"--bundled: no bundled model at {BUNDLED_DIR}; skipped", file=sys.stderr)
+    impls = [i for i in args.impls.split(",") if i]
+    caps = parse_caps(args.allennlp_sentences)
+    device_tag = "cpu" if args.device == "cpu" else "gpu"
+    output = args.output or HERE / "results" / (f"bilm_{device_tag}" + ("_quick" if args.quick else ""))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    args.cache_dir.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/bench_bilm.py " + " ".join(argv if argv is not None else sys.argv[1:])
+
+    report: dict = {
+        "machine": machine_info(),
+        "settings": {
+            "device": args.device, "threads": args.threads, "sentences": args.sentences,
+            "batch1_sentences": args.batch1_sentences, "allennlp_sentences": caps,
+            "command": command.strip(), "seed": args.seed,
+        },
+        "results": {},
+        "notes": [],
+    }
+    for arch in archs:
+        weights = prepare_weights(arch, args.cache_dir, args.seed)
+        entry: dict = {"weights": weights}
+        files = {}
+        for impl in impls:
+            n = args.sentences
+            if impl == "allennlp" and arch in caps:
+                n = min(n, caps[arch])
+                report["notes"].append(
+                    f"{arch}: AllenNLP at batch 32 on the first {n} sentences only (time); "
+                    f"spacy-elmo on {args.sentences}; the difference is over the first {n}."
+                )
+            files[impl] = args.cache_dir / f"outputs_{arch}_{impl}_{device_tag}.npz"
+            spec = {
+                "impl": impl, "arch": arch, "sentences": n,
+                "batch1_sentences": min(args.batch1_sentences, n),
+                "threads": args.threads, "device": args.device, "outputs": str(files[impl]),
+                "options_file": weights["options_file"], "weight_file": weights["weight_file"],
+            }
+            print(f"[{arch}] {impl}: {n} sentences ...", flush=True)
+            entry[impl] = result = run_worker(spec, args.threads)
+            print(
+                f"[{arch}] {impl}: {result['b32_tokens_per_s']:,.0f} tokens/s at batch 32, "
+                f"{result['b1_latency_ms_median']:.1f} ms median at batch 1, "
+                f"peak {result['peak_rss_mb']:,.0f} MB",
+                flush=True,
+            )
+        if len(files) == 2:
+            a, b = entry["spacy-elmo"], entry["allennlp"]
+            n32 = min(a["b32_sentences"], b["b32_sentences"])
+            n1 = min(a["b1_sentences"], b["b1_sentences"])
+            sentences = read_conll_sentences(CONLL_VALID, n32)
+            entry["max_abs_diff"] = {
+                "b32": max_abs_diff(files["spacy-elmo"], files["allennlp"], "b32",
+                                    sum(len(s) for s in sentences)),
+                "b1": max_abs_diff(files["spacy-elmo"], files["allennlp"], "b1"),
+                "b32_sentences": n32,
+                "b1_sentences": n1,
+            }
+            print(f"[{arch}] max abs diff: {entry['max_abs_diff']}", flush=True)
+        report["results"][arch] = entry
+        # Write after every architecture, so that a long run leaves partial results.
+        output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        output.with_suffix(".md").write_text(markdown(report))
+
+    text = markdown(report)
+    print()
+    print(text)
+    print(f"wrote {output.with_suffix('.md')} and {output.with_suffix('.json')}")
+    small = report["results"].get("small", {}).get("max_abs_diff")
+    if small and max(small["b32"], small["b1"]) > TOLERANCE:
+        raise SystemExit(f"small: max abs difference {max(small['b32'], small['b1']):.2e} > {TOLERANCE:g}")
+
+
+if __name__ == "__main__":
+    main()
