@@ -133,7 +133,7 @@ def test_token_cache_is_exact_and_follows_weight_changes(files, tmp_path):
     for _ in range(2):  # the second pass reads every token vector from the cache
         for a, b in zip(cached.embed(sentences), uncached.embed(sentences)):
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
-    assert 0 < len(cached._token_cache) <= len(WORDS)
+    assert 0 < len(cached._token_cache) <= len(WORDS) + 2  # words, <S> and </S>
     other_files = write_random_model(tmp_path, tiny_options(), seed=9)
     other = BiLM.from_allennlp(*other_files)
     cached.load_state_dict(other.state_dict())  # new weights: the cache must not be used
