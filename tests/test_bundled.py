@@ -50,3 +50,17 @@ def test_bank_sense_check(nlp):
     assert np.abs(river_1[1] - finance[1]).max() > 1e-2
     assert np.abs(river_1[2] - finance[2]).max() > 1e-2
     assert cosine(river_1[2], river_2[2]) > cosine(river_1[2], finance[2])
+
+
+def test_embed_command_uses_the_bundled_biLM(tmp_path):
+    import h5py
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    text = tmp_path / "in.txt"
+    text.write_text(RIVER_1 + "\n" + FINANCE + "\n")
+    result = CliRunner().invoke(app, ["embed", str(text), str(tmp_path / "out.hdf5"), "-q"])
+    assert result.exit_code == 0, result.output
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        assert f["0"].shape == (3, 7, 256) and f["1"].shape == (3, 7, 256)
