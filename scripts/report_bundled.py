@@ -1,0 +1,48 @@
+"""Print the README table of the bundled biLM from its pretrain.json.
+
+python scripts/report_bundled.py [spacy_elmo/data/en_elmo_bundled]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+DEFAULT = Path(__file__).resolve().parent.parent / "spacy_elmo" / "data" / "en_elmo_bundled"
+
+
+def main() -> None:
+    directory = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
+    s = json.loads((directory / "pretrain.json").read_text())
+    cnn, lstm = s["options"]["char_cnn"], s["options"]["lstm"]
+    held_out = s.get("held_out", {})
+    size = sum(
+        (directory / f).stat().st_size
+        for f in ("config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt")
+    )
+    rows = [
+        ("architecture", f"char CNN {cnn['filters']} (F = {sum(n for _, n in cnn['filters'])}, "
+         f"e = {cnn['embedding']['dim']}), {cnn['n_highway']} highway, {lstm['n_layers']} x "
+         f"biLSTM D = {lstm['dim']}, P = {lstm['projection_dim']}, skip connections, clips "
+         f"{lstm.get('cell_clip')}/{lstm.get('proj_clip')}; "
+         f"output 3 x {2 * lstm['projection_dim']}"),
+        ("parameters", f"{s['n_parameters']:,} biLM + adaptive softmax over "
+         f"{s['vocab_size']:,} words"),
+        ("files", f"{size / 1e6:.1f} MB (biLM, softmax, vocabulary)"),
+        ("training data", "SOTU, nlp-corpus, Brown, linux-doc prose, World English Bible, Austen, "
+         "Moby Dick, CoNLL-2003 train sentences (DATA.md); 1% of lines held out"),
+        ("tokens seen", f"{s['tokens_seen']:,} ({s['steps']:,} steps)"),
+        ("training time", f"{s['train_seconds'] / 60:.0f} min on {s['world_size']} process(es), "
+         "2 CPU cores"),
+        ("held-out perplexity", f"forward {held_out.get('ppl_forward', float('nan')):.1f}, "
+         f"backward {held_out.get('ppl_backward', float('nan')):.1f}, average "
+         f"{held_out.get('ppl', float('nan')):.1f} ({held_out.get('tokens', 0):,} tokens)"),
+    ]  # fmt: skip
+    print("| | |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+if __name__ == "__main__":
+    main()
