@@ -51,6 +51,9 @@ BUNDLED_DIR = REPO / "spacy_elmo" / "data" / "en_elmo_bundled"
 ARCHS = ("small", "medium", "original")
 EXPECTED_PARAMETERS = {"small": 13_593_296, "medium": 28_027_728, "original": 93_600_848}
 IMPLS = ("spacy-elmo", "allennlp")
+# "spacy-elmo-cpu": this project on the CPU whatever --device says (the reference on a GPU
+# machine where AllenNLP cannot be installed).
+ALL_IMPLS = IMPLS + ("spacy-elmo-cpu",)
 TOLERANCE = 1e-5
 
 
@@ -223,7 +226,13 @@ class Runner:
     def __init__(self, impl: str, options_file: str, weight_file: str, device: str) -> None:
         import torch
 
+        if impl == "spacy-elmo-cpu":
+            impl, device = "spacy-elmo", "cpu"
         self.impl, self.device = impl, torch.device(device)
+        if self.device.type == "cuda":
+            # Exact float32 on both sides: no TF32 in convolutions or matmuls.
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
         if impl == "spacy-elmo":
             from spacy_elmo import BiLM
 
@@ -277,7 +286,7 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(spec["threads"])
     sentences = read_conll_sentences(CONLL_VALID, spec["sentences"])
     b1_sentences = sentences[: spec["batch1_sentences"]]
-    on_cuda = spec["device"].startswith("cuda")
+    on_cuda = spec["device"].startswith("cuda") and spec["impl"] != "spacy-elmo-cpu"
     result: dict = {"impl": spec["impl"], "arch": spec["arch"], "threads": spec["threads"]}
 
     rss_before = proc_status("VmRSS")
@@ -391,19 +400,22 @@ def markdown(report: dict) -> str:
         "| peak memory MB (weights MB) |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    impls = report["settings"]["impls"]
+    baseline = impls[1] if len(impls) > 1 else None
     for arch, entry in report["results"].items():
-        base = entry.get("allennlp")
-        for impl in IMPLS:
+        base = entry.get(baseline) if baseline else None
+        for impl in impls:
             r = entry.get(impl)
             if r is None:
                 continue
             speed32 = speed1 = "–"
-            if impl != "allennlp" and base:
+            if impl == impls[0] and base:
                 speed32 = f"{r['b32_tokens_per_s'] / base['b32_tokens_per_s']:.2f}x"
                 speed1 = f"{r['b1_tokens_per_s'] / base['b1_tokens_per_s']:.2f}x"
             memory = r.get("cuda_peak_mb", r["peak_rss_mb"])
+            label = impl + (" (GPU)" if "cuda_peak_mb" in r else "")
             lines.append(
-                f"| {arch} | {entry['weights']['n_parameters'] / 1e6:.1f}M | {impl} "
+                f"| {arch} | {entry['weights']['n_parameters'] / 1e6:.1f}M | {label} "
                 f"| {r['b32_sentences']} / {r['b32_tokens']:,} | {r['b32_tokens_per_s']:,.0f} "
                 f"| {speed32} | {r['b1_latency_ms_median']:.1f} ({r['b1_sentences']}) "
                 f"| {r['b1_tokens_per_s']:,.0f} | {speed1} "
@@ -411,7 +423,7 @@ def markdown(report: dict) -> str:
             )
     lines += [
         "",
-        "Max abs difference of all layers (all real tokens), spacy-elmo vs AllenNLP "
+        f"Max abs difference of all layers (all real tokens), {impls[0]} vs {baseline} "
         f"(required <= {TOLERANCE:g} on small):",
         "",
         "| model | batch 32 | batch 1 | sentences compared (batch 32 / batch 1) |",
@@ -431,7 +443,8 @@ def markdown(report: dict) -> str:
         "Peak memory: peak RSS of the benchmark process during the batch-32 pass minus its RSS "
         "before loading the model (so: weights + activations + allocator overhead); on CUDA, "
         "`torch.cuda.max_memory_allocated`. AllenNLP runs in input order with `reset_states()` "
-        "before each batch (= a fresh module per batch); spacy-elmo's `embed` sorts by length.",
+        "before each batch (= a fresh module per batch); spacy-elmo's `embed` sorts by length. "
+        "On CUDA, TF32 is off for both (exact float32).",
         "",
     ]
     return "\n".join(lines)
@@ -477,6 +490,9 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(f"--bundled: no bundled model at {BUNDLED_DIR}; skipped", file=sys.stderr)
     impls = [i for i in args.impls.split(",") if i]
+    unknown = [i for i in impls if i not in ALL_IMPLS]
+    if unknown or not impls or len(impls) > 2:
+        parser.error(f"--impls: one or two of {', '.join(ALL_IMPLS)} (got {args.impls!r})")
     caps = parse_caps(args.allennlp_sentences)
     device_tag = "cpu" if args.device == "cpu" else "gpu"
     output = args.output or HERE / "results" / (f"bilm_{device_tag}" + ("_quick" if args.quick else ""))
@@ -489,7 +505,7 @@ def main(argv: list[str] | None = None) -> None:
         "settings": {
             "device": args.device, "threads": args.threads, "sentences": args.sentences,
             "batch1_sentences": args.batch1_sentences, "allennlp_sentences": caps,
-            "command": command.strip(), "seed": args.seed,
+            "command": command.strip(), "seed": args.seed, "impls": impls,
         },
         "results": {},
         "notes": [],
@@ -500,17 +516,18 @@ def main(argv: list[str] | None = None) -> None:
         files = {}
         for impl in impls:
             n = args.sentences
-            if impl == "allennlp" and arch in caps:
+            if impl != impls[0] and arch in caps:
                 n = min(n, caps[arch])
                 report["notes"].append(
-                    f"{arch}: AllenNLP at batch 32 on the first {n} sentences only (time); "
-                    f"spacy-elmo on {args.sentences}; the difference is over the first {n}."
+                    f"{arch}: {impl} at batch 32 on the first {n} sentences only (time); "
+                    f"{impls[0]} on {args.sentences}; the difference is over the first {n}."
                 )
             files[impl] = args.cache_dir / f"outputs_{arch}_{impl}_{device_tag}.npz"
+            impl_device = "cpu" if impl == "spacy-elmo-cpu" else args.device
             spec = {
                 "impl": impl, "arch": arch, "sentences": n,
                 "batch1_sentences": min(args.batch1_sentences, n),
-                "threads": args.threads, "device": args.device, "outputs": str(files[impl]),
+                "threads": args.threads, "device": impl_device, "outputs": str(files[impl]),
                 "options_file": weights["options_file"], "weight_file": weights["weight_file"],
             }
             print(f"[{arch}] {impl}: {n} sentences ...", flush=True)
@@ -518,18 +535,19 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"[{arch}] {impl}: {result['b32_tokens_per_s']:,.0f} tokens/s at batch 32, "
                 f"{result['b1_latency_ms_median']:.1f} ms median at batch 1, "
-                f"peak {result['peak_rss_mb']:,.0f} MB",
+                f"peak {result.get('cuda_peak_mb', result['peak_rss_mb']):,.0f} MB",
                 flush=True,
             )
         if len(files) == 2:
-            a, b = entry["spacy-elmo"], entry["allennlp"]
+            first, second = impls
+            a, b = entry[first], entry[second]
             n32 = min(a["b32_sentences"], b["b32_sentences"])
             n1 = min(a["b1_sentences"], b["b1_sentences"])
             sentences = read_conll_sentences(CONLL_VALID, n32)
             entry["max_abs_diff"] = {
-                "b32": max_abs_diff(files["spacy-elmo"], files["allennlp"], "b32",
+                "b32": max_abs_diff(files[first], files[second], "b32",
                                     sum(len(s) for s in sentences)),
-                "b1": max_abs_diff(files["spacy-elmo"], files["allennlp"], "b1"),
+                "b1": max_abs_diff(files[first], files[second], "b1"),
                 "b32_sentences": n32,
                 "b1_sentences": n1,
             }

@@ -18,13 +18,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-COLORS = {"spacy-elmo": "#2a7ab0", "allennlp": "#c9752a"}
+COLORS = {"spacy-elmo": "#2a7ab0", "allennlp": "#c9752a", "spacy-elmo-cpu": "#8aa1b1"}
 
 
 def plot(results_file: Path, output: Path) -> None:
     report = json.loads(results_file.read_text())
     archs = list(report["results"])
-    impls = [i for i in ("spacy-elmo", "allennlp") if any(i in report["results"][a] for a in archs)]
+    impls = report["settings"].get("impls", ["spacy-elmo", "allennlp"])
+    impls = [i for i in impls if any(i in report["results"][a] for a in archs)]
     width = 0.8 / len(impls)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     for k, impl in enumerate(impls):
@@ -40,8 +41,8 @@ def plot(results_file: Path, output: Path) -> None:
     for arch in archs:
         entry = report["results"][arch]
         label = f"{arch}\n{entry['weights']['n_parameters'] / 1e6:.1f}M"
-        if "spacy-elmo" in entry and "allennlp" in entry:
-            ratio = entry["spacy-elmo"]["b32_tokens_per_s"] / entry["allennlp"]["b32_tokens_per_s"]
+        if len(impls) == 2 and all(i in entry for i in impls):
+            ratio = entry[impls[0]]["b32_tokens_per_s"] / entry[impls[1]]["b32_tokens_per_s"]
             label += f"  ({ratio:.1f}x)"
         labels.append(label)
     ax.set_xticks(range(len(archs)), labels)

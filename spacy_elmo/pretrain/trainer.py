@@ -398,8 +398,8 @@ class Pretrainer:
     def _should_stop(self) -> bool:
         if not self.distributed:
             return self.stop_requested
-        flag = torch.tensor([1.0 if self.stop_requested else 0.0])
-        torch.distributed.all_reduce(flag)
+        flag = torch.tensor([1.0 if self.stop_requested else 0.0], device=self.device)
+        torch.distributed.all_reduce(flag)  # on the device: NCCL reduces CUDA tensors only
         self.stop_requested = flag.item() > 0
         return self.stop_requested
 
@@ -516,10 +516,11 @@ class Pretrainer:
         local = torch.tensor(
             [sum(p.detach().double().sum().item() for p in self.model.parameters())],
             dtype=torch.float64,
+            device=self.device,
         )
         gathered = [torch.zeros_like(local) for _ in range(self.world)]
         torch.distributed.all_gather(gathered, local)
-        return [g.item() for g in gathered]
+        return [g.item() for g in gathered]  # .item() moves each to the host
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
