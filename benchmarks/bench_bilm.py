@@ -22,7 +22,7 @@ Each (implementation, architecture) runs in its own subprocess with `torch.set_n
   sentence's layers into its own float32 numpy array (3, n, 2P), for both.
 * batch 1: the first M sentences one at a time; median latency in ms per sentence.
 * peak memory: the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) during the
-  batch-32 pass, minus its RSS before the model was loaded; on CUDA,
+  batch-32 pass, minus its RSS after the imports and before the model was loaded; on CUDA,
   torch.cuda.max_memory_allocated.
 * exactness: the max abs difference over all layers and all real tokens between the two
   implementations' outputs, at batch 32 and at batch 1.
@@ -131,11 +131,15 @@ def machine_info() -> dict:
     try:
         commit = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         info["git_commit"] = commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -178,7 +182,10 @@ def prepare_weights(arch: str, cache_dir: Path, seed: int) -> dict:
     options_file, weight_file = folder / "options.json", folder / "weights.hdf5"
     stamp = folder / "source.json"
     if arch == "bundled":
-        source = {"source": str(BUNDLED_DIR), "mtime": (BUNDLED_DIR / "model.safetensors").stat().st_mtime}
+        source = {
+            "source": str(BUNDLED_DIR),
+            "mtime": (BUNDLED_DIR / "model.safetensors").stat().st_mtime,
+        }
     else:
         from spacy_elmo.pretrain.presets import preset
 
@@ -220,12 +227,29 @@ def prepare_weights(arch: str, cache_dir: Path, seed: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------- worker
+def import_impl(impl: str):
+    """The implementation's modules (imported before the memory baseline is taken)."""
+    if impl in ("spacy-elmo", "spacy-elmo-cpu"):
+        from spacy_elmo import BiLM
+
+        return BiLM
+    sys.path.insert(0, str(HERE))
+    import allennlp_compat  # noqa: F401  (before allennlp: torchvision ops)
+    from allennlp.modules.elmo import _ElmoBiLm, batch_to_ids
+    from allennlp.nn.util import remove_sentence_boundaries
+
+    return _ElmoBiLm, batch_to_ids, remove_sentence_boundaries
+
+
 class Runner:
     """Loads one implementation; `run(batch)` -> list of float32 arrays (L + 1, n, 2P)."""
 
-    def __init__(self, impl: str, options_file: str, weight_file: str, device: str) -> None:
+    def __init__(
+        self, impl: str, options_file: str, weight_file: str, device: str, sort: bool = False
+    ) -> None:
         import torch
 
+        self.sort = sort
         if impl == "spacy-elmo-cpu":
             impl, device = "spacy-elmo", "cpu"
         self.impl, self.device = impl, torch.device(device)
@@ -234,17 +258,10 @@ class Runner:
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
         if impl == "spacy-elmo":
-            from spacy_elmo import BiLM
-
+            BiLM = import_impl(impl)
             self.model = BiLM.from_allennlp(options_file, weight_file).eval().to(self.device)
         elif impl == "allennlp":
-            sys.path.insert(0, str(HERE))
-            import allennlp_compat  # noqa: F401  (before allennlp: torchvision ops)
-            from allennlp.modules.elmo import _ElmoBiLm, batch_to_ids
-            from allennlp.nn.util import remove_sentence_boundaries
-
-            self._batch_to_ids = batch_to_ids
-            self._remove = remove_sentence_boundaries
+            _ElmoBiLm, self._batch_to_ids, self._remove = import_impl(impl)
             self.model = _ElmoBiLm(options_file, weight_file, requires_grad=False).eval()
             self.model.to(self.device)
         else:
@@ -262,10 +279,14 @@ class Runner:
 
         if self.impl == "spacy-elmo":
             return self.model.embed(batch, batch_size=batch_size)
-        results = []
+        order = list(range(len(batch)))
+        if self.sort:  # --allennlp-sorted: the same longest-first batches as spacy-elmo
+            order.sort(key=lambda i: -len(batch[i]))
+        results: list = [None] * len(batch)
         with torch.no_grad():
             for start in range(0, len(batch), batch_size):
-                sentences = batch[start : start + batch_size]
+                indices = order[start : start + batch_size]
+                sentences = [batch[i] for i in indices]
                 # Stateless: equal to a freshly constructed module (ELMO_SPEC §7).
                 self.model._elmo_lstm.reset_states()
                 char_ids = self._batch_to_ids(sentences).to(self.device)
@@ -273,8 +294,8 @@ class Runner:
                 mask = output["mask"]
                 layers = [self._remove(a, mask)[0] for a in output["activations"]]
                 stacked = torch.stack(layers).float().cpu().numpy()  # (L + 1, b, t, 2P)
-                for row, sentence in enumerate(sentences):
-                    results.append(numpy.ascontiguousarray(stacked[:, row, : len(sentence)]))
+                for row, (index, sentence) in enumerate(zip(indices, sentences)):
+                    results[index] = numpy.ascontiguousarray(stacked[:, row, : len(sentence)])
         return results
 
 
@@ -289,9 +310,18 @@ def worker(args: argparse.Namespace) -> None:
     on_cuda = spec["device"].startswith("cuda") and spec["impl"] != "spacy-elmo-cpu"
     result: dict = {"impl": spec["impl"], "arch": spec["arch"], "threads": spec["threads"]}
 
-    rss_before = proc_status("VmRSS")
+    rss_start = proc_status("VmRSS")
+    import_impl(spec["impl"])
+    rss_before = proc_status("VmRSS")  # the baseline: after imports, before the model
+    result["imports_rss_mb"] = (rss_before - rss_start) / 2**20
     start = time.perf_counter()
-    runner = Runner(spec["impl"], spec["options_file"], spec["weight_file"], spec["device"])
+    runner = Runner(
+        spec["impl"],
+        spec["options_file"],
+        spec["weight_file"],
+        spec["device"],
+        sort=spec.get("sort", False),
+    )
     runner.sync()
     result["load_s"] = time.perf_counter() - start
     result["rss_loaded_mb"] = (proc_status("VmRSS") - rss_before) / 2**20
@@ -320,7 +350,9 @@ def worker(args: argparse.Namespace) -> None:
     )
     if on_cuda:
         result["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        result["cuda_peak_over_weights_mb"] = (torch.cuda.max_memory_allocated() - cuda_base) / 2**20
+        result["cuda_peak_over_weights_mb"] = (
+            torch.cuda.max_memory_allocated() - cuda_base
+        ) / 2**20
 
     # Batch 1.
     latencies, b1_outputs = [], []
@@ -354,9 +386,12 @@ def run_worker(spec: dict, env_threads: int) -> dict:
         env[name] = str(env_threads)
     process = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--worker-spec", json.dumps(spec)],
-        capture_output=True, text=True, env=env, cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(REPO),
     )
-    lines = [l for l in process.stdout.splitlines() if l.startswith("RESULT ")]
+    lines = [line for line in process.stdout.splitlines() if line.startswith("RESULT ")]
     if process.returncode != 0 or not lines:
         sys.stderr.write(process.stdout[-4000:] + process.stderr[-4000:])
         raise SystemExit(f"worker {spec['impl']} {spec['arch']} failed ({process.returncode})")
@@ -391,7 +426,8 @@ def markdown(report: dict) -> str:
         f"- Versions: Python {m['python']}, torch {m['torch']}, AllenNLP {m.get('allennlp')}, "
         f"spacy-elmo {m.get('spacy_elmo')} (git {m.get('git_commit', '?')})",
         f"- Date: {m['date']}",
-        f"- Threads: {report['settings']['threads']} (`torch.set_num_threads`); sentences: the first "
+        f"- Threads: {report['settings']['threads']} (`torch.set_num_threads`); "
+        "sentences: the first "
         f"N of CoNLL-2003 valid.txt, gold tokens, natural lengths; tokens = real words only",
         f"- Command: `{report['settings']['command']}`",
         "",
@@ -433,7 +469,8 @@ def markdown(report: dict) -> str:
         d = entry.get("max_abs_diff")
         if d:
             lines.append(
-                f"| {arch} | {d['b32']:.2e} | {d['b1']:.2e} | {d['b32_sentences']} / {d['b1_sentences']} |"
+                f"| {arch} | {d['b32']:.2e} | {d['b1']:.2e} "
+                f"| {d['b32_sentences']} / {d['b1_sentences']} |"
             )
     notes = report.get("notes") or []
     if notes:
@@ -441,8 +478,10 @@ def markdown(report: dict) -> str:
     lines += [
         "",
         "Peak memory: peak RSS of the benchmark process during the batch-32 pass minus its RSS "
-        "before loading the model (so: weights + activations + allocator overhead); on CUDA, "
-        "`torch.cuda.max_memory_allocated`. AllenNLP runs in input order with `reset_states()` "
+        "after the imports, before loading the model (so: weights + activations + allocator "
+        "overhead); on CUDA, "
+        "`torch.cuda.max_memory_allocated`. AllenNLP runs in "
+        f"{report['settings'].get('allennlp_order', 'input order')} with `reset_states()` "
         "before each batch (= a fresh module per batch); spacy-elmo's `embed` sorts by length. "
         "On CUDA, TF32 is off for both (exact float32).",
         "",
@@ -466,10 +505,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sentences", type=int, default=512, help="batch-32 sentences")
     parser.add_argument("--batch1-sentences", type=int, default=64)
     parser.add_argument(
-        "--allennlp-sentences", action="append", default=[], metavar="ARCH=N",
+        "--allennlp-sentences",
+        action="append",
+        default=[],
+        metavar="ARCH=N",
         help="fewer sentences for AllenNLP on ARCH (batch 32), e.g. original=256",
     )
-    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument(
+        "--impls",
+        default=",".join(IMPLS),
+        help=f"one or two of {', '.join(ALL_IMPLS)}; the first is compared with the second",
+    )
+    parser.add_argument(
+        "--allennlp-sorted",
+        action="store_true",
+        help="give AllenNLP spacy-elmo's longest-first batches (default: input order)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--cache-dir", type=Path, default=Path("/work/bench-cache"))
@@ -495,17 +546,27 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--impls: one or two of {', '.join(ALL_IMPLS)} (got {args.impls!r})")
     caps = parse_caps(args.allennlp_sentences)
     device_tag = "cpu" if args.device == "cpu" else "gpu"
-    output = args.output or HERE / "results" / (f"bilm_{device_tag}" + ("_quick" if args.quick else ""))
+    output = args.output or HERE / "results" / (
+        f"bilm_{device_tag}" + ("_quick" if args.quick else "")
+    )
     output.parent.mkdir(parents=True, exist_ok=True)
     args.cache_dir.mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/bench_bilm.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/bench_bilm.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
 
     report: dict = {
         "machine": machine_info(),
         "settings": {
-            "device": args.device, "threads": args.threads, "sentences": args.sentences,
-            "batch1_sentences": args.batch1_sentences, "allennlp_sentences": caps,
-            "command": command.strip(), "seed": args.seed, "impls": impls,
+            "device": args.device,
+            "threads": args.threads,
+            "sentences": args.sentences,
+            "batch1_sentences": args.batch1_sentences,
+            "allennlp_sentences": caps,
+            "command": command.strip(),
+            "seed": args.seed,
+            "impls": impls,
+            "allennlp_order": "longest-first order" if args.allennlp_sorted else "input order",
         },
         "results": {},
         "notes": [],
@@ -525,10 +586,16 @@ def main(argv: list[str] | None = None) -> None:
             files[impl] = args.cache_dir / f"outputs_{arch}_{impl}_{device_tag}.npz"
             impl_device = "cpu" if impl == "spacy-elmo-cpu" else args.device
             spec = {
-                "impl": impl, "arch": arch, "sentences": n,
+                "impl": impl,
+                "arch": arch,
+                "sentences": n,
                 "batch1_sentences": min(args.batch1_sentences, n),
-                "threads": args.threads, "device": impl_device, "outputs": str(files[impl]),
-                "options_file": weights["options_file"], "weight_file": weights["weight_file"],
+                "threads": args.threads,
+                "device": impl_device,
+                "outputs": str(files[impl]),
+                "options_file": weights["options_file"],
+                "weight_file": weights["weight_file"],
+                "sort": impl == "allennlp" and args.allennlp_sorted,
             }
             print(f"[{arch}] {impl}: {n} sentences ...", flush=True)
             entry[impl] = result = run_worker(spec, args.threads)
@@ -545,8 +612,9 @@ def main(argv: list[str] | None = None) -> None:
             n1 = min(a["b1_sentences"], b["b1_sentences"])
             sentences = read_conll_sentences(CONLL_VALID, n32)
             entry["max_abs_diff"] = {
-                "b32": max_abs_diff(files[first], files[second], "b32",
-                                    sum(len(s) for s in sentences)),
+                "b32": max_abs_diff(
+                    files[first], files[second], "b32", sum(len(s) for s in sentences)
+                ),
                 "b1": max_abs_diff(files[first], files[second], "b1"),
                 "b32_sentences": n32,
                 "b1_sentences": n1,
@@ -563,7 +631,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {output.with_suffix('.md')} and {output.with_suffix('.json')}")
     small = report["results"].get("small", {}).get("max_abs_diff")
     if small and max(small["b32"], small["b1"]) > TOLERANCE:
-        raise SystemExit(f"small: max abs difference {max(small['b32'], small['b1']):.2e} > {TOLERANCE:g}")
+        raise SystemExit(
+            f"small: max abs difference {max(small['b32'], small['b1']):.2e} > {TOLERANCE:g}"
+        )
 
 
 if __name__ == "__main__":
