@@ -8,9 +8,11 @@ import sys
 import numpy as np
 import pytest
 import spacy
+import torch
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import BiLM
+from spacy_elmo.layers.elmo_model import get_bilm
 
 from .pipeline_util import TINY_WIDTH, tiny_nlp
 
@@ -154,23 +156,38 @@ def test_pipe_with_two_processes(nlp):
         np.testing.assert_allclose(a._.elmo_layers, b._.elmo_layers, atol=1e-5)
 
 
+def assert_same_weights(a, b):
+    """Bit-identical biLM weights (outputs may differ by float rounding: the token cache of a
+    used model holds vectors computed in other batches)."""
+    state_a, state_b = get_bilm(a).state_dict(), get_bilm(b).state_dict()
+    assert state_a.keys() == state_b.keys()
+    for key in state_a:
+        assert torch.equal(state_a[key], state_b[key]), key
+
+
 def test_to_disk_and_load_need_only_the_directory(nlp, tmp_path):
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
     assert loaded.get_pipe("elmo").model.attrs["weights_loaded"]
+    assert_same_weights(nlp.get_pipe("elmo").model, loaded.get_pipe("elmo").model)
     a, b = nlp("the river bank"), loaded("the river bank")
-    np.testing.assert_array_equal(a._.elmo_layers, b._.elmo_layers)
+    np.testing.assert_allclose(a._.elmo_layers, b._.elmo_layers, atol=1e-6, rtol=0)
     restored = spacy.blank("en").from_config(nlp.config)
     restored.from_bytes(nlp.to_bytes())
-    np.testing.assert_array_equal(restored("the river bank")._.elmo_layers, a._.elmo_layers)
+    assert_same_weights(nlp.get_pipe("elmo").model, restored.get_pipe("elmo").model)
+    np.testing.assert_allclose(
+        restored("the river bank")._.elmo_layers, a._.elmo_layers, atol=1e-6, rtol=0
+    )
 
 
 def test_thinc_model_bytes_round_trip(nlp, bilm_dir):
     model = nlp.get_pipe("elmo").model
     fresh = tiny_nlp(bilm_dir).get_pipe("elmo").model  # random weights, not loaded
     fresh.from_bytes(model.to_bytes())
+    assert_same_weights(model, fresh)
+    assert fresh.attrs["weights_loaded"]
     docs = [nlp.make_doc("the river bank flooded")]
-    np.testing.assert_array_equal(model.predict(docs)[0], fresh.predict(docs)[0])
+    np.testing.assert_allclose(model.predict(docs)[0], fresh.predict(docs)[0], atol=1e-6, rtol=0)
 
 
 def test_mismatched_weights_fail_at_initialize(tmp_path, bilm_dir):
