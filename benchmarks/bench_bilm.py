@@ -44,6 +44,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import git_commit  # benchmarks/common.py (the script's own folder)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CONLL_VALID = REPO / "assets" / "conll2003" / "valid.txt"
@@ -128,22 +130,9 @@ def machine_info() -> dict:
         info["spacy_elmo"] = spacy_elmo.__version__
     except ImportError:
         pass
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        info["git_commit"] = commit + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        pass
+    commit = git_commit()
+    if commit:
+        info["git_commit"] = commit
     try:
         from importlib.metadata import version
 

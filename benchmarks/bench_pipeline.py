@@ -35,10 +35,11 @@ import importlib.util
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common import git_commit  # benchmarks/common.py (the script's own folder)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -92,22 +93,9 @@ def machine_info() -> dict:
         "thinc": thinc.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        info["git_commit"] = commit + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        pass
+    commit = git_commit()
+    if commit:
+        info["git_commit"] = commit
     return info
 
 
