@@ -14,7 +14,7 @@ from thinc.api import Config, Model, Optimizer, get_array_module, set_dropout_ra
 from thinc.types import Floats3d
 
 from .bilm import BiLM
-from .layers.elmo_model import get_bilm, set_weights
+from .layers.elmo_model import ensure_weights, get_bilm, set_weights
 from .layers.listener import ElmoListener
 
 DEFAULT_CONFIG = """
@@ -184,9 +184,8 @@ class Elmo(TrainablePipe):
         if weights is not None:
             source = getattr(weights, "source", "the weights loader")
             set_weights(self.model, weights(), source)
-        elif not self.model.attrs["weights_loaded"]:
-            load_default = self.model.attrs["default_weights"]
-            set_weights(self.model, load_default(), "the bundled biLM")
+        else:
+            ensure_weights(self.model)  # the bundled biLM unless weights are already loaded
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
         self.model.initialize(X=doc_sample)
         self._check_listeners()

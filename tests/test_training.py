@@ -33,7 +33,6 @@ def make_nlp(bilm_dir, data, **elmo_model):
     config = tiny_training_config(bilm_dir, *data)
     config["components"]["elmo"]["model"].update(elmo_model)
     nlp = load_model_from_config(config, auto_fill=True)
-    examples = [Example(nlp.make_doc(""), doc) for doc in []]
     gold = synthetic_docs(nlp, 30, seed=2)
     examples = [Example(spacy.tokens.Doc(nlp.vocab, words=[t.text for t in d]), d) for d in gold]
     for eg in examples:
@@ -160,3 +159,13 @@ def test_spacy_train_end_to_end(bilm_dir, data, tmp_path):
         ]
         np.testing.assert_allclose(after._.elmo_layers, before._.elmo_layers, atol=1e-6, rtol=0)
     assert mixes(nlp, "tagger")[0] != mixes(nlp, "ner")[0]
+
+
+def test_listener_width_that_does_not_match_the_bilm_fails_at_initialize(bilm_dir, data):
+    config = tiny_training_config(bilm_dir, *data)
+    config["components"]["ner"]["model"]["tok2vec"]["elmo"]["width"] = 32
+    nlp = load_model_from_config(config, auto_fill=True)
+    gold = synthetic_docs(nlp, 5, seed=2)
+    examples = [Example(spacy.tokens.Doc(nlp.vocab, words=[t.text for t in d]), d) for d in gold]
+    with pytest.raises(ValueError, match="listener of 'ner' has width=32, n_layers=3 but"):
+        nlp.initialize(lambda: examples)
