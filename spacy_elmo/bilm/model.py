@@ -15,7 +15,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
-from .lstm import LstmStack, State
+from .lstm import LstmStack, State, run_stacks
 from .options import BiLMOptions
 
 DIRECTIONS = ("forward", "backward")
@@ -247,26 +247,34 @@ class BiLM(nn.Module):
         reverse_index = torch.where(
             mask, bounded_lengths[:, None] - 1 - positions[None, :], positions[None, :]
         )
-        outputs = {}
-        for direction, stack in zip(DIRECTIONS, (self.forward_lstm, self.backward_lstm)):
-            inputs = tokens if direction == "forward" else _gather_time(tokens, reverse_index)
-            packed = pack_padded_sequence(
+        # Both directions have the same lengths, hence the same packing: step them together.
+        stacks = (self.forward_lstm, self.backward_lstm)
+        packed = [
+            pack_padded_sequence(
                 inputs, bounded_lengths.cpu(), batch_first=True, enforce_sorted=False
             )
-            batch_sizes = packed.batch_sizes.tolist()
-            states = self._initial_states(direction, stack, batch, packed.sorted_indices)
-            layer_outputs, final_states = stack(packed.data, batch_sizes, states)
+            for inputs in (tokens, _gather_time(tokens, reverse_index))
+        ]
+        batch_sizes = packed[0].batch_sizes.tolist()
+        sorted_indices, unsorted_indices = packed[0].sorted_indices, packed[0].unsorted_indices
+        states = [
+            self._initial_states(direction, stack, batch, sorted_indices)
+            for direction, stack in zip(DIRECTIONS, stacks)
+        ]
+        layer_outputs, final_states = run_stacks(
+            stacks, [p.data for p in packed], batch_sizes, states
+        )
+        outputs = {}
+        for index, direction in enumerate(DIRECTIONS):
             if self.stateful:
-                self._carry_states(direction, final_states, packed.unsorted_indices)
+                self._carry_states(direction, final_states[index], unsorted_indices)
             padded = [
                 pad_packed_sequence(
-                    PackedSequence(
-                        output, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices
-                    ),
+                    PackedSequence(output, packed[0].batch_sizes, sorted_indices, unsorted_indices),
                     batch_first=True,
                     total_length=time + 2,
                 )[0]
-                for output in layer_outputs
+                for output in layer_outputs[index]
             ]  # L x (batch, time + 2, P)
             if direction == "backward":
                 padded = [_gather_time(output, reverse_index) for output in padded]

@@ -1,0 +1,56 @@
+"""The matrix products of the biLM, routed to the fastest exact float32 kernel.
+
+At inference on the CPU, oneDNN's inner product runs the per-step LSTM products two to three
+times faster than `F.linear` (MKL) for the few rows of one timestep and a kernel larger than
+the cache: on 2 cores, 32 rows times the original model's (16384, 512) recurrent kernel takes
+4.2 ms against 8.3 ms, one row 0.54 ms against 3.0 ms (`benchmarks/bench_kernels.py`). Its fixed
+cost per call (about 15 us) loses on small kernels, so those stay with `F.linear`. Both are
+float32 throughout; only the order of the additions differs.
+
+With autograd (training, fine-tuning), on other devices and in other dtypes this is `F.linear`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.nn import functional as F
+
+# Kernels with fewer elements than this stay with F.linear at inference (the (4D, P) kernels of
+# the bundled model, 2048 x 128, are below; the published models' kernels are above).
+ONEDNN_MIN_ELEMENTS = 1 << 19
+
+_ONEDNN = (
+    torch.backends.mkldnn.is_available()
+    and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    and os.environ.get("SPACY_ELMO_DISABLE_ONEDNN", "") in ("", "0")
+)
+
+
+def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `linear(x, weight)` goes through oneDNN."""
+    return (
+        _ONEDNN
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and weight.numel() >= ONEDNN_MIN_ELEMENTS
+        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+    )
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    add: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x @ weight.T + bias + add for 2-d `x` (rows, in), `weight` (out, in), `add` (rows, out)."""
+    if uses_onednn(x, weight):
+        x = x.contiguous()
+        if add is None:
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise.binary(x, add.contiguous(), weight, bias, "add")
+    y = F.linear(x, weight, bias)
+    return y if add is None else y.add_(add) if not y.requires_grad else y + add
