@@ -9,6 +9,8 @@ from torch.nn import functional as F
 from .chars import N_CHARACTERS, PADDING_ROW_ID
 from .options import BiLMOptions
 
+CNN_BLOCK_BYTES = 16 << 20  # 80 tokens for the published models' 1024-filter bank
+
 
 class Highway(nn.Module):
     """x <- t * relu(x W_transform + b_transform) + (1 - t) * x, t = sigmoid(x W_carry + b_carry).
@@ -50,6 +52,15 @@ class CharCNN(nn.Module):
         )
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        # The convolution outputs (n, filters, 50) are the largest tensors of the biLM: run
+        # blocks of tokens so that one filter bank's output stays under CNN_BLOCK_BYTES.
+        max_filters = max(n_filters for _, n_filters in self.options.filters)
+        rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
+        if char_ids.shape[0] <= rows:
+            return self._forward(char_ids)
+        return torch.cat([self._forward(block) for block in char_ids.split(rows)])
+
+    def _forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         chars = self.char_embedding(char_ids).transpose(1, 2)  # (n, e, 50)
         # Max-pool each filter bank over all positions, then the activation (bilm-tf order).
         features = torch.cat(

@@ -26,6 +26,12 @@ FORGET_BIAS = 1.0  # TF adds this at run time; it is not stored in the weights f
 
 State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
 
+# The input projections are computed for blocks of timesteps of at most this many bytes per
+# direction (whole timesteps, so at least one), not for the whole batch at once: for the
+# original model that is 512 rows, still a large GEMM, where a batch of 32 sentences of 40
+# tokens would hold 84 MB per direction.
+GATE_BLOCK_BYTES = 32 << 20
+
 
 class LstmCellWithProjection(nn.Module):
     """One TF LSTMCell(num_proj, cell_clip, proj_clip, forget_bias=1) over packed sequences."""
@@ -81,18 +87,6 @@ def run_cells(
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
     stacked = _stacked_kernels(cells, inputs[0])
-    if stacked is None:
-        gates_from_input = [
-            linear(x, cell.input_weight, cell.bias + cell.forget_bias)
-            for cell, x in zip(cells, inputs)
-        ]  # k x (N, 4D)
-    else:
-        gates_from_input = torch.stack(
-            [
-                linear(x, cell.input_weight, cell.bias + cell.forget_bias)
-                for cell, x in zip(cells, inputs)
-            ]
-        )  # (k, N, 4D)
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
     # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state
@@ -100,17 +94,29 @@ def run_cells(
     final_h, final_c = h.clone(), c.clone()
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
     outputs = []
-    offset = 0
+    max_rows = max(1, GATE_BLOCK_BYTES // (4 * first.cell_dim * inputs[0].element_size()))
+    biases = [cell.bias + cell.forget_bias for cell in cells]
+    block_end = offset = 0  # packed rows: end of the block of input gates, start of this step
     for step, active in enumerate(batch_sizes):
+        if offset == block_end:
+            # The input projections of the next block of timesteps, one GEMM per direction.
+            block_start, block_end = offset, _block_end(batch_sizes, step, max_rows, offset)
+            gates_from_input = [
+                linear(x[block_start:block_end], cell.input_weight, bias)
+                for cell, x, bias in zip(cells, inputs, biases)
+            ]  # k x (block rows, 4D)
+            if stacked is not None:
+                gates_from_input = torch.stack(gates_from_input)
+        start = offset - block_start
         if stacked is None:
             z = torch.stack(
                 [
-                    linear(h[d], cell.recurrent_weight, None, gates[offset : offset + active])
+                    linear(h[d], cell.recurrent_weight, None, gates[start : start + active])
                     for d, (cell, gates) in enumerate(zip(cells, gates_from_input))
                 ]
             )  # (k, active, 4D)
         else:
-            z = torch.baddbmm(gates_from_input[:, offset : offset + active], h, stacked[0])
+            z = torch.baddbmm(gates_from_input[:, start : start + active], h, stacked[0])
         offset += active
         c_t, m_t = _cell_update(z, c, cell_clip)
         if first.projection_weight is None:
@@ -170,6 +176,16 @@ def _stacked_kernels(
         cached = (key, recurrent, projection)
         first.__dict__["_stacked_kernels"] = cached
     return cached[1], cached[2]
+
+
+def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) -> int:
+    """End row of the block of whole timesteps from `step` on with at most `max_rows` rows."""
+    end = offset + batch_sizes[step]  # at least one timestep
+    for active in batch_sizes[step + 1 :]:
+        if end - offset + active > max_rows:
+            break
+        end += active
+    return end
 
 
 def _cell_update(

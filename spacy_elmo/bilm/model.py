@@ -295,7 +295,9 @@ class BiLM(nn.Module):
         stacked = torch.stack(layers)[:, :, 1:-1]  # (L + 1, batch, time, 2P)
         time = stacked.shape[2]
         mask = torch.arange(time, device=stacked.device)[None, :] < acts.lengths[:, None]
-        return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
+        if stacked.requires_grad:
+            return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
+        return BiLMOutput(layers=stacked.masked_fill_(~mask[None, :, :, None], 0.0), mask=mask)
 
     def embed(
         self, sentences: Sequence[Sequence[str]], batch_size: int = 64

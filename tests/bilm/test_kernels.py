@@ -1,0 +1,137 @@
+"""The inference fast paths (oneDNN products, batched GEMMs over both directions, blocked input
+projections and char CNN) against NumPy and against each other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM
+from spacy_elmo.bilm import char_cnn, kernels, lstm
+
+from .numpy_reference import NumpyBiLM
+from .test_reference import SENTENCES
+from .util import tiny_options, write_random_model
+
+NEVER, ALWAYS = 1 << 62, 0
+
+# kernel thresholds and block sizes per path; "plain" is F.linear and one GEMM per direction.
+PATHS = {
+    "plain": dict(onednn=NEVER, stacked=-1),
+    "onednn": dict(onednn=ALWAYS, stacked=-1),
+    "stacked": dict(onednn=NEVER, stacked=NEVER),
+    "onednn_stacked": dict(onednn=ALWAYS, stacked=NEVER),
+    "one_step_blocks": dict(onednn=ALWAYS, stacked=-1, gate_block=1, cnn_block=1),
+}
+
+
+def use_path(monkeypatch, onednn, stacked, gate_block=None, cnn_block=None):
+    if onednn == ALWAYS and not kernels._ONEDNN:
+        pytest.skip("oneDNN is not available in this torch build")
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_ELEMENTS", onednn)
+    monkeypatch.setattr(lstm, "STACKED_MAX_ELEMENTS", stacked)
+    if gate_block is not None:
+        monkeypatch.setattr(lstm, "GATE_BLOCK_BYTES", gate_block)
+    if cnn_block is not None:
+        monkeypatch.setattr(char_cnn, "CNN_BLOCK_BYTES", cnn_block)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return write_random_model(tmp_path_factory.mktemp("model"), tiny_options(), seed=3)
+
+
+@pytest.fixture(scope="module")
+def reference(files):
+    return NumpyBiLM(*files)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_every_path_matches_numpy(monkeypatch, files, reference, path):
+    use_path(monkeypatch, **PATHS[path])
+    bilm = BiLM.from_allennlp(*files)
+    for batch_size in (1, 3):
+        outputs = bilm.embed(SENTENCES, batch_size=batch_size)
+        for tokens, got in zip(SENTENCES, outputs):
+            np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("path", ["stacked", "onednn"])
+def test_stateful_paths_agree_with_plain(monkeypatch, files, path):
+    """Carried states go through the same kernels: three stateful calls, each path alike."""
+    batches = [SENTENCES[:3], SENTENCES[1:], SENTENCES[::-1][:3]]
+    results = {}
+    for name in ("plain", path):
+        use_path(monkeypatch, **PATHS[name])
+        bilm = BiLM.from_allennlp(*files, stateful=True)
+        results[name] = [bilm.embed(batch, batch_size=3) for batch in batches]
+    for plain, fast in zip(results["plain"], results[path]):
+        for a, b in zip(plain, fast):
+            np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
+
+
+def test_stacked_kernels_follow_weight_changes(monkeypatch, files, tmp_path):
+    """The cached (in, out) copies are rebuilt after an in-place change of a weight."""
+    use_path(monkeypatch, **PATHS["stacked"])
+    bilm = BiLM.from_allennlp(*files)
+    before = bilm.embed(SENTENCES[:1])[0]
+    with torch.no_grad():
+        bilm.backward_lstm.layers[1].recurrent_weight.mul_(-0.5)
+        bilm.forward_lstm.layers[0].projection_weight.add_(0.25)
+    after = bilm.embed(SENTENCES[:1])[0]
+    assert np.abs(after[1:] - before[1:]).max() > 1e-3
+    bilm.to_allennlp(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    expected = NumpyBiLM(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    np.testing.assert_allclose(after, expected.sentence(SENTENCES[0])[0], atol=1e-5, rtol=0)
+
+
+def test_one_direction_stack_equals_the_lockstep_run(files):
+    """LstmStack.forward (one direction alone) gives what run_stacks gives for it."""
+    bilm = BiLM.from_allennlp(*files)
+    rng = torch.Generator().manual_seed(0)
+    batch_sizes = [3, 3, 2, 1]
+    inputs = [torch.randn(sum(batch_sizes), 8, generator=rng) for _ in range(2)]
+    states = [
+        [(torch.randn(3, 8, generator=rng), torch.randn(3, 24, generator=rng)) for _ in range(2)]
+        for _ in range(2)
+    ]
+    stacks = [bilm.forward_lstm, bilm.backward_lstm]
+    with torch.inference_mode():
+        together, together_final = lstm.run_stacks(stacks, inputs, batch_sizes, states)
+        for d, stack in enumerate(stacks):
+            alone, alone_final = stack(inputs[d], batch_sizes, states[d])
+            for a, b in zip(alone, together[d]):
+                torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+            for (h1, c1), (h2, c2) in zip(alone_final, together_final[d]):
+                torch.testing.assert_close(h1, h2, atol=1e-6, rtol=0)
+                torch.testing.assert_close(c1, c2, atol=1e-6, rtol=0)
+
+
+@pytest.mark.skipif(not kernels._ONEDNN, reason="oneDNN is not available in this torch build")
+@pytest.mark.parametrize("rows", [1, 5, 33])
+def test_onednn_linear_matches_float64(monkeypatch, rows):
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_ELEMENTS", ALWAYS)
+    rng = np.random.default_rng(rows)
+    x, w = rng.standard_normal((rows, 48)), rng.standard_normal((64, 48)) / 7
+    bias, add = rng.standard_normal(64), rng.standard_normal((rows, 64))
+    t = {
+        name: torch.tensor(a, dtype=torch.float32)
+        for name, a in dict(x=x, w=w, b=bias, a=add).items()
+    }
+    with torch.inference_mode():
+        assert kernels.uses_onednn(t["x"], t["w"])
+        plain = kernels.linear(t["x"], t["w"])
+        full = kernels.linear(t["x"], t["w"], t["b"], t["a"])
+    np.testing.assert_allclose(plain.numpy(), x @ w.T, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(full.numpy(), x @ w.T + bias + add, atol=1e-5, rtol=0)
+
+
+def test_onednn_is_not_used_with_autograd_or_other_dtypes(monkeypatch):
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_ELEMENTS", ALWAYS)
+    x, w = torch.randn(4, 6), torch.randn(5, 6, requires_grad=True)
+    assert not kernels.uses_onednn(x, w)  # autograd: F.linear, differentiable
+    y = kernels.linear(x, w, add=torch.ones(4, 5))
+    y.sum().backward()
+    torch.testing.assert_close(w.grad, x.sum(0).expand(5, 6))
+    assert not kernels.uses_onednn(x.double(), w.detach().double())
