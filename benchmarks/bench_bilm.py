@@ -211,6 +211,7 @@ def prepare_weights(arch: str, cache_dir: Path, seed: int) -> dict:
         "weights_mb": n_parameters * 4 / 2**20,
         "lstm_dim": options.lstm_dim,
         "projection_dim": options.projection_dim,
+        "n_layers": options.n_layers,
         "n_highway": options.n_highway,
     }
 
@@ -398,6 +399,32 @@ def max_abs_diff(a_file: Path, b_file: Path, key: str, n_tokens: int | None = No
     return float(numpy.abs(a.astype("float64") - b.astype("float64")).max())
 
 
+def memory_budget(sentences: list[list[str]], weights: dict, batch_size: int = 32) -> dict:
+    """The memory target's terms in MB: weights W, one batch of activations A, outputs kept.
+
+    A is the largest batch (the 32 longest sentences, padded to the longest) as float32: its
+    output (L + 1, B, T, 2P) plus the input-gate pre-activations of one LSTM layer of one
+    direction, (B tokens + 2 boundaries each) x 4D, what computing them in one GEMM holds.
+    The benchmark keeps every sentence's (L + 1, n, 2P) float32 output, for both
+    implementations: that is counted separately, not as activations.
+    """
+    lengths = sorted((len(s) for s in sentences), reverse=True)
+    biggest = lengths[:batch_size]
+    layers, width = weights["n_layers"] + 1, 2 * weights["projection_dim"]
+    outputs = layers * len(biggest) * biggest[0] * width * 4
+    gates = sum(n + 2 for n in biggest) * 4 * weights["lstm_dim"] * 4
+    kept = sum(lengths) * layers * width * 4
+    budget = {
+        "weights_mb": weights["weights_mb"],
+        "activations_mb": (outputs + gates) / 2**20,
+        "outputs_kept_mb": kept / 2**20,
+    }
+    budget["budget_mb"] = (
+        1.3 * budget["weights_mb"] + budget["activations_mb"] + budget["outputs_kept_mb"]
+    )
+    return budget
+
+
 # ---------------------------------------------------------------------------------- report
 def fmt(value, spec=",.0f", missing="–"):
     return missing if value is None else format(value, spec)
@@ -460,6 +487,28 @@ def markdown(report: dict) -> str:
             lines.append(
                 f"| {arch} | {d['b32']:.2e} | {d['b1']:.2e} "
                 f"| {d['b32_sentences']} / {d['b1_sentences']} |"
+            )
+    lines += [
+        "",
+        "Peak memory against the target, peak <= 1.3 W + A (+ the outputs the benchmark keeps); "
+        "see `memory_budget`:",
+        "",
+        "| model | implementation | peak MB | weights W | one batch of activations A "
+        "| outputs kept | budget 1.3 W + A + kept | peak / budget |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arch, entry in report["results"].items():
+        budget = entry.get("memory_budget")
+        if not budget:
+            continue
+        for impl in impls:
+            r = entry.get(impl)
+            if r is None or "cuda_peak_mb" in r:
+                continue
+            lines.append(
+                f"| {arch} | {impl} | {r['peak_rss_mb']:,.0f} | {budget['weights_mb']:,.0f} "
+                f"| {budget['activations_mb']:,.0f} | {budget['outputs_kept_mb']:,.0f} "
+                f"| {budget['budget_mb']:,.0f} | {r['peak_rss_mb'] / budget['budget_mb']:.2f} |"
             )
     notes = report.get("notes") or []
     if notes:
@@ -563,6 +612,9 @@ def main(argv: list[str] | None = None) -> None:
     for arch in archs:
         weights = prepare_weights(arch, args.cache_dir, args.seed)
         entry: dict = {"weights": weights}
+        entry["memory_budget"] = memory_budget(
+            read_conll_sentences(CONLL_VALID, args.sentences), weights
+        )
         files = {}
         for impl in impls:
             n = args.sentences
