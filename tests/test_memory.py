@@ -59,8 +59,16 @@ def measure(tmp_path, n_tokens: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def least_overhead(tmp_path, n_tokens: int, runs: int = 3) -> dict:
+    """The run with the smallest peak beyond the result: RSS noise (glibc keeping freed
+    blocks, varying between fresh processes by tens of MB) only ever adds."""
+    return min(
+        (measure(tmp_path, n_tokens) for _ in range(runs)), key=lambda r: r["extra"] - r["result"]
+    )
+
+
 def test_50k_token_doc_has_no_full_size_intermediate(tmp_path):
-    small, large = measure(tmp_path, 12500), measure(tmp_path, 50000)
+    small, large = least_overhead(tmp_path, 12500), least_overhead(tmp_path, 50000)
     assert large["shape"] == [3, 50000, 256]
     full_size = large["result"]  # (3, 50000, 256) float32 = 153.6 MB
     overhead_small = small["extra"] - small["result"]
