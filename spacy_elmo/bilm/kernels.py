@@ -28,6 +28,16 @@ _ONEDNN = (
 )
 
 
+def records_autograd(*tensors: torch.Tensor) -> bool:
+    """Whether an op on these tensors would be recorded for backward."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def weights_key(weights) -> tuple:
+    """Changes whenever one of the tensors is replaced or modified in place (cache keys)."""
+    return tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
+
+
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `linear(x, weight)` goes through oneDNN."""
     return (
@@ -36,7 +46,7 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and x.dtype == torch.float32
         and weight.dtype == torch.float32
         and weight.numel() >= ONEDNN_MIN_ELEMENTS
-        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        and not records_autograd(x, weight)
     )
 
 

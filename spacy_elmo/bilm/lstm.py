@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .kernels import linear
+from .kernels import linear, records_autograd, weights_key
 
 # Gate blocks of width D, in the order of the bilm-tf weights: input, candidate, forget, output.
 INPUT_GATE, CANDIDATE, FORGET_GATE, OUTPUT_GATE = range(4)
@@ -161,10 +161,10 @@ def _stacked_kernels(
     if (
         len(cells) < 2
         or first.recurrent_weight.numel() > STACKED_MAX_ELEMENTS
-        or (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
+        or records_autograd(x, *weights)
     ):
         return None
-    key = tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
+    key = weights_key(weights)
     cached = first.__dict__.get("_stacked_kernels")
     if cached is None or cached[0] != key:
         recurrent = torch.stack([cell.recurrent_weight.detach().t() for cell in cells])

@@ -15,6 +15,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
+from .kernels import weights_key
 from .lstm import LstmStack, State, run_stacks
 from .options import BiLMOptions
 
@@ -198,10 +199,10 @@ class BiLM(nn.Module):
 
     def _cached_char_cnn(self, distinct: torch.Tensor) -> torch.Tensor:
         """char_cnn(distinct) with an LRU cache, emptied whenever a char-CNN weight changes."""
-        weights_key = tuple((p.data_ptr(), p._version) for p in self.char_cnn.parameters())
-        if weights_key != self._token_cache_key:
+        key = weights_key(self.char_cnn.parameters())
+        if key != self._token_cache_key:
             self._token_cache.clear()
-            self._token_cache_key = weights_key
+            self._token_cache_key = key
         cache = self._token_cache
         keys = [row.tobytes() for row in distinct.cpu().numpy()]
         missing = [i for i, key in enumerate(keys) if key not in cache]
