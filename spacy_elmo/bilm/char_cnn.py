@@ -9,7 +9,7 @@ from torch.nn import functional as F
 from .chars import N_CHARACTERS, PADDING_ROW_ID
 from .options import BiLMOptions
 
-CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
+CNN_BLOCK_BYTES = 8 << 20  # 36 tokens for the published models' 1024-filter bank
 
 
 class Highway(nn.Module):
@@ -53,9 +53,14 @@ class CharCNN(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         # The convolution outputs (n, positions, filters) are the largest tensors of the biLM:
-        # run blocks of tokens so that one filter bank's output stays under CNN_BLOCK_BYTES.
-        max_filters = max(n_filters for _, n_filters in self.options.filters)
-        rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
+        # run blocks of tokens so that one filter bank's output and input windows stay under
+        # CNN_BLOCK_BYTES.
+        # Per token and position: the largest bank's scores plus its character windows.
+        per_position = max(
+            n_filters + width * self.options.char_embedding_dim
+            for width, n_filters in self.options.filters
+        )
+        rows = max(1, CNN_BLOCK_BYTES // (per_position * char_ids.shape[-1] * 4))
         if char_ids.shape[0] <= rows:
             return self._forward(char_ids)
         return torch.cat([self._forward(block) for block in char_ids.split(rows)])

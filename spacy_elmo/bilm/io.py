@@ -169,24 +169,29 @@ def read_allennlp(
         raise MissingFileError(2, "ELMo options file does not exist", str(options_file))
     options = BiLMOptions.from_file(options_file)
     arrays = _read_datasets(weight_file, f"options file {options_file}", options)
-    state: dict[str, numpy.ndarray] = {}
+    # Each dataset is converted and dropped in turn: loading holds the weights once, plus one
+    # tensor being converted.
+    state: dict[str, torch.Tensor] = {}
     for name, _, key, to_torch, _ in _conversions(options):
-        state[key] = to_torch(arrays[name])
-    for stack in ("forward_lstm", "backward_lstm"):
-        for layer in range(options.n_layers):
-            key = f"{stack}.layers.{layer}"
-            fused = state.pop(f"{key}.W_0")
-            state[f"{key}.input_weight"] = fused[: options.projection_dim].T
-            state[f"{key}.recurrent_weight"] = fused[options.projection_dim :].T
+        value = to_torch(arrays.pop(name))
+        if key.endswith(".W_0"):
+            cell = key[: -len(".W_0")]
+            state[f"{cell}.input_weight"] = _tensor(value[: options.projection_dim].T)
+            state[f"{cell}.recurrent_weight"] = _tensor(value[options.projection_dim :].T)
+        else:
+            state[key] = _tensor(value)
     for h in range(options.n_highway):
         high = f"CNN_high_{h}"
-        state[f"char_cnn.highways.{h}.weight"] = numpy.concatenate(
-            [arrays[f"{high}/W_transform"].T, arrays[f"{high}/W_carry"].T]
+        transform, carry = arrays.pop(f"{high}/W_transform"), arrays.pop(f"{high}/W_carry")
+        state[f"char_cnn.highways.{h}.weight"] = _tensor(numpy.concatenate([transform.T, carry.T]))
+        state[f"char_cnn.highways.{h}.bias"] = _tensor(
+            numpy.concatenate([arrays.pop(f"{high}/b_transform"), arrays.pop(f"{high}/b_carry")])
         )
-        state[f"char_cnn.highways.{h}.bias"] = numpy.concatenate(
-            [arrays[f"{high}/b_transform"], arrays[f"{high}/b_carry"]]
-        )
-    return options, {k: torch.from_numpy(numpy.ascontiguousarray(v)) for k, v in state.items()}
+    return options, state
+
+
+def _tensor(array: numpy.ndarray) -> torch.Tensor:
+    return torch.from_numpy(numpy.ascontiguousarray(array))
 
 
 def write_allennlp(bilm: BiLM, options_file: str | Path, weight_file: str | Path) -> None:
@@ -267,7 +272,8 @@ def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tenso
         state = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"cannot read {weights_path} ({err}); is it truncated?") from None
-    expected = {k: tuple(v.shape) for k, v in BiLM(options).state_dict().items()}
+    with torch.device("meta"):  # the shapes only: no memory, no initialisation
+        expected = {k: tuple(v.shape) for k, v in BiLM(options).state_dict().items()}
     for key, shape in expected.items():
         if key not in state:
             raise ValueError(f"{weights_path} has no tensor '{key}' required by {config_path}")

@@ -16,7 +16,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
 from .kernels import weights_key
-from .lstm import LstmStack, State, run_stacks
+from .lstm import LstmStack, State, forget_bias, run_stacks
 from .options import BiLMOptions
 
 DIRECTIONS = ("forward", "backward")
@@ -100,9 +100,7 @@ class BiLM(nn.Module):
         from .io import read_allennlp
 
         options, state_dict = read_allennlp(options_file, weight_file)
-        bilm = cls(options, stateful=stateful)
-        bilm.load_state_dict(state_dict)
-        return bilm
+        return cls._from_state(options, state_dict, stateful)
 
     def to_allennlp(self, options_file: str | Path, weight_file: str | Path) -> None:
         """Write options.json and the weights hdf5 in the bilm-tf layout."""
@@ -122,8 +120,20 @@ class BiLM(nn.Module):
         from .io import load_bilm
 
         options, state_dict = load_bilm(directory)
-        bilm = cls(options, stateful=stateful)
-        bilm.load_state_dict(state_dict)
+        return cls._from_state(options, state_dict, stateful)
+
+    @classmethod
+    def _from_state(
+        cls, options: BiLMOptions, state_dict: dict[str, torch.Tensor], stateful: bool
+    ) -> BiLM:
+        """A float32 BiLM whose parameters are the given tensors (no second copy of them)."""
+        with torch.device("meta"):  # no memory, no random initialisation
+            bilm = cls(options, stateful=stateful)
+        state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
+        bilm.load_state_dict(state_dict, assign=True)
+        for stack in (bilm.forward_lstm, bilm.backward_lstm):
+            for cell in stack.layers:
+                cell.forget_bias = forget_bias(cell.cell_dim, cell.bias.device)
         return bilm
 
     @torch.no_grad()

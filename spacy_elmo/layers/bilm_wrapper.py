@@ -63,7 +63,7 @@ def serialize_bilm(bilm: BiLM) -> bytes:
 def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
     msg = srsly.msgpack_loads(data)
     options = BiLMOptions.from_dict(json.loads(msg["options"]), source="serialised elmo model")
-    if options != bilm.options:
-        bilm = BiLM(options, stateful=bilm.stateful)
-    bilm.load_state_dict(load_safetensors(msg["weights"]))
-    return bilm.to(device)
+    # A new module around the loaded tensors (the current one's weights are not copied into).
+    loaded = BiLM._from_state(options, load_safetensors(msg["weights"]), bilm.stateful)
+    loaded.token_cache_size = bilm.token_cache_size
+    return loaded.train(bilm.training).to(device)
