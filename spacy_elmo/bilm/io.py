@@ -191,7 +191,10 @@ def read_allennlp(
 
 
 def _tensor(array: numpy.ndarray) -> torch.Tensor:
-    return torch.from_numpy(numpy.ascontiguousarray(array))
+    """A contiguous float32 copy of `array` in torch's own memory."""
+    tensor = torch.empty(array.shape, dtype=torch.float32)
+    tensor.numpy()[...] = array
+    return tensor
 
 
 def write_allennlp(bilm: BiLM, options_file: str | Path, weight_file: str | Path) -> None:
@@ -272,8 +275,9 @@ def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tenso
         state = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"cannot read {weights_path} ({err}); is it truncated?") from None
-    with torch.device("meta"):  # the shapes only: no memory, no initialisation
-        expected = {k: tuple(v.shape) for k, v in BiLM(options).state_dict().items()}
+    shapes = BiLM(options, initialise=False).state_dict()  # the large tensors stay untouched
+    expected = {k: tuple(v.shape) for k, v in shapes.items()}
+    del shapes
     for key, shape in expected.items():
         if key not in state:
             raise ValueError(f"{weights_path} has no tensor '{key}' required by {config_path}")

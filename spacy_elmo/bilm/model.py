@@ -16,7 +16,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
 from .kernels import weights_key
-from .lstm import LstmStack, State, forget_bias, run_stacks
+from .lstm import LstmStack, State, run_stacks
 from .options import BiLMOptions
 
 DIRECTIONS = ("forward", "backward")
@@ -66,8 +66,15 @@ class BiLM(nn.Module):
     """
 
     def __init__(
-        self, options: BiLMOptions, stateful: bool = False, token_cache_size: int = TOKEN_CACHE_SIZE
+        self,
+        options: BiLMOptions,
+        stateful: bool = False,
+        token_cache_size: int = TOKEN_CACHE_SIZE,
+        *,
+        initialise: bool = True,
     ) -> None:
+        """`initialise=False` leaves the large parameters unwritten: for weights about to be
+        replaced (loading), so that their memory is never touched."""
         super().__init__()
         self.options = options
         self.stateful = stateful
@@ -89,7 +96,8 @@ class BiLM(nn.Module):
         self.forward_lstm = LstmStack(**stack_args)
         self.backward_lstm = LstmStack(**stack_args)
         self._carried_states: dict[str, list[State]] = {}
-        self.reset_parameters()
+        if initialise:
+            self.reset_parameters()
 
     # ------------------------------------------------------------------ construction and I/O
     @classmethod
@@ -127,13 +135,9 @@ class BiLM(nn.Module):
         cls, options: BiLMOptions, state_dict: dict[str, torch.Tensor], stateful: bool
     ) -> BiLM:
         """A float32 BiLM whose parameters are the given tensors (no second copy of them)."""
-        with torch.device("meta"):  # no memory, no random initialisation
-            bilm = cls(options, stateful=stateful)
+        bilm = cls(options, stateful=stateful, initialise=False)
         state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
         bilm.load_state_dict(state_dict, assign=True)
-        for stack in (bilm.forward_lstm, bilm.backward_lstm):
-            for cell in stack.layers:
-                cell.forget_bias = forget_bias(cell.cell_dim, cell.bias.device)
         return bilm
 
     @torch.no_grad()
