@@ -21,9 +21,11 @@ Each (implementation, architecture) runs in its own subprocess with `torch.set_n
   One untimed warm-up batch first. Times include token -> char ids and the copy of every
   sentence's layers into its own float32 numpy array (3, n, 2P), for both.
 * batch 1: the first M sentences one at a time; median latency in ms per sentence.
-* peak memory: the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) during the
-  batch-32 pass, minus its RSS after the imports and before the model was loaded; on CUDA,
-  torch.cuda.max_memory_allocated.
+* peak memory, two ways: the process's peak RSS (VmHWM, reset through /proc/self/clear_refs)
+  during the batch-32 pass, minus its RSS after the imports and before the model was loaded;
+  and the peak of the tensor memory held by torch's CPU allocator (weights included) during a
+  second, untimed batch-32 pass under the profiler (`common.tensor_peak`). On CUDA,
+  torch.cuda.max_memory_allocated. Both are compared with 1.3 W + A (`memory_budget`).
 * exactness: the max abs difference over all layers and all real tokens between the two
   implementations' outputs, at batch 32 and at batch 1.
 

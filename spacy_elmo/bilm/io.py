@@ -191,10 +191,8 @@ def read_allennlp(
 
 
 def _tensor(array: numpy.ndarray) -> torch.Tensor:
-    """A contiguous float32 copy of `array` in torch's own memory."""
-    tensor = torch.empty(array.shape, dtype=torch.float32)
-    tensor.numpy()[...] = array
-    return tensor
+    """A tensor sharing `array`'s memory (a copy only where it is not contiguous)."""
+    return torch.from_numpy(numpy.ascontiguousarray(array))
 
 
 def write_allennlp(bilm: BiLM, options_file: str | Path, weight_file: str | Path) -> None:

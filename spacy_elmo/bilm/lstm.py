@@ -92,17 +92,13 @@ def run_cells(
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
     stacked = _stacked_kernels(cells, inputs[0])
-    grad = records_autograd(*inputs, *(p for cell in cells for p in cell.parameters()))
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
     # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state
     # here; the loop itself only carries the active prefix, so there are no per-step copies.
     final_h, final_c = h.clone(), c.clone()
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
-    k, n_rows, width = len(cells), inputs[0].shape[0], 4 * first.cell_dim
-    # Without autograd each step's output goes straight into the packed result; with autograd
-    # the steps are concatenated at the end.
-    packed = None if grad else inputs[0].new_empty((k, n_rows, first.hidden_dim))
+    k, width = len(cells), 4 * first.cell_dim
     outputs = []
     biases = [cell.bias + cell.forget_bias for cell in cells]
     block_end = offset = 0  # packed rows: end of the block of input gates, start of this step
@@ -143,18 +139,14 @@ def run_cells(
                 h_t = torch.bmm(m_t, stacked[1])
             if proj_clip is not None:
                 h_t = _clamp(h_t, proj_clip)
-        if packed is None:
-            outputs.append(h_t)
-        else:
-            packed[:, offset : offset + active] = h_t
+        outputs.append(h_t)
         offset += active
         following = batch_sizes[step + 1] if step + 1 < len(batch_sizes) else 0
         if following < active:
             final_h[:, following:active] = h_t[:, following:]
             final_c[:, following:active] = c_t[:, following:]
         h, c = h_t[:, :following], c_t[:, :following]
-    if packed is None:
-        packed = torch.cat(outputs, dim=1)  # (k, N, hidden)
+    packed = torch.cat(outputs, dim=1)  # (k, N, hidden)
     return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
 
 
