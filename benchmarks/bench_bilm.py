@@ -303,6 +303,7 @@ class Runner:
                 stacked = torch.stack(layers).float().cpu().numpy()  # (L + 1, b, t, 2P)
                 for row, (index, sentence) in enumerate(zip(indices, sentences)):
                     results[index] = numpy.ascontiguousarray(stacked[:, row, : len(sentence)])
+                del output, mask, layers, stacked  # as `embed` does: not alive in the next batch
         return results
 
 

@@ -98,7 +98,6 @@ def run_cells(
     # here; the loop itself only carries the active prefix, so there are no per-step copies.
     final_h, final_c = h.clone(), c.clone()
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
-    k, width = len(cells), 4 * first.cell_dim
     outputs = []
     biases = [cell.bias + cell.forget_bias for cell in cells]
     block_end = offset = 0  # packed rows: end of the block of input gates, start of this step
@@ -107,16 +106,12 @@ def run_cells(
             # The input projections of the next block of timesteps, one GEMM per direction.
             block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
             gates_from_input = None  # freed before the next block is allocated
-            if stacked is None:
-                gates_from_input = [
-                    linear(x[block_start:block_end], cell.input_weight, bias)
-                    for cell, x, bias in zip(cells, inputs, biases)
-                ]  # k x (block rows, 4D)
-            else:  # (k, block rows, 4D) for the batched step, written in place
-                gates_from_input = inputs[0].new_empty((k, block_end - block_start, width))
-                for d, (cell, x, bias) in enumerate(zip(cells, inputs, biases)):
-                    x_block = x[block_start:block_end]
-                    torch.addmm(bias, x_block, cell.input_weight.t(), out=gates_from_input[d])
+            gates_from_input = [
+                linear(x[block_start:block_end], cell.input_weight, bias)
+                for cell, x, bias in zip(cells, inputs, biases)
+            ]  # k x (block rows, 4D)
+            if stacked is not None:  # (k, block rows, 4D) for the batched step
+                gates_from_input = torch.stack(gates_from_input)
         start = offset - block_start
         if stacked is None:
             z = torch.stack(

@@ -405,6 +405,7 @@ class BiLM(nn.Module):
                 for row, index in enumerate(indices):
                     n = len(sentences[index])
                     results[index] = numpy.ascontiguousarray(layers[:, row, :n])
+                del layers  # not alive while the next batch runs
         return results  # type: ignore[return-value]
 
 
