@@ -8,8 +8,9 @@ For each architecture's recurrent (4D, P) and projection (P, D) kernels, at 1, 8
 
 * `F.linear` (MKL; what AllenNLP and plain PyTorch run),
 * oneDNN's inner product (`spacy_elmo.bilm.kernels`, used for kernels of >= 2^19 elements),
-* one batched GEMM over both directions with (in, out) copies of the kernels (used up to
-  2^19 elements), against two `F.linear` calls.
+* one batched GEMM over both directions on (k, in, out) stacked kernels (used up to 2^19
+  elements; the biLM stores its weights in that layout, as views), against two `F.linear`
+  calls.
 
 Kernels larger than the cache are rotated through 4 copies, so that they come from memory as
 in a real step. Both directions are timed (two products per step), as the biLM runs them.
