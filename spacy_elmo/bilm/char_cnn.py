@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .chars import N_CHARACTERS, PADDING_ROW_ID
+from .kernels import records_autograd
 from .options import BiLMOptions
 
 CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
@@ -79,13 +80,15 @@ class CharCNN(nn.Module):
 def _conv_max(chars: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     """max over positions of conv(chars): (n, length, e) -> (n, filters).
 
-    Run as a 2-d convolution of height 1 in the channels-last layout: oneDNN then writes its
-    output in place, where `conv1d` writes a blocked layout and reorders it into a second
-    buffer of the same size; the sums are the same kernel's (equal to `conv1d` to 1e-6 on
-    the published shapes), and faster.
+    At inference on the CPU, a 2-d convolution of height 1 in the channels-last layout: oneDNN
+    then writes its output in place, where `conv1d` writes a blocked layout and reorders it
+    into a second buffer of the same size; the sums are the same kernel's (equal to `conv1d`
+    to 1e-6 on the published shapes), and faster.
     """
-    x = chars.transpose(1, 2)[:, :, None, :]  # (n, e, 1, length)
-    if x.device.type == "cpu":
-        x = x.contiguous(memory_format=torch.channels_last)
+    if chars.device.type != "cpu" or records_autograd(chars, conv.weight):
+        # Training, and other devices: the plain convolution (its gradients have the layout
+        # of the weights).
+        return conv(chars.transpose(1, 2)).amax(dim=-1)
+    x = chars.transpose(1, 2)[:, :, None, :].contiguous(memory_format=torch.channels_last)
     scores = F.conv2d(x, conv.weight[:, :, None, :], conv.bias)  # (n, filters, 1, positions)
     return scores.amax(dim=(2, 3))

@@ -157,41 +157,66 @@ def _stacked_kernels(
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """(k, hidden, 4D) recurrent and (k, D, P) projection kernels for a batched step, or None.
 
-    The first time, the cells' weights are moved into these (in, out) stacks: each Parameter
-    keeps its values but becomes a transposed view of its slice, so the batched kernels cost
-    no memory. Cached on the first cell; a weight that is replaced or changed in place (its
-    pointer or version changes) is moved again.
+    Where the weights are laid out as such stacks (`stack_small_kernels`, done when a BiLM is
+    built or loaded) these are views of the weights themselves; otherwise (after `.to()`, or
+    weights replaced) (in, out) copies, cached on the first cell and rebuilt whenever a weight
+    changes (pointer or version).
     """
     first = cells[0]
     weights = [cell.recurrent_weight for cell in cells]
-    weights += [cell.projection_weight for cell in cells if cell.projection_weight is not None]
+    projections = [cell.projection_weight for cell in cells if cell.projection_weight is not None]
     if (
         len(cells) < 2
         or first.recurrent_weight.numel() > STACKED_MAX_ELEMENTS
-        or records_autograd(x, *weights)
+        or records_autograd(x, *weights, *projections)
     ):
         return None
+    key = weights_key(weights + projections)
     cached = first.__dict__.get("_stacked_kernels")
-    if cached is None or cached[0] != weights_key(weights):
-        recurrent = _share_stacked(cells, "recurrent_weight")
-        projection = (
-            _share_stacked(cells, "projection_weight")
-            if first.projection_weight is not None
-            else None
-        )
-        cached = (weights_key(weights), recurrent, projection)
+    if cached is None or cached[0] != key:
+        stacks = [_as_stack(w) for w in (weights, projections) if w]
+        cached = (key, stacks[0], stacks[1] if len(stacks) > 1 else None)
         first.__dict__["_stacked_kernels"] = cached
     return cached[1], cached[2]
 
 
-def _share_stacked(cells: Sequence[LstmCellWithProjection], name: str) -> torch.Tensor:
-    """Stack the cells' (out, in) weights `name` as (k, in, out); rebind each to its slice."""
-    # Outside inference mode, so that the weights stay usable for training afterwards.
+def _as_stack(weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(k, in, out) from k (out, in) weights: a view when they are slices of one, else a copy."""
     with torch.inference_mode(False), torch.no_grad():
-        stacked = torch.stack([getattr(cell, name).t() for cell in cells])
-        for cell, kernel in zip(cells, stacked):
-            getattr(cell, name).data = kernel.t()
-    return stacked
+        first = weights[0].detach()
+        shape, size = first.t().shape, first.numel()
+        if all(
+            w.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+            and w.storage_offset() == first.storage_offset() + d * size
+            and w.shape == first.shape
+            and w.t().is_contiguous()
+            for d, w in enumerate(weights)
+        ):
+            return torch.as_strided(
+                first, (len(weights), *shape), (size, shape[1], 1), first.storage_offset()
+            )
+        return torch.stack([w.detach().t() for w in weights])
+
+
+def stack_small_kernels(stacks: Sequence[LstmStack]) -> None:
+    """Lay out each layer's recurrent and projection weights, across the stacks, as one
+    (k, in, out) tensor when they are small enough for the batched step: each Parameter
+    becomes a transposed view of its slice, so that the batched step needs no copy of them.
+
+    For freshly built or loaded modules, before an optimiser or DistributedDataParallel takes
+    the Parameters: they are replaced.
+    """
+    for cells in zip(*(stack.layers for stack in stacks)):
+        if cells[0].recurrent_weight.numel() > STACKED_MAX_ELEMENTS:
+            continue
+        for name in ("recurrent_weight", "projection_weight"):
+            if getattr(cells[0], name) is None:
+                continue
+            with torch.no_grad():
+                stacked = torch.stack([getattr(cell, name).detach().t() for cell in cells])
+            for cell, kernel in zip(cells, stacked):
+                old = getattr(cell, name)
+                setattr(cell, name, nn.Parameter(kernel.t(), requires_grad=old.requires_grad))
 
 
 def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) -> int:

@@ -16,7 +16,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
 from .kernels import weights_key
-from .lstm import LstmStack, State, run_stacks
+from .lstm import LstmStack, State, run_stacks, stack_small_kernels
 from .options import BiLMOptions
 
 DIRECTIONS = ("forward", "backward")
@@ -96,6 +96,7 @@ class BiLM(nn.Module):
         self.forward_lstm = LstmStack(**stack_args)
         self.backward_lstm = LstmStack(**stack_args)
         self._carried_states: dict[str, list[State]] = {}
+        stack_small_kernels((self.forward_lstm, self.backward_lstm))
         if initialise:
             self.reset_parameters()
 
@@ -138,6 +139,7 @@ class BiLM(nn.Module):
         bilm = cls(options, stateful=stateful, initialise=False)
         state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
         bilm.load_state_dict(state_dict, assign=True)
+        stack_small_kernels((bilm.forward_lstm, bilm.backward_lstm))
         return bilm
 
     @torch.no_grad()
@@ -164,7 +166,9 @@ class BiLM(nn.Module):
                 bound = 1.0 / math.sqrt(cell.cell_dim)
                 for weight in (cell.input_weight, cell.recurrent_weight, cell.projection_weight):
                     if weight is not None:
-                        nn.init.uniform_(weight, -bound, bound)
+                        # Drawn in the (out, in) order whatever the layout (some weights are
+                        # transposed views), so that a seed gives the same weights as ever.
+                        weight.copy_(torch.empty(weight.shape).uniform_(-bound, bound))
                 cell.bias.zero_()
 
     # ------------------------------------------------------------------ state

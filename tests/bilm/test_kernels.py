@@ -111,8 +111,9 @@ def test_one_direction_stack_equals_the_lockstep_run(files):
 
 
 def test_stacked_kernels_share_the_weights_storage(monkeypatch, files, reference):
-    """The batched step's (k, in, out) kernels are the weights themselves, not copies, and the
-    weights stay ordinary Parameters: same values, trainable, saved and reloaded exactly."""
+    """The batched step's (k, in, out) kernels are the weights themselves (laid out so when the
+    model is loaded), not copies; the weights stay ordinary Parameters: same values through
+    inference, trainable, saved and reloaded exactly."""
     use_path(monkeypatch, **PATHS["stacked"])
     bilm = BiLM.from_allennlp(*files)
     before = {k: v.clone() for k, v in bilm.state_dict().items()}

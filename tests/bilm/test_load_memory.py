@@ -76,8 +76,13 @@ print(json.dumps({"growth": rss() - before, "weights": weights}))
 def test_loaded_parameters_are_float32_and_contiguous(tmp_path):
     bilm = BiLM.from_allennlp(*write_random_model(tmp_path, tiny_options(), seed=2))
     for name, parameter in bilm.named_parameters():
-        assert parameter.dtype == torch.float32 and parameter.is_contiguous(), name
+        assert parameter.dtype == torch.float32, name
         assert isinstance(parameter, torch.nn.Parameter) and parameter.requires_grad, name
+        if name.endswith(("recurrent_weight", "projection_weight")):
+            # Small kernels are laid out (in, out) for the batched step (lstm.stack_small_kernels)
+            assert parameter.t().is_contiguous(), name
+        else:
+            assert parameter.is_contiguous(), name
     cell = bilm.forward_lstm.layers[0]
     expected = np.zeros(4 * cell.cell_dim, np.float32)
     expected[2 * cell.cell_dim : 3 * cell.cell_dim] = 1.0  # the forget gate's block
