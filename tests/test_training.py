@@ -74,6 +74,7 @@ def test_listeners_train_their_own_mixes_with_a_frozen_cached_bilm(bilm_dir, dat
     assert not np.allclose(tagger_s, ner_s)
 
 
+@pytest.mark.filterwarnings("error:grad and param do not obey:UserWarning")
 def test_fine_tuning_updates_the_bilm(bilm_dir, data):
     nlp, examples = make_nlp(bilm_dir, data, frozen=False, grad_factor=2.0)
     before = bilm_state(nlp)

@@ -219,6 +219,22 @@ def stack_small_kernels(stacks: Sequence[LstmStack]) -> None:
                 setattr(cell, name, nn.Parameter(kernel.t(), requires_grad=old.requires_grad))
 
 
+def unstack_small_kernels(stacks: Sequence[LstmStack]) -> None:
+    """Undo `stack_small_kernels`: contiguous (out, in) Parameters again.
+
+    For training under an optimiser that replaces the weights' data with contiguous arrays
+    after each step (thinc's): gradients then keep the layout of the weights.
+    """
+    for stack in stacks:
+        for cell in stack.layers:
+            for name in ("recurrent_weight", "projection_weight"):
+                weight = getattr(cell, name)
+                if weight is not None and not weight.is_contiguous():
+                    with torch.no_grad():
+                        data = weight.detach().contiguous()
+                    setattr(cell, name, nn.Parameter(data, requires_grad=weight.requires_grad))
+
+
 def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) -> int:
     """End row of the block of whole timesteps from `step` on with at most `max_rows` rows."""
     end = offset + batch_sizes[step]  # at least one timestep

@@ -21,6 +21,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions, batch_to_ids
+from ..bilm.lstm import unstack_small_kernels
 from .bilm_wrapper import bilm_layer, torch_bilm
 
 STORE_DTYPES = ("float32", "float16")
@@ -215,6 +216,10 @@ def forward(
         if frozen or not is_train:
             layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P), no autograd
         else:
+            # Fine-tuning: thinc's optimiser writes contiguous weights back after each step,
+            # so the weights' gradients must have that layout from the first step on.
+            bilm = get_bilm(model)
+            unstack_small_kernels((bilm.forward_lstm, bilm.backward_lstm))
             layers, backprop_batch = layer.begin_update(char_ids)
             backprops.append((batch, backprop_batch, layers.shape))
         for row, unit in enumerate(batch):
