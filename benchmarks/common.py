@@ -11,21 +11,17 @@ REPO = Path(__file__).resolve().parent.parent
 def git_commit() -> str | None:
     """The repository's short commit, with "+dirty" when tracked files have changes."""
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        commit = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("+dirty" if dirty else "")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def tensor_peak(function) -> tuple[int, int, object]:

@@ -33,13 +33,6 @@ State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
 GATE_BLOCK_ROWS = 256
 
 
-def forget_bias(cell_dim: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """(4D,) zeros with FORGET_BIAS in the forget gate's block: added to the stored bias."""
-    bias = torch.zeros(4 * cell_dim, device=device)
-    bias[FORGET_GATE * cell_dim : (FORGET_GATE + 1) * cell_dim] = FORGET_BIAS
-    return bias
-
-
 class LstmCellWithProjection(nn.Module):
     """One TF LSTMCell(num_proj, cell_clip, proj_clip, forget_bias=1) over packed sequences."""
 
@@ -64,7 +57,9 @@ class LstmCellWithProjection(nn.Module):
         self.projection_weight = (
             nn.Parameter(torch.empty(projection_dim, cell_dim)) if use_projection else None
         )
-        self.register_buffer("forget_bias", forget_bias(cell_dim), persistent=False)
+        forget = torch.zeros(4 * cell_dim)
+        forget[FORGET_GATE * cell_dim : (FORGET_GATE + 1) * cell_dim] = FORGET_BIAS
+        self.register_buffer("forget_bias", forget, persistent=False)
 
     def forward(
         self, inputs: torch.Tensor, batch_sizes: list[int], state: State

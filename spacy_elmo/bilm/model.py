@@ -15,7 +15,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
-from .kernels import weights_key
+from .kernels import records_autograd, weights_key
 from .lstm import LstmStack, State, run_stacks, stack_small_kernels
 from .options import BiLMOptions
 
@@ -340,7 +340,7 @@ class BiLM(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
-        if not (torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())):
+        if not records_autograd(*self.parameters()):
             return self._forward_inference(char_ids)
         acts = self.activations(char_ids)
         layers = [torch.cat([acts.token_embeddings, acts.token_embeddings], dim=-1)]
