@@ -73,8 +73,9 @@ class BiLM(nn.Module):
         *,
         initialise: bool = True,
     ) -> None:
-        """`initialise=False` leaves the large parameters unwritten: for weights about to be
-        replaced (loading), so that their memory is never touched."""
+        """`initialise=False` leaves the large parameters unwritten and not yet laid out for
+        the batched step: for weights about to be replaced (loading, which lays them out once
+        they are in), so that their memory is never touched."""
         super().__init__()
         self.options = options
         self.stateful = stateful
@@ -96,8 +97,8 @@ class BiLM(nn.Module):
         self.forward_lstm = LstmStack(**stack_args)
         self.backward_lstm = LstmStack(**stack_args)
         self._carried_states: dict[str, list[State]] = {}
-        stack_small_kernels((self.forward_lstm, self.backward_lstm))
         if initialise:
+            stack_small_kernels((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
 
     # ------------------------------------------------------------------ construction and I/O
