@@ -32,6 +32,7 @@ from .corpus import (
     spacy_sentence_splitter,
     write_tokenized,
 )
+from .distill import DistillationHeads, StaticVectors
 from .presets import preset
 from .vocab import Vocab
 
@@ -73,21 +74,37 @@ class PretrainConfig:
     export_allennlp: bool = False
     max_memory_gb: Optional[float] = None
     threads: Optional[int] = None
+    static_vectors: Optional[str] = None  # spaCy pipeline whose vectors are auxiliary targets
+    vectors_weight: float = 1.0  # weight of each of the two cosine losses (distill.py)
 
 
 class LanguageModel(nn.Module):
     """biLM + shared softmax: summed NLL of the forward and backward LMs."""
 
-    def __init__(self, bilm: BiLM, head: LMHead, dropout: float) -> None:
+    def __init__(
+        self,
+        bilm: BiLM,
+        head: LMHead,
+        dropout: float,
+        distill: Optional[DistillationHeads] = None,
+    ) -> None:
         super().__init__()
         self.bilm = bilm
         self.head = head
         self.dropout = dropout
+        self.distill = distill
 
-    def forward(self, char_ids: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        char_ids: torch.Tensor,
+        target_ids: torch.Tensor,
+        vector_rows: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """(4,) tensor: forward NLL sum, forward count, backward NLL sum, backward count.
 
         `target_ids` (batch, time + 2) holds the word ids of <S> w_1 .. w_n </S>, -1 after.
+        With distillation heads and `vector_rows` (static-vector rows of the same positions),
+        (8,): then the token and context cosine-distance sums and counts (`distill.py`).
         """
         acts = self.bilm.activations(char_ids)
         top_forward = F.dropout(acts.forward[-1], self.dropout, self.training)
@@ -103,7 +120,7 @@ class LanguageModel(nn.Module):
         backward_nll = self.head.nll(
             top_backward[:, 1:][backward_valid], backward_targets[backward_valid]
         )
-        return torch.stack(
+        sums = torch.stack(
             [
                 forward_nll,
                 forward_valid.sum().to(forward_nll.dtype),
@@ -111,6 +128,12 @@ class LanguageModel(nn.Module):
                 backward_valid.sum().to(backward_nll.dtype),
             ]
         )
+        if self.distill is None or vector_rows is None:
+            return sums
+        distances = self.distill.losses(
+            acts.token_embeddings, top_forward, top_backward, vector_rows
+        )
+        return torch.cat([sums, distances.to(sums.dtype)])
 
 
 def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
@@ -269,7 +292,11 @@ class Pretrainer:
             head.load_state_dict(init_head)
         for stack in (bilm.forward_lstm, bilm.backward_lstm):
             stack.dropout = config.dropout
-        self.model = LanguageModel(bilm, head, config.dropout).to(self.device)
+        self.static_vectors = distill = None
+        if config.static_vectors:
+            self.static_vectors = StaticVectors.from_spacy(config.static_vectors)
+            distill = DistillationHeads(options.projection_dim, self.static_vectors.table)
+        self.model = LanguageModel(bilm, head, config.dropout, distill).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
@@ -318,10 +345,21 @@ class Pretrainer:
     def _loss(self, sentences: list[list[str]], module: nn.Module) -> torch.Tensor:
         char_ids = batch_to_ids(sentences).to(self.device)
         targets = target_tensor(sentences, self.vocab).to(self.device)
+        rows = None
+        if self.static_vectors is not None:
+            rows = self.static_vectors.target_rows(sentences).to(self.device)
         with torch.autocast(
             self.device.type, dtype=torch.bfloat16, enabled=self.config.mixed_precision
         ):
-            return module(char_ids, targets).float()
+            return module(char_ids, targets, rows).float()
+
+    def _objective(self, sums: torch.Tensor) -> torch.Tensor:
+        """Mean NLL of both LMs, plus the weighted mean cosine distances when distilling."""
+        loss = (sums[0] / sums[1].clamp(min=1) + sums[2] / sums[3].clamp(min=1)) / 2
+        if sums.shape[0] > 4:
+            distance = sums[4] / sums[5].clamp(min=1) + sums[6] / sums[7].clamp(min=1)
+            loss = loss + self.config.vectors_weight * distance
+        return loss
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, Any]:
@@ -331,7 +369,7 @@ class Pretrainer:
         previous = signal.signal(signal.SIGINT, self._request_stop)
         bar = tqdm(total=config.max_steps, initial=self.step, disable=not self.is_main, unit="step")
         window_tokens, window_start = 0, time.perf_counter()
-        window_nll = torch.zeros(4)
+        window_nll = torch.zeros(8 if self.static_vectors is not None else 4)
         epoch = 0
         try:
             batches = self._my_batches()
@@ -340,7 +378,7 @@ class Pretrainer:
                 epoch, sentences = next(batches)
                 self.model.train()
                 sums = self._loss(sentences, self.train_module)
-                loss = (sums[0] / sums[1].clamp(min=1) + sums[2] / sums[3].clamp(min=1)) / 2
+                loss = self._objective(sums)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
@@ -368,13 +406,19 @@ class Pretrainer:
                         "tokens_per_s": window_tokens / max(elapsed, 1e-9),
                         "train_seconds": self.train_seconds,
                     }
+                    if window_nll.shape[0] > 4:
+                        record["token_cosine"] = (window_nll[4] / window_nll[5].clamp(min=1)).item()
+                        record["context_cosine"] = (
+                            window_nll[6] / window_nll[7].clamp(min=1)
+                        ).item()
                     bar.set_postfix(
                         loss=f"{math.log(ppl):.3f}",
                         ppl=f"{ppl:.1f}",
                         tok_s=f"{record['tokens_per_s']:.0f}",
                     )
                     self._log(record)
-                    window_tokens, window_start, window_nll = 0, time.perf_counter(), torch.zeros(4)
+                    window_tokens, window_start = 0, time.perf_counter()
+                    window_nll = torch.zeros_like(window_nll)
                 if self.step % config.eval_every == 0 or self.step == config.max_steps:
                     self._log({"step": self.step, **self.evaluate()})
                 if self.step % config.checkpoint_every == 0:
@@ -420,11 +464,11 @@ class Pretrainer:
         batch: list[list[str]] = []
         for sentence in sentences:
             if batch and (len(sentence) + 2) * (len(batch) + 1) > self.config.batch_tokens:
-                sums += self._loss(batch, self.model).cpu()
+                sums += self._loss(batch, self.model)[:4].cpu()
                 batch = []
             batch.append(sentence)
         if batch:
-            sums += self._loss(batch, self.model).cpu()
+            sums += self._loss(batch, self.model)[:4].cpu()
         forward = math.exp(sums[0].item() / max(1.0, sums[1].item()))
         backward = math.exp(sums[2].item() / max(1.0, sums[3].item()))
         return {

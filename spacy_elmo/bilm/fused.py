@@ -1,0 +1,236 @@
+"""Training (autograd) path of the LSTM cells: the whole sequence in one autograd node.
+
+Recorded op by op, a packed LSTM costs per timestep a dozen forward and two dozen backward
+nodes, and every slice of the input gates leaves a zero-filled gradient of the whole block to
+be added up in the backward pass (`fill_` and `add_` were a third of the pretraining step).
+Here the forward pass runs without recording, keeps the gate activations, cell states and
+projections in packed buffers, and the backward pass is back-propagation through time written
+out by hand: per step only the recurrent products and the gate algebra, while the weight
+gradients are one GEMM each over all timesteps at the end.
+
+The maths is TF's LSTMCell with projection and clipping (ELMO_SPEC.md §5.1-5.2), the same as
+`lstm.run_cells`; tests compare values and gradients with that path and with finite
+differences. Gradients flow to the inputs and the weights, not to the initial states (they
+are zeros, or carried states that are detached anyway), and final states are returned
+without gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+# bilm-tf's gate order is (input, candidate, forget, output); here the three sigmoid gates come
+# first so that one sigmoid and one tanh cover a step: (input, forget, output, candidate).
+_SIGMOID_FIRST = (0, 2, 3, 1)
+
+
+def _reorder(weight: torch.Tensor, cell_dim: int) -> torch.Tensor:
+    """Gate blocks of the last-but-one (weights) or last (bias) axis in `_SIGMOID_FIRST` order."""
+    axis = -2 if weight.dim() == 3 else -1
+    blocks = weight.split(cell_dim, dim=axis)
+    return torch.cat([blocks[g] for g in _SIGMOID_FIRST], dim=axis)
+
+
+def fused_cells(
+    x: torch.Tensor,
+    h0: torch.Tensor,
+    c0: torch.Tensor,
+    input_weight: torch.Tensor,
+    recurrent_weight: torch.Tensor,
+    bias: torch.Tensor,
+    projection_weight: Optional[torch.Tensor],
+    batch_sizes: list[int],
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k cells stepped together over packed inputs, differentiable in x and the weights.
+
+    x (k, N, in); h0 (k, rows, H); c0 (k, rows, D); input_weight (k, 4D, in); recurrent_weight
+    (k, 4D, H); bias (k, 4D), forget bias included; projection_weight (k, P, D) or None. Gate
+    blocks in bilm-tf order. Returns the packed outputs (k, N, H) and the final h and c.
+    """
+    cell_dim = recurrent_weight.shape[1] // 4
+    output, final_h, final_c = _FusedCells.apply(
+        x,
+        h0.detach(),
+        c0.detach(),
+        _reorder(input_weight, cell_dim),
+        _reorder(recurrent_weight, cell_dim),
+        _reorder(bias, cell_dim),
+        projection_weight,
+        batch_sizes,
+        cell_clip,
+        proj_clip,
+    )
+    return output, final_h, final_c
+
+
+def _step_offsets(batch_sizes: list[int]) -> list[int]:
+    offsets, total = [], 0
+    for active in batch_sizes:
+        offsets.append(total)
+        total += active
+    return offsets
+
+
+class _FusedCells(torch.autograd.Function):
+    @staticmethod
+    def forward(  # noqa: PLR0913
+        ctx,
+        x,
+        h0,
+        c0,
+        input_weight,
+        recurrent_weight,
+        bias,
+        projection_weight,
+        batch_sizes,
+        cell_clip,
+        proj_clip,
+    ):
+        k, n_rows, _ = x.shape
+        cell_dim = recurrent_weight.shape[1] // 4
+        sigmoid_end = 3 * cell_dim
+        # (k, N, 4D) pre-activations of all steps at once, then activated in place step by step.
+        gates = torch.baddbmm(bias[:, None, :], x, input_weight.transpose(1, 2))
+        recurrent = recurrent_weight.transpose(1, 2)  # (k, H, 4D)
+        cells = x.new_empty((k, n_rows, cell_dim))
+        hidden = (
+            x.new_empty((k, n_rows, cell_dim)) if projection_weight is not None else None
+        )  # m_t = o * tanh(c_t), the projection's input
+        hidden_dim = recurrent_weight.shape[2]
+        outputs = x.new_empty((k, n_rows, hidden_dim))
+        projection = projection_weight.transpose(1, 2) if projection_weight is not None else None
+        h, c = h0[:, : batch_sizes[0]], c0[:, : batch_sizes[0]]
+        offsets = _step_offsets(batch_sizes)
+        for offset, active in zip(offsets, batch_sizes):
+            rows = slice(offset, offset + active)
+            z = gates[:, rows]
+            z.baddbmm_(h[:, :active], recurrent)
+            z[..., :sigmoid_end].sigmoid_()
+            z[..., sigmoid_end:].tanh_()
+            i, f, o, j = z.split(cell_dim, dim=-1)
+            c_t = torch.mul(f, c[:, :active], out=cells[:, rows])
+            c_t.addcmul_(i, j)
+            if cell_clip is not None:
+                c_t.clamp_(-cell_clip, cell_clip)
+            if projection is None:
+                h_t = torch.mul(torch.tanh(c_t), o, out=outputs[:, rows])
+            else:
+                m_t = torch.mul(torch.tanh(c_t), o, out=hidden[:, rows])
+                h_t = torch.bmm(m_t, projection, out=outputs[:, rows])
+                if proj_clip is not None:
+                    h_t.clamp_(-proj_clip, proj_clip)
+            h, c = h_t, c_t
+        final_h, final_c = _final_states(outputs, cells, h0, c0, batch_sizes, offsets)
+        ctx.save_for_backward(
+            x, h0, c0, input_weight, recurrent_weight, projection_weight, gates, cells, hidden,
+            outputs,
+        )  # fmt: skip
+        ctx.batch_sizes = batch_sizes
+        ctx.offsets = offsets
+        ctx.clips = (cell_clip, proj_clip)
+        ctx.mark_non_differentiable(final_h, final_c)
+        return outputs, final_h, final_c
+
+    @staticmethod
+    def backward(ctx, grad_output, _grad_h, _grad_c):
+        (
+            x,
+            h0,
+            c0,
+            input_weight,
+            recurrent_weight,
+            projection_weight,
+            gates,
+            cells,
+            hidden,
+            outputs,
+        ) = ctx.saved_tensors
+        cell_clip, proj_clip = ctx.clips
+        batch_sizes, offsets = ctx.batch_sizes, ctx.offsets
+        k, n_rows, _ = x.shape
+        cell_dim = recurrent_weight.shape[1] // 4
+        grad_output = grad_output.contiguous()
+        grad_gates = torch.empty_like(gates)  # dL/dz, (k, N, 4D), in the fused gate order
+        grad_hidden_raw = torch.empty_like(outputs) if projection_weight is not None else None
+        # Gradients arriving from step t + 1 (rows beyond its batch size stay zero).
+        grad_h_next = x.new_zeros((k, batch_sizes[0], outputs.shape[-1]))
+        grad_c_next = x.new_zeros((k, batch_sizes[0], cell_dim))
+        for step in range(len(batch_sizes) - 1, -1, -1):
+            offset, active = offsets[step], batch_sizes[step]
+            rows = slice(offset, offset + active)
+            grad_h = grad_output[:, rows] + grad_h_next[:, :active]
+            c_t = cells[:, rows]
+            i, f, o, j = gates[:, rows].split(cell_dim, dim=-1)
+            if projection_weight is None:
+                grad_m = grad_h
+            else:
+                if proj_clip is not None:
+                    grad_h.mul_(outputs[:, rows].abs() < proj_clip)
+                grad_hidden_raw[:, rows] = grad_h
+                grad_m = torch.bmm(grad_h, projection_weight)  # (k, active, D)
+            tanh_c = torch.tanh(c_t)
+            # dL/dc_t: through m_t = o * tanh(c_t), plus what step t + 1 sends back.
+            grad_c = grad_m * o * (1 - tanh_c * tanh_c) + grad_c_next[:, :active]
+            if cell_clip is not None:
+                grad_c.mul_(c_t.abs() < cell_clip)
+            if step > 0:
+                c_prev = cells[:, offsets[step - 1] : offsets[step - 1] + active]
+            else:
+                c_prev = c0[:, :active]
+            grad_z = grad_gates[:, rows]
+            gi, gf, go, gj = grad_z.split(cell_dim, dim=-1)
+            torch.mul(grad_c, j, out=gi).mul_(i * (1 - i))
+            torch.mul(grad_c, c_prev, out=gf).mul_(f * (1 - f))
+            torch.mul(grad_m, tanh_c, out=go).mul_(o * (1 - o))
+            torch.mul(grad_c, i, out=gj).mul_(1 - j * j)
+            torch.mul(grad_c, f, out=grad_c_next[:, :active])
+            torch.bmm(grad_z, recurrent_weight, out=grad_h_next[:, :active])
+        # Each step's h_{t-1} row by row (h0 for the first step) for the recurrent weight's
+        # gradient, as one product over all timesteps.
+        previous = torch.cat([h0[:, : batch_sizes[0]]] + _shifted(outputs, batch_sizes, offsets), 1)
+        grad_gates_t = grad_gates.transpose(1, 2)
+        grad_recurrent = torch.bmm(grad_gates_t, previous)
+        grad_input_weight = torch.bmm(grad_gates_t, x)
+        grad_bias = grad_gates.sum(dim=1)
+        grad_x = torch.bmm(grad_gates, input_weight)
+        grad_projection = (
+            torch.bmm(grad_hidden_raw.transpose(1, 2), hidden)
+            if projection_weight is not None
+            else None
+        )
+        return (
+            grad_x,
+            None,
+            None,
+            grad_input_weight,
+            grad_recurrent,
+            grad_bias,
+            grad_projection,
+            None,
+            None,
+            None,
+        )
+
+
+def _shifted(outputs: torch.Tensor, batch_sizes: list[int], offsets: list[int]) -> list:
+    """Step t's previous outputs (step t - 1, the first batch_sizes[t] rows), t = 1 .. T - 1."""
+    return [
+        outputs[:, offsets[step - 1] : offsets[step - 1] + batch_sizes[step]]
+        for step in range(1, len(batch_sizes))
+    ]
+
+
+def _final_states(outputs, cells, h0, c0, batch_sizes, offsets):
+    """Each sequence's h and c after its last step, in the packed (length-sorted) row order."""
+    final_h = h0.clone()
+    final_c = c0.clone()
+    for step, (offset, active) in enumerate(zip(offsets, batch_sizes)):
+        following = batch_sizes[step + 1] if step + 1 < len(batch_sizes) else 0
+        if following < active:
+            final_h[:, following:active] = outputs[:, offset + following : offset + active]
+            final_c[:, following:active] = cells[:, offset + following : offset + active]
+    return final_h, final_c

