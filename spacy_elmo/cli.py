@@ -109,6 +109,10 @@ def pretrain(
     resume: bool = typer.Option(False, help="Continue from OUTPUT/checkpoints/last.pt."),
     max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
+    static_vectors: Optional[str] = typer.Option(
+        None, help="spaCy pipeline (name or path) whose static vectors are auxiliary targets."
+    ),
+    vectors_weight: float = typer.Option(1.0, help="Weight of each static-vector loss."),
 ) -> None:
     """Train a biLM on your text (also under `torchrun --nproc_per_node N`)."""
     import json
@@ -145,6 +149,8 @@ def pretrain(
             export_allennlp=export_allennlp,
             max_memory_gb=max_memory_gb,
             threads=threads,
+            static_vectors=static_vectors,
+            vectors_weight=vectors_weight,
         )
         summary = run_pretraining(config, resume=resume)
     except (ValueError, OSError) as err:
@@ -180,6 +186,11 @@ def perplexity(
     if output is not None:
         output.write_text(text + "\n")
     typer.echo(text)
+
+
+from .probe_cli import probe as _probe  # noqa: E402
+
+app.command(name="probe")(_probe)
 
 
 def _fail(message: str) -> None:
