@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .chars import N_CHARACTERS, PADDING_ROW_ID
+from .chars import N_CHARACTERS, PADDING_CHAR, PADDING_ROW_ID
 from .kernels import records_autograd
 from .options import BiLMOptions
 
@@ -58,6 +58,7 @@ class CharCNN(nn.Module):
         # the convolutions run on blocks of tokens so that one filter bank's output stays under
         # CNN_BLOCK_BYTES; the highway and projection GEMMs on blocks of at least
         # TOP_BLOCK_ROWS tokens, where they run at full speed.
+        char_ids = self._trim(char_ids)
         max_filters = max(n_filters for _, n_filters in self.options.filters)
         conv_rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
         outputs = []
@@ -67,6 +68,21 @@ class CharCNN(nn.Module):
                 features = highway(features)
             outputs.append(self.projection(features))  # (n, P)
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+    def _trim(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """The first columns of (n, 50) char ids that decide the max-pooled features.
+
+        Past a token's end-of-word every slot holds the padding character, so all windows that
+        lie wholly in the padding give the same convolution value. Keeping every window that
+        touches a real character plus one all-padding window (the longest token's length plus
+        the widest filter) leaves each max unchanged, bit for bit, and the convolutions run
+        on typically half the columns (most tokens are under 15 characters).
+        """
+        widest = max(width for width, _ in self.options.filters)
+        padding = char_ids == PADDING_CHAR + 1
+        longest = int((~padding).sum(dim=-1).max()) if char_ids.shape[0] else 0
+        keep = longest + widest
+        return char_ids[:, :keep] if keep < char_ids.shape[-1] else char_ids
 
     def _features(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(n, 50) character ids -> (n, F) max-pooled filter activations."""

@@ -95,7 +95,7 @@ class _FusedCells(torch.autograd.Function):
         sigmoid_end = 3 * cell_dim
         # (k, N, 4D) pre-activations of all steps at once, then activated in place step by step.
         gates = torch.baddbmm(bias[:, None, :], x, input_weight.transpose(1, 2))
-        recurrent = recurrent_weight.transpose(1, 2)  # (k, H, 4D)
+        recurrent = recurrent_weight.transpose(1, 2).contiguous()  # (k, H, 4D)
         cells = x.new_empty((k, n_rows, cell_dim))
         hidden = (
             x.new_empty((k, n_rows, cell_dim)) if projection_weight is not None else None

@@ -103,3 +103,21 @@ def test_inference_is_unchanged_by_the_fused_path(monkeypatch):
     for a, b in zip(first, second):
         for x, y in zip(a, b):
             assert torch.equal(x, y)
+
+
+def test_char_cnn_on_trimmed_columns_equals_all_fifty():
+    """Columns past the longest token + the widest filter hold only padding windows."""
+    from spacy_elmo.bilm import BiLM, batch_to_ids
+    from spacy_elmo.bilm.options import BiLMOptions
+    from spacy_elmo.pretrain.presets import preset
+
+    torch.manual_seed(3)
+    cnn = BiLM(BiLMOptions.from_dict(preset("tiny"))).char_cnn
+    ids = batch_to_ids([["a", "river", "bank", "x" * 20, "🙂"]])[0]
+    trimmed = cnn._trim(ids)
+    assert trimmed.shape[1] == 22 + 3  # the 20-byte token + begin/end of word, widest filter 3
+    with torch.no_grad():
+        full = cnn.projection(cnn.highways[0](torch.cat([cnn._features(row[None]) for row in ids])))
+        torch.testing.assert_close(cnn(ids), full, rtol=0, atol=1e-6)
+    long = batch_to_ids([["y" * 60]])[0]  # 48 bytes + 2: nothing to trim
+    assert torch.equal(cnn._trim(long), long)
