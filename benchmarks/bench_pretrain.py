@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import git_commit
 
 from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_ids, lstm
 from spacy_elmo.bilm.lm_head import LMHead
@@ -27,8 +28,6 @@ from spacy_elmo.pretrain.corpus import iter_batches, read_sentences
 from spacy_elmo.pretrain.presets import preset
 from spacy_elmo.pretrain.trainer import LanguageModel, target_tensor
 from spacy_elmo.pretrain.vocab import Vocab
-
-from common import git_commit
 
 IMPLEMENTATIONS = {"op-by-op autograd (before)": False, "fused cells": True}
 
