@@ -1,10 +1,13 @@
 """Copy a pretraining run's model into the package as the bundled English biLM.
 
-    python scripts/bundle_model.py training/bundled spacy_elmo/data/en_elmo_bundled
+    python scripts/bundle_model.py training/bundled_v2 spacy_elmo/data/en_elmo_bundled \
+        --first-stage training/bundled
 
 Copies config.json, model.safetensors, lm_head.safetensors, vocab.txt and pretrain.json
 (with the held-out perplexity from perplexity.json), checks that the copy loads and that the
-files stay within the size budget, and copies the perplexity plot to docs/.
+files stay within the size budget, and copies the perplexity plot to docs/. With
+`--first-stage` (the run the bundled run was initialised from, `--init-from`), pretrain.json
+records both stages and the totals over them: tokens seen, steps and training time.
 """
 
 from __future__ import annotations
@@ -19,11 +22,38 @@ FILES = ("config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt")
 MAX_BYTES = 25 * 10**6
 
 
+def first_stage_summary(path: Path) -> dict:
+    for candidate in (path / "model" / "pretrain.json", path / "pretrain.json", path):
+        if candidate.is_file():
+            return json.loads(candidate.read_text())
+    sys.exit(f"--first-stage {path}: no pretrain.json there")
+
+
+def with_first_stage(summary: dict, first: dict) -> dict:
+    """Totals over both stages at the top level, each stage's own figures under "stages"."""
+    keys = ("steps", "tokens_seen", "train_seconds", "world_size", "static_vectors")
+    stages = [
+        {k: first.get(k) for k in keys if k in first},
+        {k: summary.get(k) for k in keys if k in summary},
+    ]
+    total = {
+        "steps": sum(stage["steps"] for stage in stages),
+        "tokens_seen": sum(stage["tokens_seen"] for stage in stages),
+        "train_seconds": round(sum(stage["train_seconds"] for stage in stages), 1),
+    }
+    return {**summary, **total, "stages": stages}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="pretraining output directory")
     parser.add_argument("target", type=Path, help="package data directory")
     parser.add_argument("--docs", type=Path, default=Path("docs"))
+    parser.add_argument(
+        "--first-stage",
+        type=Path,
+        help="run (or model directory) the bundled run continued from: its pretrain.json",
+    )
     args = parser.parse_args()
     model = args.run / "model"
     missing = [name for name in FILES if not (model / name).exists()]
@@ -39,6 +69,8 @@ def main() -> None:
     held_out = args.run / "perplexity.json"
     if held_out.exists():
         summary["held_out"] = json.loads(held_out.read_text())
+    if args.first_stage is not None:
+        summary = with_first_stage(summary, first_stage_summary(args.first_stage))
     (args.target / "pretrain.json").write_text(json.dumps(summary, indent=2) + "\n")
     args.docs.mkdir(parents=True, exist_ok=True)
     if (args.run / "perplexity.png").exists():
