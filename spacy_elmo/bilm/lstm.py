@@ -91,7 +91,11 @@ def run_cells(
     """
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    if FUSED_AUTOGRAD and records_autograd(*inputs, *(p for c in cells for p in c.parameters())):
+    if (
+        FUSED_AUTOGRAD
+        and not torch.is_autocast_enabled(inputs[0].device.type)  # mixed precision: op by op
+        and records_autograd(*inputs, *(p for c in cells for p in c.parameters()))
+    ):
         return _run_cells_fused(cells, inputs, batch_sizes, states)
     stacked = _stacked_kernels(cells, inputs[0])
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
