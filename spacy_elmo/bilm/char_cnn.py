@@ -10,6 +10,9 @@ from .chars import N_CHARACTERS, PADDING_CHAR, PADDING_ROW_ID
 from .kernels import records_autograd
 from .options import BiLMOptions
 
+# Run the convolutions only on the columns that decide the max (see `CharCNN._trim`); False
+# runs all 50 (the reference the pretraining benchmark compares against; same results).
+TRIM_COLUMNS = True
 CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
 TOP_BLOCK_ROWS = 256
 
@@ -58,7 +61,8 @@ class CharCNN(nn.Module):
         # the convolutions run on blocks of tokens so that one filter bank's output stays under
         # CNN_BLOCK_BYTES; the highway and projection GEMMs on blocks of at least
         # TOP_BLOCK_ROWS tokens, where they run at full speed.
-        char_ids = self._trim(char_ids)
+        if TRIM_COLUMNS:
+            char_ids = self._trim(char_ids)
         max_filters = max(n_filters for _, n_filters in self.options.filters)
         conv_rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
         outputs = []
