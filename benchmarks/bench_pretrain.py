@@ -10,13 +10,22 @@ round, so that a busy machine slows both alike; CPU time per token is printed ne
 time. Before timing, one batch is run through both and their gradients compared.
 
     python benchmarks/bench_pretrain.py CORPUS.txt [--preset bundled] [--threads 1]
+
+`--trainer` times the whole `spacy-elmo pretrain` command instead, as a user runs it, one after
+the other on the same corpus and steps: before (SPACY_ELMO_REFERENCE_TRAINING=1, one process
+with 2 threads, the trainer's default) against after (the fused path, `torchrun` with two
+processes of one thread each), from the tokens/s that the trainer logs past its warm-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,6 +77,51 @@ def gradient_difference(options, vocab, batch) -> float:
     return max((a - b).abs().max().item() for a, b in zip(*grads))
 
 
+TRAINER_SETUPS = {
+    "before: op-by-op LSTM, 50 char columns; 1 process x 2 threads": (
+        {"SPACY_ELMO_REFERENCE_TRAINING": "1"},
+        [sys.executable, "-m", "spacy_elmo.cli", "pretrain"],
+        2,
+    ),
+    "after: fused LSTM, trimmed CNN; 1 process x 2 threads": (
+        {},
+        [sys.executable, "-m", "spacy_elmo.cli", "pretrain"],
+        2,
+    ),
+    "after: fused LSTM, trimmed CNN; torchrun 2 processes x 1 thread": (
+        {},
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "-m", "spacy_elmo.cli", "pretrain"],
+        1,
+    ),
+}  # fmt: skip
+
+
+def time_trainer(args: argparse.Namespace) -> dict[str, float]:
+    """Training tokens/s of the whole `spacy-elmo pretrain` command, per set-up."""
+    results = {}
+    for name, (env, command, threads) in TRAINER_SETUPS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = [
+                *command, str(args.corpus), "--output", str(Path(tmp) / "run"),
+                "--pretokenized", "--preset", args.preset, "--max-steps", str(args.steps),
+                "--batch-tokens", str(args.batch_tokens), "--threads", str(threads),
+                "--eval-every", str(10**6), "--checkpoint-every", str(10**6),
+                "--log-every", str(args.log_every), "--warmup-steps", "10",
+            ]  # fmt: skip
+            subprocess.run(
+                argv, env={**os.environ, **env}, check=True, capture_output=True, text=True
+            )
+            records = [
+                json.loads(line)
+                for line in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()
+            ]
+        windows = [r["tokens_per_s"] for r in records if "tokens_per_s" in r][1:]  # warm-up
+        results[name] = sum(windows) / len(windows)
+        print(f"{name}: {results[name]:,.0f} training tokens/s", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("corpus", type=Path, help="tokenised text, one sentence a line")
@@ -77,7 +131,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=6, help="timed batches per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/pretrain_cpu"))
+    parser.add_argument("--trainer", action="store_true", help="time the whole command")
+    parser.add_argument("--steps", type=int, default=60, help="--trainer: steps per run")
+    parser.add_argument("--log-every", type=int, default=10, help="--trainer: window size")
     args = parser.parse_args()
+    if args.trainer:
+        trainer_report(args, time_trainer(args))
+        return
     torch.set_num_threads(args.threads)
 
     vocab = Vocab.build(read_sentences(args.corpus), 50000, 3)
@@ -141,6 +201,36 @@ def main() -> None:
         )
     text = "\n".join(lines) + "\n"
     args.output.with_suffix(".md").write_text(text)
+    print(text)
+
+
+def trainer_report(args: argparse.Namespace, results: dict[str, float]) -> None:
+    reference = next(iter(results.values()))
+    result = {
+        "preset": args.preset,
+        "batch_tokens": args.batch_tokens,
+        "steps": args.steps,
+        "commit": git_commit(),
+        "torch": torch.__version__,
+        "results": {
+            name: {"tokens_per_s": value, "speedup": value / reference}
+            for name, value in results.items()
+        },
+    }
+    output = args.output.with_name(args.output.name + "_trainer")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        f"`spacy-elmo pretrain`, preset {args.preset}, {args.steps} steps of {args.batch_tokens} "
+        "padded tokens per process, mean tokens/s of the logged windows after the first.",
+        "",
+        "| trainer | training tokens/s | speed-up |",
+        "|---|---:|---:|",
+    ]
+    for name, row in result["results"].items():
+        lines.append(f"| {name} | {row['tokens_per_s']:,.0f} | {row['speedup']:.2f}x |")
+    text = "\n".join(lines) + "\n"
+    output.with_suffix(".md").write_text(text)
     print(text)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -11,8 +13,9 @@ from .kernels import records_autograd
 from .options import BiLMOptions
 
 # Run the convolutions only on the columns that decide the max (see `CharCNN._trim`); False
-# runs all 50 (the reference the pretraining benchmark compares against; same results).
-TRIM_COLUMNS = True
+# runs all 50 (the reference the pretraining benchmark compares against, also chosen by
+# SPACY_ELMO_REFERENCE_TRAINING=1; same results).
+TRIM_COLUMNS = os.environ.get("SPACY_ELMO_REFERENCE_TRAINING", "") in ("", "0")
 CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
 TOP_BLOCK_ROWS = 256
 

@@ -12,6 +12,7 @@ per timestep, which is what a batch of one sentence is made of.
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import torch
@@ -34,8 +35,9 @@ State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
 GATE_BLOCK_ROWS = 256
 
 # With autograd, the cells run as one autograd node with a hand-written backward pass
-# (`fused.py`, about 3x faster to train); False records them op by op (the reference path).
-FUSED_AUTOGRAD = True
+# (`fused.py`); False records them op by op (the reference path of the tests and of
+# `benchmarks/bench_pretrain.py`, also chosen by SPACY_ELMO_REFERENCE_TRAINING=1).
+FUSED_AUTOGRAD = os.environ.get("SPACY_ELMO_REFERENCE_TRAINING", "") in ("", "0")
 
 
 class LstmCellWithProjection(nn.Module):

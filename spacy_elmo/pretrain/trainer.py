@@ -316,8 +316,12 @@ class Pretrainer:
                 _truncate_metrics(self.work / METRICS, self.step)
         self.train_module: nn.Module = self.model
         if self.distributed:
+            # The adaptive softmax leaves the tail clusters without a target in a batch unused:
+            # their gradients differ in presence between ranks.
             self.train_module = nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+                self.model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=True,
             )
         self.stop_requested = False
 

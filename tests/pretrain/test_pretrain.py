@@ -269,3 +269,29 @@ def test_language_model_targets_are_next_and_previous_words():
         assert sums[0].item() == pytest.approx(forward_nll, rel=1e-5)
         assert sums[2].item() == pytest.approx(backward_nll, rel=1e-5)
         assert vocab.ids(["unknownword"]) == [vocab.unk]
+
+
+def test_torchrun_with_an_adaptive_softmax(tmp_path):
+    """A vocabulary past the first cutoff (2,000) makes the softmax adaptive; batches that
+    have no target in a tail cluster leave its weights unused on one rank only."""
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(3000)]
+    corpus = tmp_path / "corpus.txt"
+    lines = [" ".join(rng.choices(words[:50], k=3) + [rng.choice(words)]) for _ in range(5000)]
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = tmp_path / "ddp"
+    args = cli_args(corpus, run, max_steps=6)
+    args[args.index("--vocab-size") + 1] = "4000"
+    args[args.index("--batch-tokens") + 1] = "48"  # a few sentences: tails often unused
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_port", str(29600 + os.getpid() % 1000),
+         "-m", "spacy_elmo.cli", "pretrain", *args],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run / "model" / "pretrain.json").read_text())
+    assert summary["vocab_size"] > 2000
+    first, second = summary["rank_checksums"]
+    assert first == second
