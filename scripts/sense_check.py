@@ -35,11 +35,24 @@ def main() -> None:
     print(f"reference: {REFERENCE}")
     print("| sense | sentence | cosine layer 1 | cosine layer 2 |\n|---|---|---|---|")
     for (sense, text), vector in zip(OTHERS, vectors[1:]):
-        cosines = [
-            float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
-            for a, b in zip(vectors[0][1:], vector[1:])
-        ]
+        cosines = [cosine(a, b) for a, b in zip(vectors[0][1:], vector[1:])]
         print(f"| {sense} | {text} | {cosines[0]:.3f} | {cosines[1]:.3f} |")
+    top = {
+        (sense, text): cosine(vectors[0][2], vector[2])
+        for (sense, text), vector in zip(OTHERS, vectors[1:])
+    }
+    river = min((c, t) for (sense, t), c in top.items() if sense == "river")
+    finance = max((c, t) for (sense, t), c in top.items() if sense == "finance")
+    verdict = "holds" if river[0] > finance[0] else "fails"
+    print(
+        f"\nTop layer: the least similar river sentence ({river[1]!r}, {river[0]:.3f}) against "
+        f"the most similar finance sentence ({finance[1]!r}, {finance[0]:.3f}): the check "
+        f"{verdict}."
+    )
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
 if __name__ == "__main__":
