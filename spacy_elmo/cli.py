@@ -55,13 +55,26 @@ def embed(
         False, "--stateful", help="Carry LSTM states between batches like AllenNLP."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    max_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-tokens",
+        min=1,
+        help="Longer lines run as windows of this many tokens, vectors concatenated (256).",
+        show_default=False,
+    ),
 ) -> None:
-    """Embed a file: one dataset per line, plus `sentence_to_index` (allennlp elmo layout)."""
+    """Embed a file: one dataset per line, plus `sentence_to_index` (allennlp elmo layout).
+
+    The output is written under a temporary name and renamed when complete.
+    """
     from .embed_file import embed_file, spacy_tokenizer, whitespace_tokenizer
+    from .outputs import check_output
 
     if top and average:
         _fail("choose at most one of --top and --average")
     try:
+        model_files = sorted(model.iterdir()) if model is not None and model.is_dir() else []
+        check_output(output_file, [input_file, *model_files, *filter(None, [options, weights])])
         bilm = load_bilm(model, options, weights, stateful=stateful)
         count = embed_file(
             bilm,
@@ -71,6 +84,7 @@ def embed(
             batch_size=batch_size,
             tokenize=spacy_tokenizer() if tokenize else whitespace_tokenizer,
             progress=not quiet,
+            **({"max_tokens": max_tokens} if max_tokens is not None else {}),
         )
     except (ValueError, OSError) as err:
         _fail(str(err))
@@ -79,6 +93,7 @@ def embed(
 
 @app.command()
 def pretrain(
+    ctx: typer.Context,
     inputs: list[Path] = typer.Argument(..., help="Text files or folders (streamed)."),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory."),
     preset: str = typer.Option(
@@ -92,7 +107,11 @@ def pretrain(
     pretokenized: bool = typer.Option(False, help="Inputs are one tokenised sentence per line."),
     vocab_size: int = typer.Option(50000, help="Softmax vocabulary size (top-K words)."),
     min_count: int = typer.Option(3, help="Minimum count of a softmax word."),
-    max_steps: int = typer.Option(10000, help="Training steps (batches per rank)."),
+    max_steps: Optional[int] = typer.Option(
+        None,
+        help="Training steps (batches per rank); default 10000, on --resume the run's own.",
+        show_default=False,
+    ),
     batch_tokens: int = typer.Option(2048, help="Padded tokens per batch and rank."),
     learning_rate: float = typer.Option(2e-3, "--lr"),
     warmup_steps: int = typer.Option(200),
@@ -107,6 +126,9 @@ def pretrain(
     init_from: Optional[Path] = typer.Option(None, help="Saved or bilm-tf biLM to adapt."),
     export_allennlp: bool = typer.Option(False, help="Also write options.json + hdf5."),
     resume: bool = typer.Option(False, help="Continue from OUTPUT/checkpoints/last.pt."),
+    overwrite: bool = typer.Option(
+        False, help="Delete the run already in OUTPUT (corpus, vocab, checkpoints, model) first."
+    ),
     max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
     static_vectors: Optional[str] = typer.Option(
@@ -114,20 +136,32 @@ def pretrain(
     ),
     vectors_weight: float = typer.Option(1.0, help="Weight of each static-vector loss."),
 ) -> None:
-    """Train a biLM on your text (also under `torchrun --nproc_per_node N`)."""
-    import json
+    """Train a biLM on your text (also under `torchrun --nproc_per_node N`).
+
+    An OUTPUT that already holds a run is refused unless --resume or --overwrite is given; on
+    --resume the run's settings are kept (a setting given that differs is an error), and only
+    --max-steps may change.
+    """
     import logging
 
     from .pretrain import PretrainConfig
     from .pretrain import pretrain as run_pretraining
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # The settings given on the command line (on --resume only these are checked against the
+    # run's own). By name: typer may bring its own copy of click's ParameterSource.
+    explicit = {
+        name
+        for name in ctx.params
+        if getattr(ctx.get_parameter_source(name), "name", None)
+        in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
+    }
     try:
         config = PretrainConfig(
             inputs=[str(p) for p in inputs],
             output=str(output),
             preset=preset,
-            options=json.loads(options.read_text()) if options else None,
+            options=_read_json(options, "options file") if options else None,
             dev=[str(p) for p in dev or []],
             pipeline=pipeline,
             pretokenized=pretokenized,
@@ -152,7 +186,7 @@ def pretrain(
             static_vectors=static_vectors,
             vectors_weight=vectors_weight,
         )
-        summary = run_pretraining(config, resume=resume)
+        summary = run_pretraining(config, resume=resume, overwrite=overwrite, explicit=explicit)
     except (ValueError, OSError) as err:
         _fail(str(err))
     if summary.get("interrupted"):
@@ -176,21 +210,35 @@ def perplexity(
     """Forward, backward and average perplexity of a pretrained biLM on held-out text."""
     import json
 
+    from .outputs import check_output, write_text
     from .pretrain.evaluate import perplexity as compute
 
     try:
+        if output is not None:
+            model_files = sorted(model.iterdir()) if model.is_dir() else []
+            check_output(output, [*model_files, *inputs])
         result = compute(model, inputs, pretokenized=pretokenized, pipeline=pipeline)
+        text = json.dumps(result, indent=2)
+        if output is not None:
+            write_text(output, text + "\n")
     except (ValueError, OSError) as err:
         _fail(str(err))
-    text = json.dumps(result, indent=2)
-    if output is not None:
-        output.write_text(text + "\n")
     typer.echo(text)
 
 
 from .probe_cli import probe as _probe  # noqa: E402
 
 app.command(name="probe")(_probe)
+
+
+def _read_json(path: Path, what: str):
+    """A JSON file's content; ValueError naming the file when it is not JSON."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
 
 
 def _fail(message: str) -> None:

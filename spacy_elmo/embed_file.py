@@ -9,16 +9,26 @@ from typing import Callable, Iterator
 import numpy
 
 from .bilm import BiLM
+from .outputs import atomic_path, check_output
 
 OUTPUT_FORMATS = ("all", "top", "average")
+# Longer lines run as consecutive windows of this many tokens (like the spaCy component's
+# `max_tokens`): memory stays bounded, and each line still gets one dataset, the windows'
+# vectors concatenated. Each window is a sentence of its own for the biLM (no context across).
+MAX_TOKENS = 256
 
 
 def read_lines(path: Path) -> Iterator[str]:
-    """Stream the lines of a UTF-8 text file; ValueError naming the file and line on bad bytes."""
+    """Stream the lines of a UTF-8 text file; ValueError naming the file and line on bad bytes.
+
+    A byte-order mark at the start of the file is dropped.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"input file {path} does not exist or is not a file")
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
             try:
                 yield raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as err:
@@ -50,36 +60,55 @@ def embed_file(
     tokenize: Callable[[str], list[str]] = whitespace_tokenizer,
     chunk_lines: int = 1024,
     progress: bool = True,
+    max_tokens: int = MAX_TOKENS,
 ) -> int:
     """Embed every line of `input_path` into `output_path`; return the number of lines.
 
     Dataset `str(i)` holds line i: (L + 1, n, D) for "all", (n, D) for "top" and "average".
     Dataset `sentence_to_index` is a JSON object mapping each line's text to its index.
+    A line of more than `max_tokens` tokens runs as windows of `max_tokens` (see MAX_TOKENS).
+    The file is written under a temporary name and renamed when complete: an interrupted run
+    leaves no partial output, and an earlier output stays as it was.
     """
     import h5py
     from tqdm import tqdm
 
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     input_path, output_path = Path(input_path), Path(output_path)
+    check_output(output_path, [input_path])
     total = sum(1 for _ in read_lines(input_path))
     sentence_to_index: dict[str, str] = {}
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        h5py.File(output_path, "w") as out,
-        tqdm(total=total, unit="line", disable=not progress, desc="embedding") as bar,
-    ):
-        index = 0
-        for chunk in _chunks(read_lines(input_path), chunk_lines):
-            vectors = bilm.embed([tokenize(line) for line in chunk], batch_size=batch_size)
-            for line, layers in zip(chunk, vectors):
-                out.create_dataset(str(index), data=_select(layers, output_format))
-                sentence_to_index.setdefault(line, str(index))
-                index += 1
-            bar.update(len(chunk))
-        mapping = out.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
-        mapping[0] = json.dumps(sentence_to_index, ensure_ascii=False)
+    with atomic_path(output_path) as tmp:
+        with (
+            h5py.File(tmp, "w") as out,
+            tqdm(total=total, unit="line", disable=not progress, desc="embedding") as bar,
+        ):
+            index = 0
+            for chunk in _chunks(read_lines(input_path), chunk_lines):
+                windows = [_windows(tokenize(line), max_tokens) for line in chunk]
+                vectors = iter(
+                    bilm.embed([w for line in windows for w in line], batch_size=batch_size)
+                )
+                for line, line_windows in zip(chunk, windows):
+                    pieces = [next(vectors) for _ in line_windows]
+                    layers = pieces[0] if len(pieces) == 1 else numpy.concatenate(pieces, axis=1)
+                    out.create_dataset(str(index), data=_select(layers, output_format))
+                    sentence_to_index.setdefault(line, str(index))
+                    index += 1
+                bar.update(len(chunk))
+            mapping = out.create_dataset(
+                "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
+            )
+            mapping[0] = json.dumps(sentence_to_index, ensure_ascii=False)
     return index
+
+
+def _windows(tokens: list[str], max_tokens: int) -> list[list[str]]:
+    """Consecutive windows of at most `max_tokens` tokens; one (empty) for an empty line."""
+    return [tokens[i : i + max_tokens] for i in range(0, max(len(tokens), 1), max_tokens)]
 
 
 def _select(layers: numpy.ndarray, output_format: str) -> numpy.ndarray:

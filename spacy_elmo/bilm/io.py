@@ -6,14 +6,13 @@ Our format is a directory with `config.json` (the options) and `model.safetensor
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy
 import torch
 
+from ..outputs import atomic_path
 from .options import BiLMOptions
 
 if TYPE_CHECKING:
@@ -134,6 +133,13 @@ def _read_datasets(weight_file: Path, options_source: str, options: BiLMOptions)
                         f"{tuple(found[name])} but {options_source} implies {shape}; the "
                         f"options do not match the weights"
                     )
+                dtype = hdf5[name].dtype
+                if dtype.kind not in "fiu":
+                    kind = "complex" if dtype.kind == "c" else "non-numeric"
+                    raise ValueError(
+                        f"weights file {weight_file}: dataset '{name}' has {kind} dtype {dtype}; "
+                        f"ELMo weights are real numbers"
+                    )
                 try:
                     array = numpy.asarray(hdf5[name][...], dtype=numpy.float32)
                 except (OSError, KeyError, RuntimeError) as err:
@@ -218,11 +224,11 @@ def write_allennlp(bilm: BiLM, options_file: str | Path, weight_file: str | Path
         datasets[f"CNN_high_{h}/b_transform"] = bias[:f]
         datasets[f"CNN_high_{h}/b_carry"] = bias[f:]
     options_file, weight_file = Path(options_file), Path(weight_file)
-    with _atomic_path(weight_file) as tmp:
+    with atomic_path(weight_file) as tmp:
         with h5py.File(tmp, "w") as hdf5:
             for name, array in datasets.items():
                 hdf5.create_dataset(name, data=numpy.ascontiguousarray(array, dtype=numpy.float32))
-    with _atomic_path(options_file) as tmp:
+    with atomic_path(options_file) as tmp:
         tmp.write_text(json.dumps(options.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
@@ -235,9 +241,9 @@ def save_bilm(bilm: BiLM, directory: str | Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "options": bilm.options.to_dict()}
     tensors = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
-    with _atomic_path(directory / WEIGHTS_NAME) as tmp:
+    with atomic_path(directory / WEIGHTS_NAME) as tmp:
         save_file(tensors, str(tmp), metadata={"format": FORMAT_NAME})
-    with _atomic_path(directory / CONFIG_NAME) as tmp:
+    with atomic_path(directory / CONFIG_NAME) as tmp:
         tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
@@ -269,6 +275,12 @@ def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tenso
             f"reads version {FORMAT_VERSION}"
         )
     options = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
+    size = weights_path.stat().st_size
+    if 2 * options.n_parameters() > size:  # checked before anything of that size is allocated
+        raise ValueError(
+            f"{config_path} describes a biLM of {options.n_parameters():,} parameters, more than "
+            f"{weights_path} ({size:,} bytes) holds; the config does not match the weights"
+        )
     try:
         state = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as err:
@@ -290,26 +302,14 @@ def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tenso
             f"{weights_path} has tensors that {config_path} does not describe: "
             f"{', '.join(unexpected[:5])}"
         )
+    check_finite(state, str(weights_path))
     return options, state
 
 
-class _atomic_path:
-    """Context manager giving a temporary path that replaces `path` on success."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> Path:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(
-            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
-        )
-        os.close(fd)
-        self.tmp = Path(name)
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        else:
-            self.tmp.unlink(missing_ok=True)
+def check_finite(state: dict[str, torch.Tensor], source: str) -> None:
+    """Raise ValueError naming the first tensor of `state` that is not real and finite."""
+    for key, tensor in state.items():
+        if tensor.is_complex() or tensor.dtype == torch.bool:
+            raise ValueError(f"{source}: tensor '{key}' has dtype {tensor.dtype}, not real numbers")
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ValueError(f"{source}: tensor '{key}' contains NaN or inf")

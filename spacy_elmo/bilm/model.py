@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from .options import BiLMOptions
 
 DIRECTIONS = ("forward", "backward")
 TOKEN_CACHE_SIZE = 20000  # distinct tokens whose char-CNN vectors are kept at inference
+TOKEN_CACHE_BYTES = 64 * 2**20  # and at most this many bytes of them (keys and vectors)
 
 
 @dataclass
@@ -84,6 +86,8 @@ class BiLM(nn.Module):
         self.token_cache_size = token_cache_size
         self._token_cache: OrderedDict[bytes, torch.Tensor] = OrderedDict()
         self._token_cache_key: tuple = ()
+        self._token_cache_bytes = 0
+        self._token_cache_lock = threading.Lock()  # `embed` may run from several threads
         self.char_cnn = CharCNN(options)
         stack_args = dict(
             n_layers=options.n_layers,
@@ -232,24 +236,51 @@ class BiLM(nn.Module):
         return output
 
     def _cached_char_cnn(self, distinct: torch.Tensor) -> torch.Tensor:
-        """char_cnn(distinct) with an LRU cache, emptied whenever a char-CNN weight changes."""
-        key = weights_key(self.char_cnn.parameters())
-        if key != self._token_cache_key:
-            self._token_cache.clear()
-            self._token_cache_key = key
-        cache = self._token_cache
+        """char_cnn(distinct) with an LRU cache, emptied whenever a char-CNN weight changes.
+
+        The cache is shared by the threads that run this model: it is read and updated under a
+        lock, and the char CNN of the tokens it lacks runs outside the lock.
+        """
+        weights = weights_key(self.char_cnn.parameters())
         keys = [row.tobytes() for row in distinct.cpu().numpy()]
-        missing = [i for i, key in enumerate(keys) if key not in cache]
+        with self._token_cache_lock:
+            cache = self._token_cache
+            if weights != self._token_cache_key:
+                cache.clear()
+                self._token_cache_bytes = 0
+                self._token_cache_key = weights
+            found = {i: cache[key] for i, key in enumerate(keys) if key in cache}
+            for i in found:
+                cache.move_to_end(keys[i])
+        missing = [i for i in range(len(keys)) if i not in found]
         if missing:
             index = torch.tensor(missing, device=distinct.device)
             for i, vector in zip(missing, self.char_cnn(distinct[index])):
-                cache[keys[i]] = vector
-        vectors = torch.stack([cache[key] for key in keys])
-        for key in keys:
-            cache.move_to_end(key)
-        while len(cache) > self.token_cache_size:
-            cache.popitem(last=False)
+                found[i] = vector.clone()  # its own storage: it must not keep the batch alive
+        vectors = torch.stack([found[i] for i in range(len(keys))])
+        with self._token_cache_lock:
+            if weights == self._token_cache_key:
+                for i in missing:
+                    if keys[i] not in cache:
+                        cache[keys[i]] = found[i]
+                        self._token_cache_bytes += _entry_bytes(keys[i], found[i])
+            while cache and (
+                len(cache) > self.token_cache_size or self._token_cache_bytes > TOKEN_CACHE_BYTES
+            ):
+                key, vector = cache.popitem(last=False)
+                self._token_cache_bytes -= _entry_bytes(key, vector)
         return vectors
+
+    def __getstate__(self) -> dict:
+        """For copy and pickle: without the lock (not copyable) and with an empty cache."""
+        state = self.__dict__.copy()
+        state.pop("_token_cache_lock", None)
+        state.update(_token_cache=OrderedDict(), _token_cache_key=(), _token_cache_bytes=0)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._token_cache_lock = threading.Lock()
 
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
         """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
@@ -412,6 +443,11 @@ class BiLM(nn.Module):
                     results[index] = numpy.ascontiguousarray(layers[:, row, :n])
                 del layers  # not alive while the next batch runs
         return results  # type: ignore[return-value]
+
+
+def _entry_bytes(key: bytes, vector: torch.Tensor) -> int:
+    """Memory of one token-cache entry."""
+    return len(key) + vector.numel() * vector.element_size()
 
 
 def _token_mask(lengths: torch.Tensor, time: int) -> torch.Tensor:

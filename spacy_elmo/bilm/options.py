@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,19 +65,38 @@ class BiLMOptions:
                 return default
             return block[key]
 
+        def integer(key: str, value: Any) -> int:
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{source}: '{key}' must be an integer, got {value!r}")
+            return value
+
+        def flag(key: str, value: Any) -> bool:
+            if value in (0, 1) and not isinstance(value, str):  # bools, and 0/1 as written
+                return bool(value)
+            raise ValueError(f"{source}: '{key}' must be true or false, got {value!r}")
+
         if not isinstance(options, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(options).__name__}")
+        for section in ("char_cnn", "lstm"):
+            if not isinstance(options.get(section), dict):
+                found = "" if section not in options else f", got {options[section]!r}"
+                raise ValueError(f"{source}: missing the '{section}' object{found}")
         embedding = get("char_cnn", "embedding")
         if not isinstance(embedding, dict) or "dim" not in embedding:
             raise ValueError(f"{source}: missing required key 'char_cnn.embedding.dim'")
         raw_filters = get("char_cnn", "filters")
-        try:
-            filters = tuple((int(w), int(n)) for w, n in raw_filters)
-        except (TypeError, ValueError):
+        if not isinstance(raw_filters, (list, tuple)) or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in raw_filters
+        ):
             raise ValueError(
                 f"{source}: 'char_cnn.filters' must be a list of [width, n_filters] pairs, "
                 f"got {raw_filters!r}"
-            ) from None
+            )
+        filters = tuple(
+            (integer("char_cnn.filters", w), integer("char_cnn.filters", n)) for w, n in raw_filters
+        )
         max_chars = get("char_cnn", "max_characters_per_token", MAX_CHARS_PER_TOKEN)
         if max_chars != MAX_CHARS_PER_TOKEN:
             raise ValueError(
@@ -112,17 +132,24 @@ class BiLMOptions:
             leftovers = {k: v for k, v in options[section].items() if k not in keys}
             if leftovers:
                 extra[section] = leftovers
+        activation = get("char_cnn", "activation", "relu")
+        if not isinstance(activation, str):
+            raise ValueError(
+                f"{source}: 'char_cnn.activation' must be a string, got {activation!r}"
+            )
         parsed = cls(
-            char_embedding_dim=int(embedding["dim"]),
+            char_embedding_dim=integer("char_cnn.embedding.dim", embedding["dim"]),
             filters=filters,
-            n_highway=int(get("char_cnn", "n_highway", 0) or 0),
-            activation=str(get("char_cnn", "activation", "relu")),
-            lstm_dim=int(get("lstm", "dim")),
-            projection_dim=int(get("lstm", "projection_dim")),
-            n_layers=int(get("lstm", "n_layers", 1)),
-            cell_clip=_optional_clip(get("lstm", "cell_clip", None)),
-            proj_clip=_optional_clip(get("lstm", "proj_clip", None)),
-            use_skip_connections=bool(get("lstm", "use_skip_connections", False)),
+            n_highway=integer("char_cnn.n_highway", get("char_cnn", "n_highway", 0) or 0),
+            activation=activation,
+            lstm_dim=integer("lstm.dim", get("lstm", "dim")),
+            projection_dim=integer("lstm.projection_dim", get("lstm", "projection_dim")),
+            n_layers=integer("lstm.n_layers", get("lstm", "n_layers", 1)),
+            cell_clip=_optional_clip(get("lstm", "cell_clip", None), "lstm.cell_clip", source),
+            proj_clip=_optional_clip(get("lstm", "proj_clip", None), "lstm.proj_clip", source),
+            use_skip_connections=flag(
+                "lstm.use_skip_connections", get("lstm", "use_skip_connections", False)
+            ),
             extra=copy.deepcopy(extra),
         )
         parsed.validate(source)
@@ -188,7 +215,7 @@ class BiLMOptions:
         """Read an options.json file."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark is dropped
         except FileNotFoundError:
             raise FileNotFoundError(f"options file {path} does not exist") from None
         except UnicodeDecodeError:
@@ -212,6 +239,10 @@ class BiLMOptions:
         return count + 2 * self.n_layers * per_cell
 
 
-def _optional_clip(value: Any) -> float | None:
+def _optional_clip(value: Any, key: str, source: str) -> float | None:
     """bilm-tf and AllenNLP only clip when the value is truthy."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{source}: '{key}' must be a number or null, got {value!r}")
     return float(value) if value else None

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import random
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
+
+from ..outputs import atomic_path
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
 TEXT_PROBE_BYTES = 8192
+# Longer lines are read in pieces cut at whitespace (with a warning naming file and line): a
+# line is never held whole, and spaCy's `max_length` (1,000,000 characters) is never reached.
+MAX_LINE_CHARS = 100_000
 
 
 def iter_input_files(inputs: Sequence[str | Path]) -> list[Path]:
@@ -56,14 +61,51 @@ def _unusable_reason(path: Path) -> str | None:
     return None
 
 
-def iter_lines(files: Iterable[Path]) -> Iterator[str]:
-    """Stream the non-blank lines of text files, replacing undecodable bytes."""
+def iter_lines(files: Iterable[Path], max_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """Stream the non-blank lines of text files, replacing undecodable bytes.
+
+    A leading byte-order mark is dropped. A line longer than `max_chars` characters comes in
+    pieces cut at whitespace, with a warning naming the file and line.
+    """
     for path in files:
-        with path.open("r", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                line = line.strip()
-                if line:
-                    yield line
+        for line in _read_lines(path, max_chars):
+            line = line.strip()
+            if line:
+                yield line
+
+
+def _read_lines(path: Path, max_chars: int) -> Iterator[str]:
+    with path.open("r", encoding="utf-8-sig", errors="replace") as handle:
+        number = 0
+        for piece in iter(lambda: handle.readline(max_chars + 1), ""):
+            number += 1
+            if piece.endswith("\n") or len(piece) <= max_chars:
+                yield piece  # the whole line
+                continue
+            logger.warning(
+                "%s, line %d: longer than %d characters; split at whitespace",
+                path,
+                number,
+                max_chars,
+            )
+            text = piece
+            while True:  # the rest of the long line, never more than 2 * max_chars held
+                piece = handle.readline(max_chars)
+                text += piece
+                while len(text) > max_chars:
+                    head, text = _cut(text, max_chars)
+                    yield head
+                if not piece or piece.endswith("\n"):
+                    break
+            yield text
+
+
+def _cut(text: str, max_chars: int) -> tuple[str, str]:
+    """`text` cut at its last whitespace within `max_chars` characters (else at `max_chars`)."""
+    space = max(text.rfind(" ", 0, max_chars + 1), text.rfind("\t", 0, max_chars + 1))
+    if space > 0:
+        return text[:space], text[space + 1 :]
+    return text[:max_chars], text[max_chars:]
 
 
 def spacy_sentence_splitter(
@@ -75,10 +117,16 @@ def spacy_sentence_splitter(
     """
     import spacy
 
-    if spacy.util.is_package(pipeline) or Path(pipeline).exists():
-        nlp = spacy.load(pipeline)
-    else:
-        nlp = spacy.blank(pipeline)
+    try:
+        if spacy.util.is_package(pipeline) or Path(pipeline).exists():
+            nlp = spacy.load(pipeline)
+        else:
+            nlp = spacy.blank(pipeline)
+    except (ImportError, OSError, ValueError, KeyError) as err:
+        raise ValueError(
+            f"--pipeline {pipeline}: not an installed spaCy pipeline, a pipeline directory or a "
+            f"language code ({str(err).splitlines()[0] if str(err) else err!r})"
+        ) from None
     if not any(nlp.has_pipe(name) for name in ("sentencizer", "senter", "parser")):
         nlp.add_pipe("sentencizer")
 
@@ -112,35 +160,36 @@ def write_tokenized(
 
     With `dev_output`, every `dev_every`-th sentence goes there instead (a held-out split).
     Returns (sentences, tokens) written to `output`. Files are written under a temporary name
-    and renamed when complete.
+    and renamed when complete; ValueError when `output` or the held-out split would be empty.
     """
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".part")
-    dev_tmp = dev_output.with_name(dev_output.name + ".part") if dev_output else None
-    n_sentences = n_tokens = n_seen = 0
-    with (
-        tmp.open("w", encoding="utf-8") as out,
-        dev_tmp.open("w", encoding="utf-8") if dev_tmp else open(os.devnull, "w") as dev_out,
-    ):
+    n_sentences = n_tokens = n_seen = n_dev = 0
+    with ExitStack() as stack:
+        tmp = stack.enter_context(atomic_path(output))
+        out = stack.enter_context(tmp.open("w", encoding="utf-8"))
+        dev_out = None
+        if dev_output is not None:
+            dev_tmp = stack.enter_context(atomic_path(dev_output))
+            dev_out = stack.enter_context(dev_tmp.open("w", encoding="utf-8"))
         for tokens in splitter(iter_lines(files)):
             for start in range(0, len(tokens), max_tokens):
                 piece = " ".join(tokens[start : start + max_tokens]) + "\n"
                 n_seen += 1
-                if dev_tmp is not None and dev_every and n_seen % dev_every == 0:
+                if dev_out is not None and dev_every and n_seen % dev_every == 0:
                     dev_out.write(piece)
+                    n_dev += 1
                     continue
                 out.write(piece)
                 n_sentences += 1
                 n_tokens += len(tokens[start : start + max_tokens])
-    if n_sentences == 0:
-        tmp.unlink()
-        if dev_tmp is not None:
-            dev_tmp.unlink()
         names = ", ".join(str(f) for f in files[:5]) or "(no usable files)"
-        raise ValueError(f"the pretraining corpus has no sentences: {names}")
-    if dev_tmp is not None:
-        dev_tmp.replace(dev_output)
-    tmp.replace(output)
+        if n_sentences == 0:
+            raise ValueError(f"the pretraining corpus has no sentences: {names}")
+        if dev_out is not None and n_dev == 0:
+            raise ValueError(
+                f"the held-out split is empty: the corpus ({names}) has {n_seen} sentences, "
+                f"fewer than one held-out sentence every {dev_every}; give held-out text with "
+                f"--dev (or more text)"
+            )
     return n_sentences, n_tokens
 
 

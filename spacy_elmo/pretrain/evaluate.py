@@ -16,9 +16,7 @@ from .vocab import Vocab
 
 def load_language_model(model_dir: Path):
     """The biLM, its softmax and vocabulary from a `spacy-elmo pretrain` model directory."""
-    from safetensors.torch import load_file
-
-    from .trainer import LanguageModel
+    from .trainer import LanguageModel, load_head, read_safetensors
 
     model_dir = Path(model_dir)
     head_path = model_dir / "lm_head.safetensors"
@@ -30,7 +28,7 @@ def load_language_model(model_dir: Path):
     bilm = BiLM.load(model_dir)
     vocab = Vocab.from_file(model_dir / "vocab.txt")
     head = LMHead(bilm.options.projection_dim, len(vocab))
-    head.load_state_dict(load_file(str(head_path)))
+    load_head(head, read_safetensors(head_path), str(head_path), model_dir / "vocab.txt")
     return LanguageModel(bilm, head, dropout=0.0).eval(), vocab
 
 

@@ -14,16 +14,20 @@ import math
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Collection, Iterator, Optional
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ..bilm import BiLM, BiLMOptions, batch_to_ids
+from ..bilm.io import check_finite
 from ..bilm.lm_head import LMHead
+from ..outputs import atomic_path, write_text
+from .checkpoint import load_checkpoint, save_checkpoint
 from .corpus import (
     iter_batches,
     iter_input_files,
@@ -34,12 +38,14 @@ from .corpus import (
 )
 from .distill import DistillationHeads, StaticVectors
 from .presets import preset
+from .rundir import RunDirectoryLock, prepare_run_directory
 from .vocab import Vocab
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
 CHECKPOINT = "checkpoints/last.pt"
 METRICS = "metrics.jsonl"
+DEFAULT_MAX_STEPS = 10000
 
 
 @dataclass
@@ -59,7 +65,7 @@ class PretrainConfig:
     min_count: int = 3
     max_sentence_tokens: int = 50
     batch_tokens: int = 2048
-    max_steps: int = 10000
+    max_steps: Optional[int] = None  # None: DEFAULT_MAX_STEPS, or the checkpoint's on resume
     learning_rate: float = 2e-3
     warmup_steps: int = 200
     dropout: float = 0.1
@@ -76,6 +82,57 @@ class PretrainConfig:
     threads: Optional[int] = None
     static_vectors: Optional[str] = None  # spaCy pipeline whose vectors are auxiliary targets
     vectors_weight: float = 1.0  # weight of each of the two cosine losses (distill.py)
+
+    def __post_init__(self) -> None:
+        """Raise ValueError naming the setting (and its flag) whose value cannot work."""
+        for name, (kind, low, exclusive, high, optional) in _BOUNDS.items():
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            ok = isinstance(value, kind) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value) and (value > low if exclusive else value >= low)
+            ok = ok and (high is None or value < high)
+            if not ok:
+                what = "an integer" if kind is int else "a number"
+                bounds = f"{'>' if exclusive else '>='} {low}" + (f" and < {high}" if high else "")
+                flag = _FLAGS.get(name, name.replace("_", "-"))
+                raise ValueError(f"--{flag} ({name}) must be {what} {bounds}, got {value!r}")
+        for name in ("inputs", "dev"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{name} must be a list of paths (strings), got {value!r}")
+        if not self.inputs:
+            raise ValueError("no pretraining inputs given")
+        for name in ("output", "preset", "pipeline"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+
+
+# setting -> (type, lower bound, whether it is exclusive, exclusive upper bound, None allowed)
+_BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
+    "dev_every": (int, 1, False, None, False),
+    "max_dev_sentences": (int, 1, False, None, False),
+    "vocab_size": (int, 4, False, None, False),
+    "min_count": (int, 1, False, None, False),
+    "max_sentence_tokens": (int, 1, False, None, False),
+    "batch_tokens": (int, 1, False, None, False),
+    "max_steps": (int, 1, False, None, True),
+    "warmup_steps": (int, 0, False, None, False),
+    "eval_every": (int, 1, False, None, False),
+    "checkpoint_every": (int, 1, False, None, False),
+    "log_every": (int, 1, False, None, False),
+    "seed": (int, 0, False, None, False),
+    "gpu_id": (int, -1, False, None, False),
+    "threads": (int, 1, False, None, True),
+    "learning_rate": ((int, float), 0, True, None, False),
+    "dropout": ((int, float), 0, False, 1, False),
+    "clip_norm": ((int, float), 0, True, None, False),
+    "vectors_weight": ((int, float), 0, False, None, False),
+    "max_memory_gb": ((int, float), 0, True, None, True),
+}
+_FLAGS = {"learning_rate": "lr"}
+# Where the run is, not what it trains: may differ on resume (the directory was moved).
+_LOCATION_SETTINGS = ("output",)
 
 
 class LanguageModel(nn.Module):
@@ -179,13 +236,11 @@ def load_init_model(path: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
     if (directory / "config.json").exists():
         bilm = BiLM.load(directory)
         if (directory / "vocab.txt").exists() and (directory / "lm_head.safetensors").exists():
-            from safetensors.torch import load_file
-
-            return (
-                bilm,
-                Vocab.from_file(directory / "vocab.txt"),
-                load_file(str(directory / "lm_head.safetensors")),
-            )
+            vocab = Vocab.from_file(directory / "vocab.txt")
+            head_path = directory / "lm_head.safetensors"
+            head = LMHead(bilm.options.projection_dim, len(vocab))
+            load_head(head, read_safetensors(head_path), str(head_path), directory / "vocab.txt")
+            return bilm, vocab, head.state_dict()
         return bilm, None, None
     weights = sorted(directory.glob("*weights*.hdf5")) if directory.is_dir() else []
     options = sorted(directory.glob("*options*.json")) if directory.is_dir() else []
@@ -195,6 +250,82 @@ def load_init_model(path: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
         f"--init-from {path}: expected a saved biLM directory (config.json + model.safetensors) "
         f"or a directory with one *options*.json and one *weights*.hdf5 file"
     )
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (a format that cannot hold code); ValueError if bad."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"cannot read {path} ({err}); is it truncated?") from None
+
+
+def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_path) -> None:
+    """Load softmax weights into `head`; ValueError when they are for another vocabulary."""
+    expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != found:
+        keys = expected.keys() | found.keys()
+        differ = sorted(k for k in keys if expected.get(k) != found.get(k))
+        raise ValueError(
+            f"the softmax in {source} does not match the vocabulary {vocab_path} "
+            f"({head.vocab_size} words): tensor '{differ[0]}' has shape {found.get(differ[0])}, "
+            f"expected {expected.get(differ[0])}"
+        )
+    check_finite(state, source)
+    head.load_state_dict(state)
+
+
+def resumed_config(
+    saved: dict[str, Any], given: PretrainConfig, source: Path, explicit: Optional[Collection[str]]
+) -> PretrainConfig:
+    """The checkpoint's configuration, after checking that `given` does not contradict it.
+
+    Only `max_steps` may change on resume, and only when given (not None). With `explicit`
+    (the names of the settings given on the command line) only those are compared; the others
+    are taken from the checkpoint.
+    """
+    unknown = sorted(set(saved) - {f.name for f in fields(PretrainConfig)})
+    if unknown:
+        raise ValueError(
+            f"checkpoint {source} has settings this spacy-elmo does not know ({', '.join(unknown)})"
+        )
+    try:
+        config = PretrainConfig(**saved)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"checkpoint {source}: bad settings: {err}") from None
+    changed = []
+    for f in fields(PretrainConfig):
+        if f.name in (*_LOCATION_SETTINGS, "max_steps"):
+            continue
+        if explicit is not None and f.name not in explicit:
+            continue
+        old, new = getattr(config, f.name), getattr(given, f.name)
+        if not _same_setting(f.name, old, new):
+            flag = _FLAGS.get(f.name, f.name.replace("_", "-"))
+            changed.append(f"--{flag} is {new!r}, the run was started with {old!r}")
+    if changed:
+        raise ValueError(
+            f"--resume: {'; '.join(changed)} (checkpoint {source}). A resumed run keeps its "
+            f"settings; only --max-steps may change. Start a new run to change the others "
+            f"(another --output, or --overwrite)"
+        )
+    max_steps = given.max_steps if given.max_steps is not None else config.max_steps
+    return replace(config, output=given.output, max_steps=max_steps)
+
+
+def _same_setting(name: str, old: Any, new: Any) -> bool:
+    """Equal settings; paths are equal when they name the same file from here."""
+    if name in ("inputs", "dev") and isinstance(old, list) and isinstance(new, list):
+        return [os.path.realpath(p) for p in old] == [os.path.realpath(p) for p in new]
+    if name == "init_from" and old is not None and new is not None:
+        return os.path.realpath(old) == os.path.realpath(new)
+    return old == new
 
 
 def estimate_memory_bytes(options: BiLMOptions, vocab_size: int, batch_tokens: int) -> int:
@@ -236,7 +367,18 @@ def check_memory(config: PretrainConfig, options: BiLMOptions, vocab_size: int, 
 
 # ---------------------------------------------------------------------- the run
 class Pretrainer:
-    def __init__(self, config: PretrainConfig, resume: bool = False) -> None:
+    """One pretraining run in `config.output`; call it with the directory locked (`pretrain`).
+
+    With `resume`, the run continues from its checkpoint with the checkpoint's settings (see
+    `resumed_config` for what `config` may change, and `explicit`).
+    """
+
+    def __init__(
+        self,
+        config: PretrainConfig,
+        resume: bool = False,
+        explicit: Optional[Collection[str]] = None,
+    ) -> None:
         self.work = Path(config.output)
         self.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         self.rank = int(os.environ.get("RANK", "0"))
@@ -244,12 +386,10 @@ class Pretrainer:
         checkpoint = None
         if resume:
             path = self.work / CHECKPOINT
-            if not path.exists():
-                raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-            saved = PretrainConfig(**checkpoint["config"])
-            saved.max_steps = config.max_steps  # the one thing a resume may change
-            config = saved
+            checkpoint = load_checkpoint(path)
+            config = resumed_config(checkpoint["config"], config, path, explicit)
+        elif config.max_steps is None:
+            config = replace(config, max_steps=DEFAULT_MAX_STEPS)
         self.config = config
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -265,19 +405,21 @@ class Pretrainer:
         self._barrier()
         self.train_path = self.work / "corpus" / "train.txt"
         self.dev_path = self.work / "corpus" / "dev.txt"
+        if self.is_main and next(read_sentences(self.dev_path), None) is None:
+            raise ValueError(f"the held-out file {self.dev_path} has no sentences")
 
         init_vocab = init_head = None
+        bilm: Optional[BiLM] = None
         if config.init_from:
             bilm, init_vocab, init_head = load_init_model(config.init_from)
             options = bilm.options
         else:
             options = build_options(config)
-            bilm = BiLM(options)
         vocab_path = self.work / "vocab.txt"
-        if init_vocab is not None:
-            vocab = init_vocab
-        elif vocab_path.exists():
+        if vocab_path.exists() and (resume or init_vocab is None):
             vocab = Vocab.from_file(vocab_path)
+        elif init_vocab is not None:
+            vocab = init_vocab
         else:
             vocab = Vocab.build(
                 read_sentences(self.train_path), config.vocab_size, config.min_count
@@ -285,11 +427,17 @@ class Pretrainer:
         if self.is_main:
             vocab.to_file(vocab_path)
         self.vocab = vocab
-        check_memory(config, options, len(vocab), self.device)
+        check_memory(config, options, len(vocab), self.device)  # before the weights exist
+        if bilm is None:
+            bilm = BiLM(options)
 
         head = LMHead(options.projection_dim, len(vocab))
         if init_head is not None:
             head.load_state_dict(init_head)
+        if checkpoint is not None:
+            saved = checkpoint["model"]
+            head_state = {k[5:]: v for k, v in saved.items() if k.startswith("head.")}
+            load_head(head, head_state, f"checkpoint {self.work / CHECKPOINT}", vocab_path)
         for stack in (bilm.forward_lstm, bilm.backward_lstm):
             stack.dropout = config.dropout
         self.static_vectors = distill = None
@@ -303,15 +451,7 @@ class Pretrainer:
         self.tokens_seen = 0
         self.train_seconds = 0.0
         if checkpoint is not None:
-            self.model.load_state_dict(checkpoint["model"])
-            self.optimizer.load_state_dict(checkpoint["optimizer"])
-            self.scheduler.load_state_dict(checkpoint["scheduler"])
-            torch.set_rng_state(checkpoint["torch_rng"])
-            if self.device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(checkpoint["cuda_rng"], self.device)
-            self.step = checkpoint["step"]
-            self.tokens_seen = checkpoint["tokens_seen"]
-            self.train_seconds = checkpoint["train_seconds"]
+            self._restore(checkpoint)
             if self.is_main:
                 _truncate_metrics(self.work / METRICS, self.step)
         self.train_module: nn.Module = self.model
@@ -324,6 +464,24 @@ class Pretrainer:
                 find_unused_parameters=True,
             )
         self.stop_requested = False
+
+    def _restore(self, checkpoint: dict[str, Any]) -> None:
+        """Weights, optimizer, scheduler and RNG state from a checked checkpoint."""
+        try:
+            self.model.load_state_dict(checkpoint["model"])
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+            self.scheduler.load_state_dict(checkpoint["scheduler"])
+            torch.set_rng_state(checkpoint["torch_rng"])
+            if self.device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(checkpoint["cuda_rng"], self.device)
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"checkpoint {self.work / CHECKPOINT} does not fit this run's model: "
+                f"{str(err).splitlines()[0] if str(err) else err!r}"
+            ) from None
+        self.step = checkpoint["step"]
+        self.tokens_seen = checkpoint["tokens_seen"]
+        self.train_seconds = float(checkpoint["train_seconds"])
 
     def _lr_factor(self, step: int) -> float:
         """Linear warm-up, then linear decay to 10% at max_steps."""
@@ -473,6 +631,8 @@ class Pretrainer:
             batch.append(sentence)
         if batch:
             sums += self._loss(batch, self.model)[:4].cpu()
+        if sums[1].item() == 0:  # not a perplexity of 1.0
+            raise ValueError(f"the held-out file {self.dev_path} has no sentences")
         forward = math.exp(sums[0].item() / max(1.0, sums[1].item()))
         backward = math.exp(sums[2].item() / max(1.0, sums[3].item()))
         return {
@@ -496,7 +656,6 @@ class Pretrainer:
         self._barrier()
         if self.is_main:
             path = self.work / CHECKPOINT
-            path.parent.mkdir(parents=True, exist_ok=True)
             state = {
                 "config": asdict(self.config),
                 "model": self.model.state_dict(),
@@ -510,9 +669,7 @@ class Pretrainer:
                 "tokens_seen": self.tokens_seen,
                 "train_seconds": self.train_seconds,
             }
-            tmp = path.with_name(path.name + ".tmp")
-            torch.save(state, tmp)
-            os.replace(tmp, path)
+            save_checkpoint(state, path)
         self._barrier()
 
     def finish(self) -> dict[str, Any]:
@@ -527,10 +684,14 @@ class Pretrainer:
             bilm.save(model_dir)
             from safetensors.torch import save_file
 
-            save_file(
-                {k: v.detach().cpu().contiguous() for k, v in self.model.head.state_dict().items()},
-                str(model_dir / "lm_head.safetensors"),
-            )
+            with atomic_path(model_dir / "lm_head.safetensors") as tmp:
+                save_file(
+                    {
+                        k: v.detach().cpu().contiguous()
+                        for k, v in self.model.head.state_dict().items()
+                    },
+                    str(tmp),
+                )
             self.vocab.to_file(model_dir / "vocab.txt")
             final_eval = self.evaluate()
             summary.update(
@@ -545,7 +706,7 @@ class Pretrainer:
                     **final_eval,
                 }
             )
-            (model_dir / "pretrain.json").write_text(json.dumps(summary, indent=2) + "\n")
+            write_text(model_dir / "pretrain.json", json.dumps(summary, indent=2) + "\n")
             if self.config.export_allennlp:
                 bilm.to_allennlp(
                     self.work / "allennlp" / "options.json", self.work / "allennlp" / "weights.hdf5"
@@ -572,22 +733,48 @@ class Pretrainer:
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines a killed run wrote after its last checkpoint."""
+    """Drop metric lines a killed run wrote after its last checkpoint.
+
+    A line that is not a JSON record (the half-written last line of a killed run) is dropped
+    with a warning naming the file and line.
+    """
     if not path.exists():
         return
-    kept = [
-        line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and json.loads(line).get("step", 0) <= step
-    ]
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    kept = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n")):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("step", 0), int):
+            logger.warning("%s, line %d: not a complete metrics record; dropped", path, number + 1)
+            continue
+        if record.get("step", 0) <= step:
+            kept.append(line)
+    write_text(path, "".join(line + "\n" for line in kept))
 
 
-def pretrain(config: PretrainConfig, resume: bool = False) -> dict[str, Any]:
-    """Run (or resume) a pretraining run; returns the summary written to model/pretrain.json."""
-    trainer = Pretrainer(config, resume=resume)
-    try:
-        return trainer.train()
-    finally:
-        if trainer.distributed and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+def pretrain(
+    config: PretrainConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    explicit: Optional[Collection[str]] = None,
+) -> dict[str, Any]:
+    """Run (or resume) a pretraining run; returns the summary written to model/pretrain.json.
+
+    The run directory is locked for the whole run. A directory that already holds a run is
+    refused unless `resume` (continue it) or `overwrite` (delete it and start again).
+    """
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    lock = RunDirectoryLock(Path(config.output)) if is_main else nullcontext()
+    with lock:
+        if is_main:
+            prepare_run_directory(Path(config.output), resume, overwrite)
+        trainer = Pretrainer(config, resume=resume, explicit=explicit)
+        try:
+            return trainer.train()
+        finally:
+            if trainer.distributed and torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()

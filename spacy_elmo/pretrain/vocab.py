@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
+from ..outputs import write_text
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
@@ -45,11 +46,15 @@ class Vocab:
         return cls([*SPECIALS, *words])
 
     def to_file(self, path: Path) -> None:
-        path.write_text("\n".join(self.words) + "\n", encoding="utf-8")
+        """One word per line, written atomically."""
+        write_text(path, "\n".join(self.words) + "\n")
 
     @classmethod
     def from_file(cls, path: Path) -> Vocab:
         if not Path(path).exists():
             raise FileNotFoundError(f"vocabulary file {path} does not exist")
-        words = Path(path).read_text(encoding="utf-8").split("\n")
-        return cls([w for w in words if w])
+        try:
+            words = Path(path).read_text(encoding="utf-8").split("\n")
+            return cls([w for w in words if w])
+        except ValueError as err:  # also UnicodeDecodeError
+            raise ValueError(f"vocabulary file {path}: {err}") from None

@@ -1,0 +1,89 @@
+"""Training checkpoints: written atomically, read without unpickling arbitrary objects.
+
+A checkpoint is a `torch.save` archive of plain types only (dicts, lists, numbers, strings and
+tensors: the weights, the optimizer and scheduler state, the RNG state), so that it loads with
+`torch.load(weights_only=True)`, which refuses any other object: a crafted file cannot run
+code. Checkpoints of earlier versions hold the same types and load the same way.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..bilm.io import check_finite
+from ..outputs import atomic_path
+
+FORMAT_NAME = "spacy-elmo-pretrain-checkpoint"
+FORMAT_VERSION = 1
+# key -> the types its value may have
+REQUIRED = {
+    "config": (dict,),
+    "model": (dict,),
+    "optimizer": (dict,),
+    "scheduler": (dict,),
+    "torch_rng": (torch.Tensor,),
+    "step": (int,),
+    "tokens_seen": (int,),
+    "train_seconds": (float, int),
+}
+
+
+def save_checkpoint(state: dict[str, Any], path: Path) -> None:
+    """Write `state` to `path` atomically (a killed write leaves the previous checkpoint)."""
+    with atomic_path(path) as tmp:
+        torch.save({"format": FORMAT_NAME, "version": FORMAT_VERSION, **state}, tmp)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's state, checked; ValueError naming the file if it is not a sound one."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"--resume: no checkpoint at {path}; to start this run again, drop --resume (and "
+            f"add --overwrite if the directory holds an unfinished run)"
+        )
+    if path.stat().st_size == 0:
+        raise ValueError(f"checkpoint {path} is empty (a write that never completed?)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"refusing to load checkpoint {path}: it holds objects other than tensors and plain "
+            f"values, which could run code when unpickled; spacy-elmo checkpoints never do "
+            f"({str(err).splitlines()[0]})"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as err:
+        raise ValueError(
+            f"cannot read checkpoint {path} ({str(err).splitlines()[0] if str(err) else err!r}); "
+            f"it may be truncated or corrupted"
+        ) from None
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {path} is not a spacy-elmo checkpoint (not a dict)")
+    if state.get("format", FORMAT_NAME) != FORMAT_NAME:
+        raise ValueError(f"checkpoint {path} has format {state['format']!r}, not {FORMAT_NAME}")
+    if state.get("version", FORMAT_VERSION) != FORMAT_VERSION:
+        raise ValueError(
+            f"checkpoint {path} has version {state['version']!r}; this spacy-elmo reads "
+            f"version {FORMAT_VERSION}"
+        )
+    for key, types in REQUIRED.items():
+        if key not in state:
+            raise ValueError(f"checkpoint {path} has no '{key}': not a spacy-elmo checkpoint")
+        value = state[key]
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ValueError(
+                f"checkpoint {path}: '{key}' is a {type(value).__name__}, expected "
+                f"{' or '.join(t.__name__ for t in types)}"
+            )
+    if state["step"] < 0:
+        raise ValueError(f"checkpoint {path}: negative step {state['step']}")
+    model = state["model"]
+    if not all(isinstance(v, torch.Tensor) for v in model.values()):
+        raise ValueError(f"checkpoint {path}: 'model' holds values that are not tensors")
+    check_finite(model, f"checkpoint {path}")
+    return state

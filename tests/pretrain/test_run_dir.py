@@ -1,0 +1,265 @@
+"""A run directory belongs to one run; checkpoints load without unpickling; resume keeps the
+run's settings; bad settings and files are messages, not tracebacks (issue 14)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_elmo.cli import app
+from spacy_elmo.pretrain import PretrainConfig, pretrain
+from spacy_elmo.pretrain.checkpoint import load_checkpoint
+from spacy_elmo.pretrain.rundir import RunDirectoryLock
+from spacy_elmo.pretrain.trainer import Pretrainer
+
+from ..test_faults import Exploit, malicious_pickle
+from .test_pretrain import cli_args, tiny_config, write_corpus
+
+
+def short_config(tmp_path: Path, corpus: Path, **changes) -> PretrainConfig:
+    values = dict(max_steps=4, eval_every=4, checkpoint_every=2, log_every=2, batch_tokens=128)
+    values.update(changes)
+    return tiny_config(tmp_path, corpus, **values)
+
+
+def invoke(*args) -> object:
+    return CliRunner().invoke(app, ["pretrain", *[str(a) for a in args]])
+
+
+@pytest.fixture
+def finished_run(tmp_path):
+    """A finished 4-step run in tmp_path/run, with its checkpoint."""
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    config = short_config(tmp_path, corpus)
+    pretrain(config)
+    return config, tmp_path / "run"
+
+
+# ---------------------------------------------------------------------- 1. checkpoints
+@pytest.mark.parametrize("layout", ["zip", "legacy"])
+def test_a_malicious_checkpoint_runs_nothing(finished_run, tmp_path, layout):
+    config, run = finished_run
+    marker = tmp_path / "marker"
+    checkpoint = run / "checkpoints" / "last.pt"
+    if layout == "zip":  # torch.save's archive, the object pickled inside
+        torch.save({"step": Exploit(marker)}, checkpoint)
+    else:
+        checkpoint.write_bytes(malicious_pickle(marker))
+    with pytest.raises(ValueError, match=f"refusing to load checkpoint {checkpoint}"):
+        load_checkpoint(checkpoint)
+    result = invoke(*cli_args(Path(config.inputs[0]), run, max_steps=6), "--resume")
+    assert result.exit_code == 1
+    assert f"error: refusing to load checkpoint {checkpoint}" in result.output
+    assert not marker.exists()
+    # The control: unpickling the file does run code.
+    if layout == "zip":
+        torch.load(checkpoint, weights_only=False)
+    else:
+        pickle.loads(checkpoint.read_bytes())
+    assert marker.exists()
+
+
+def test_checkpoints_load_with_weights_only(finished_run):
+    _, run = finished_run
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    assert state["format"] == "spacy-elmo-pretrain-checkpoint" and state["step"] == 4
+
+
+def test_a_checkpoint_of_the_earlier_layout_still_resumes(finished_run):
+    """Earlier versions wrote the same plain types without the format keys."""
+    config, run = finished_run
+    path = run / "checkpoints" / "last.pt"
+    state = torch.load(path, weights_only=True)
+    del state["format"], state["version"]
+    torch.save(state, path)
+    summary = pretrain(replace(config, max_steps=6), resume=True)
+    assert summary["steps"] == 6
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "nan"])
+def test_a_damaged_checkpoint_is_a_message(finished_run, damage):
+    config, run = finished_run
+    path = run / "checkpoints" / "last.pt"
+    if damage == "nan":
+        state = torch.load(path, weights_only=True)
+        state["model"]["head.softmax.bias"][0] = float("nan")
+        torch.save(state, path)
+    else:
+        data = path.read_bytes()
+        path.write_bytes(b"" if damage == "empty" else data[: len(data) // 2])
+    message = {
+        "empty": "is empty",
+        "truncated": "truncated or corrupted",
+        "nan": "tensor 'head.softmax.bias' contains NaN",
+    }[damage]
+    result = invoke(*cli_args(Path(config.inputs[0]), run, max_steps=6), "--resume")
+    assert result.exit_code == 1, result.output
+    assert f"checkpoint {path}" in result.output and message in result.output
+    assert "Traceback" not in result.output
+
+
+# ---------------------------------------------------------------------- 3. run directories
+def test_a_locked_run_directory_is_refused_at_once(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    config = short_config(tmp_path, corpus)
+    with RunDirectoryLock(Path(config.output)):
+        with pytest.raises(ValueError, match=f"{config.output} is in use .*pid {os.getpid()}"):
+            pretrain(config)
+    assert not (Path(config.output) / "corpus").exists()
+
+
+def test_a_run_directory_held_by_another_process_is_refused(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run / "pretrain.lock")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result = invoke(*cli_args(corpus, run))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 1
+    assert f"run directory {run} is in use by another pretraining run (pid {holder.pid}" in (
+        result.output
+    )
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, f"{os.getpid()}\\n".encode())
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_unusable_output_directory_fails_before_any_work(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    result = invoke(*cli_args(corpus, blocker / "run"))
+    assert result.exit_code == 1 and f"cannot use run directory {blocker / 'run'}" in result.output
+
+
+def test_an_existing_run_is_refused_unless_resumed_or_overwritten(finished_run, tmp_path):
+    config, run = finished_run
+    other = tmp_path / "other.txt"
+    other.write_text("a brand new sentence .\n" * 300, encoding="utf-8")
+    changed = replace(config, inputs=[str(other)], vocab_size=6)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match="already holds a run .*--resume.*--overwrite"):
+        pretrain(changed)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    pretrain(changed, overwrite=True)
+    assert "brand new sentence" in (run / "corpus" / "train.txt").read_text()
+    assert len((run / "vocab.txt").read_text().split()) == 6
+    with pytest.raises(ValueError, match="give only one"):
+        pretrain(changed, resume=True, overwrite=True)
+
+
+def test_resume_keeps_the_saved_max_steps_unless_given(finished_run):
+    config, _ = finished_run
+    assert Pretrainer(replace(config, max_steps=None), resume=True).config.max_steps == 4
+    assert Pretrainer(replace(config, max_steps=9), resume=True).config.max_steps == 9
+
+
+def test_resume_refuses_other_settings(finished_run):
+    config, run = finished_run
+    with pytest.raises(ValueError, match=r"--lr is 0\.5, the run was started with 0\.01"):
+        Pretrainer(replace(config, learning_rate=0.5), resume=True)
+    # Settings not given on the command line come from the checkpoint.
+    trainer = Pretrainer(
+        replace(config, learning_rate=0.5), resume=True, explicit={"inputs", "output"}
+    )
+    assert trainer.config.learning_rate == 0.01
+    result = invoke(
+        *cli_args(Path(config.inputs[0]), run, max_steps=6), "--vocab-size", "7", "--resume"
+    )
+    assert result.exit_code == 1 and "--vocab-size is 7, the run was started with 100" in (
+        result.output
+    )
+
+
+def test_cli_resume_without_settings_continues_the_run(finished_run):
+    config, run = finished_run
+    result = invoke(config.inputs[0], "--output", run, "--resume", "--max-steps", "6")
+    assert result.exit_code == 0, result.output
+    assert json.loads((run / "model" / "pretrain.json").read_text())["steps"] == 6
+
+
+def test_a_half_written_metrics_line_is_dropped_on_resume(finished_run, caplog):
+    config, run = finished_run
+    metrics = run / "metrics.jsonl"
+    with metrics.open("a") as handle:
+        handle.write('{"step": 4, "train_pp')
+    with caplog.at_level("WARNING", logger="spacy_elmo.pretrain"):
+        pretrain(replace(config, max_steps=6), resume=True)
+    assert "not a complete metrics record" in caplog.text
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert max(r["step"] for r in records) == 6
+
+
+# ---------------------------------------------------------------------- 4. wrong numbers
+def test_a_small_corpus_without_held_out_text_is_an_error(tmp_path):
+    corpus = write_corpus(tmp_path / "small.txt", n=50)  # dev_every = 100
+    with pytest.raises(ValueError, match="held-out split is empty.*50 sentences.*--dev"):
+        pretrain(short_config(tmp_path, corpus))
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_vocabulary_that_does_not_match_the_softmax_is_an_error(finished_run):
+    config, run = finished_run
+    for vocab in (run / "vocab.txt", run / "model" / "vocab.txt"):
+        words = vocab.read_text().splitlines()
+        vocab.write_text("\n".join(words[:-1]) + "\n")
+    with pytest.raises(ValueError, match="does not match the vocabulary .*vocab.txt"):
+        Pretrainer(config, resume=True)
+    result = CliRunner().invoke(
+        app, ["perplexity", str(run / "model"), str(run / "corpus" / "dev.txt")]
+    )
+    assert result.exit_code == 1 and "lm_head.safetensors does not match" in result.output
+
+
+# ---------------------------------------------------------------------- 7. CLI messages
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--eval-every", "0"), ("--checkpoint-every", "-5"), ("--threads", "0"), ("--lr", "0")],
+)
+def test_bad_settings_are_messages(tmp_path, flag, value):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    args = cli_args(corpus, tmp_path / "run")
+    args[args.index(flag) + 1] = value
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert f"error: {flag} " in result.output and f"got {value}" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_pipeline_is_a_message(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    args = [a for a in cli_args(corpus, tmp_path / "run") if a != "--pretokenized"]
+    result = invoke(*args, "--pipeline", "no_such_pipeline")
+    assert result.exit_code == 1 and "--pipeline no_such_pipeline" in result.output
+
+
+def test_an_options_file_that_is_not_json_is_a_message(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    options = tmp_path / "options.json"
+    options.write_text("{not json")
+    result = invoke(*cli_args(corpus, tmp_path / "run"), "--options", options)
+    assert result.exit_code == 1 and f"options file {options} is not valid JSON" in result.output
