@@ -26,6 +26,8 @@ from torch import nn
 from torch.nn import functional as F
 
 NO_VECTOR = -1
+CACHE_WORDS = 1 << 20  # the word -> row cache: at most this many words ...
+CACHED_WORD_CHARS = 64  # ... of at most this many characters (longer ones are looked up anew)
 
 
 class StaticVectors:
@@ -74,7 +76,10 @@ class StaticVectors:
             row = self._rows.get(word, self._rows.get(word.lower(), NO_VECTOR))
             if row != NO_VECTOR and not bool(self.has_vector[row]):
                 row = NO_VECTOR
-            self._cache[word] = row
+            if len(word) <= CACHED_WORD_CHARS:  # bounded: no long strings kept alive
+                if len(self._cache) >= CACHE_WORDS:
+                    self._cache.clear()
+                self._cache[word] = row
         return row
 
     def target_rows(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
