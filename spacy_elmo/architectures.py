@@ -7,70 +7,75 @@ from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
-from .bilm import BiLMOptions
-from .layers.elmo_model import LayerCache, elmo_model
+from .layers.elmo_model import elmo_model
 from .layers.listener import ElmoListener
 from .layers.scalar_mix import scalar_mix
 from .loaders import bundled_bilm
 
+MODEL = "spacy_elmo.ElmoModel.v1"
 LISTENER = "spacy_elmo.ElmoListener.v1"
 TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
 MIX = "spacy_elmo.ElmoMix.v1"
-BUNDLED_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]]
 MIX_KEYS = ("n_layers", "layer_norm", "layer_dropout", "initial_weights", "gamma", "trainable")
 
 
-@registry.architectures("spacy_elmo.ElmoModel.v1")
+@registry.architectures(MODEL)
 def ElmoModel(
-    char_embedding_dim: int = 16,
+    char_embedding_dim: Optional[int] = None,
     filters: Optional[List[List[int]]] = None,
-    n_highway: int = 1,
-    activation: str = "relu",
-    lstm_dim: int = 512,
-    projection_dim: int = 128,
-    n_layers: int = 2,
-    cell_clip: Optional[float] = 3.0,
-    proj_clip: Optional[float] = 3.0,
-    use_skip_connections: bool = True,
+    n_highway: Optional[int] = None,
+    activation: Optional[str] = None,
+    lstm_dim: Optional[int] = None,
+    projection_dim: Optional[int] = None,
+    n_layers: Optional[int] = None,
+    cell_clip: Optional[float] = None,
+    proj_clip: Optional[float] = None,
+    use_skip_connections: Optional[bool] = None,
     max_tokens: int = 256,
     batch_tokens: int = 4096,
     frozen: bool = True,
     grad_factor: float = 1.0,
     cache_tokens: int = 1_000_000,
     store_dtype: str = "float32",
+    split_sentences: bool = False,
+    sentence_punct: Optional[List[str]] = None,
+    cache_mb: Optional[float] = None,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM (dims as in options.json) over doc sentences, one (L+1, n, 2P) array per doc.
 
-    Weights are not part of the architecture: they come from `[initialize.components.elmo]`,
-    from the pipeline directory, or, when none were given, the bundled English biLM.
+    Architecture values left null (char_embedding_dim ... use_skip_connections) are taken
+    from the weights when the pipeline is initialized and written into the pipeline's config;
+    given values are checked against the weights. A clip of 0 means no clipping. Weights are
+    not part of the architecture: they come from `[initialize.components.elmo]`, from the
+    pipeline directory, or, when none were given, the bundled English biLM.
+
+    split_sentences: cut docs without sentence boundaries into sentences with spaCy's
+    rule-based sentencizer rule (`sentence_punct`, default its punctuation) before the biLM.
+    cache_mb: bound the training cache of frozen layers in megabytes too (null: tokens only).
     """
-    options = BiLMOptions.from_dict(
-        {
-            "char_cnn": {
-                "embedding": {"dim": char_embedding_dim},
-                "filters": filters if filters is not None else BUNDLED_FILTERS,
-                "n_highway": n_highway,
-                "activation": activation,
-            },
-            "lstm": {
-                "dim": lstm_dim,
-                "projection_dim": projection_dim,
-                "n_layers": n_layers,
-                "cell_clip": cell_clip,
-                "proj_clip": proj_clip,
-                "use_skip_connections": use_skip_connections,
-            },
-        },
-        source="[components.elmo.model]",
-    )
+    architecture = {
+        "char_embedding_dim": char_embedding_dim,
+        "filters": filters,
+        "n_highway": n_highway,
+        "activation": activation,
+        "lstm_dim": lstm_dim,
+        "projection_dim": projection_dim,
+        "n_layers": n_layers,
+        "cell_clip": cell_clip,
+        "proj_clip": proj_clip,
+        "use_skip_connections": use_skip_connections,
+    }
     model = elmo_model(
-        options,
+        architecture,
         max_tokens=max_tokens,
         batch_tokens=batch_tokens,
         frozen=frozen,
         grad_factor=grad_factor,
         cache_tokens=cache_tokens,
+        cache_mb=cache_mb,
         store_dtype=store_dtype,
+        split_sentences=split_sentences,
+        sentence_punct=sentence_punct,
     )
     model.attrs["default_weights"] = bundled_bilm
     model.attrs["replace_listener"] = _replace_listener
@@ -80,8 +85,8 @@ def ElmoModel(
 
 @registry.architectures(LISTENER)
 def ElmoListenerMix(
-    width: int,
-    n_layers: int = 3,
+    width: Optional[int] = None,
+    n_layers: Optional[int] = None,
     upstream: str = "*",
     layer_norm: bool = False,
     layer_dropout: float = 0.0,
@@ -91,7 +96,8 @@ def ElmoListenerMix(
 ) -> Model[List[Doc], List[Floats2d]]:
     """This component's own mix gamma * sum_j s_j h_j of the upstream `elmo` layers.
 
-    width is 2P of the biLM (256 for the bundled model), n_layers is L + 1.
+    width is 2P of the biLM (256 for the bundled model), n_layers is L + 1; null takes them
+    from the upstream component when the pipeline is initialized.
     """
     listener = ElmoListener(upstream, width=width, n_layers=n_layers)
     settings = dict(layer_norm=layer_norm, layer_dropout=layer_dropout, trainable=trainable)
@@ -101,7 +107,7 @@ def ElmoListenerMix(
 @registry.architectures(MIX)
 def ElmoMix(
     elmo: Model[List[Doc], List[Floats3d]],
-    n_layers: int = 3,
+    n_layers: Optional[int] = None,
     layer_norm: bool = False,
     layer_dropout: float = 0.0,
     initial_weights: Optional[List[float]] = None,
@@ -110,21 +116,26 @@ def ElmoMix(
 ) -> Model[List[Doc], List[Floats2d]]:
     """An inline biLM with its mix: what `nlp.replace_listeners` puts in a listener's place."""
     settings = dict(layer_norm=layer_norm, layer_dropout=layer_dropout, trainable=trainable)
-    return _with_mix(elmo, elmo.get_dim("nO"), n_layers, initial_weights, gamma, settings)
+    width = elmo.maybe_get_dim("nO")
+    return _with_mix(elmo, width, n_layers, initial_weights, gamma, settings)
 
 
 def _with_mix(
     layers: Model,
-    width: int,
-    n_layers: int,
+    width: Optional[int],
+    n_layers: Optional[int],
     initial_weights: Optional[List[float]],
     gamma: float,
     settings: Dict[str, Any],
 ) -> Model[List[Doc], List[Floats2d]]:
-    """Docs -> (L + 1, n, width) layers -> this component's mixed (n, width) vectors."""
+    """Docs -> (L + 1, n, width) layers -> this component's mixed (n, width) vectors.
+
+    A width of None is inferred when the model is initialized (after the upstream's).
+    """
     mix = scalar_mix(n_layers, initial_weights=initial_weights, gamma=gamma, **settings)
     model = chain(layers, mix)
-    model.set_dim("nO", width)
+    if width is not None:
+        model.set_dim("nO", width)
     return model
 
 
@@ -150,7 +161,7 @@ def ElmoTok2Vec(
 
 def _replace_listener(model: Model) -> Model:
     """Called by `nlp.replace_listeners` on the copy of the elmo model: give it its own cache."""
-    model.attrs["cache"] = LayerCache(model.attrs["cache"].max_tokens)
+    model.attrs["cache"] = model.attrs["cache"].empty_copy()
     return model
 
 

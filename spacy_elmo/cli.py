@@ -230,6 +230,17 @@ from .probe_cli import probe as _probe  # noqa: E402
 
 app.command(name="probe")(_probe)
 
+from .init_config_cli import init_config as _init_config  # noqa: E402
+
+app.command(name="init-config")(_init_config)
+
+from .debug_model_cli import debug_model as _debug_model  # noqa: E402
+
+app.command(
+    name="debug-model",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)(_debug_model)
+
 
 def _read_json(path: Path, what: str):
     """A JSON file's content; ValueError naming the file when it is not JSON."""

@@ -1,5 +1,6 @@
 """The `elmo` pipeline component and the Doc/Span/Token extensions it fills."""
 
+import warnings
 from itertools import islice
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
@@ -13,29 +14,42 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, get_array_module, set_dropout_rate
 from thinc.types import Floats3d
 
+from .architectures import LISTENER, MODEL
 from .bilm import BiLM
-from .layers.elmo_model import ensure_weights, get_bilm, set_weights
-from .layers.listener import ElmoListener
+from .layers.elmo_model import (
+    ARCHITECTURE_KEYS,
+    architecture_of,
+    ensure_weights,
+    get_bilm,
+    set_weights,
+)
+from .layers.listener import ElmoListener, set_listener_dims
 
+# The architecture (char_embedding_dim ... use_skip_connections) is null: it comes from the
+# weights at `initialize` (the bundled biLM unless a loader is given) and is then written into
+# the pipeline's config.
 DEFAULT_CONFIG = """
 [model]
 @architectures = "spacy_elmo.ElmoModel.v1"
-char_embedding_dim = 16
-filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]]
-n_highway = 1
-activation = "relu"
-lstm_dim = 512
-projection_dim = 128
-n_layers = 2
-cell_clip = 3.0
-proj_clip = 3.0
-use_skip_connections = true
+char_embedding_dim = null
+filters = null
+n_highway = null
+activation = null
+lstm_dim = null
+projection_dim = null
+n_layers = null
+cell_clip = null
+proj_clip = null
+use_skip_connections = null
 max_tokens = 256
 batch_tokens = 4096
 frozen = true
 grad_factor = 1.0
 cache_tokens = 1000000
+cache_mb = null
 store_dtype = "float32"
+split_sentences = false
+sentence_punct = null
 """
 
 
@@ -80,13 +94,22 @@ class Elmo(TrainablePipe):
         self.model = model
         self.name = name
         self.listener_map: Dict[str, List[ElmoListener]] = {}
-        n_layers = model.get_dim("n_layers")
-        self.mix = mix_vector(mix_weights, gamma, n_layers)
         self.cfg: Dict[str, Any] = {
             "mix_weights": mix_weights,
             "gamma": gamma,
             "set_tensor": set_tensor,
         }
+        self._mix: Optional[numpy.ndarray] = None
+        if model.maybe_get_dim("n_layers") is not None:
+            self._mix = mix_vector(mix_weights, gamma, model.get_dim("n_layers"))
+
+    @property
+    def mix(self) -> numpy.ndarray:
+        """gamma * s of `doc._.elmo` (known once the biLM's number of layers is)."""
+        n_layers = self.model.get_dim("n_layers")
+        if self._mix is None or len(self._mix) != n_layers:
+            self._mix = mix_vector(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)
+        return self._mix
 
     # ------------------------------------------------------------------ listeners
     @property
@@ -101,6 +124,12 @@ class Elmo(TrainablePipe):
         self.listener_map.setdefault(component_name, [])
         if listener not in self.listener_map[component_name]:
             self.listener_map[component_name].append(listener)
+        width, n_layers = self.model.maybe_get_dim("nO"), self.model.maybe_get_dim("n_layers")
+        if width is not None and n_layers is not None:  # the biLM is known: fill open dims
+            set_listener_dims(listener, width, n_layers)
+        # spaCy links components again once all are initialized: from then on, docs without
+        # layers at inference are worth a warning.
+        listener.attrs["initializing"] = False
 
     def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
         if listener in self.listener_map.get(component_name, []):
@@ -179,7 +208,9 @@ class Elmo(TrainablePipe):
         nlp: Optional[Language] = None,
         weights: Optional[Callable[[], BiLM]] = None,
     ) -> None:
-        """Load the biLM weights (`weights` loader, else the bundled model) and check dims."""
+        """Load the biLM weights (`weights` loader, else the bundled model); fill the
+        architecture values and listener dims the config left null (in `nlp.config` too) and
+        check the given ones."""
         validate_get_examples(get_examples, "Elmo.initialize")
         if weights is not None:
             source = getattr(weights, "source", "the weights loader")
@@ -188,20 +219,54 @@ class Elmo(TrainablePipe):
             ensure_weights(self.model)  # the bundled biLM unless weights are already loaded
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
         self.model.initialize(X=doc_sample)
+        width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
+        for listener in self.listeners:
+            set_listener_dims(listener, width, n_layers)
         self._check_listeners()
+        self._mix = mix_vector(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)
+        if nlp is not None:
+            self._record_architecture(nlp)
+        if not self.listeners and not self.cfg["set_tensor"]:
+            warnings.warn(
+                f"nothing listens to the '{self.name}' component and set_tensor is false: "
+                "it computes doc._.elmo_layers, but no component uses them (training runs "
+                "the biLM for nothing). Give components a spacy_elmo.ElmoListener.v1 "
+                f'(upstream = "{self.name}"), e.g. with `spacy-elmo init-config`, or set '
+                "set_tensor = true to get doc.tensor; ignore this if your own code reads "
+                "doc._.elmo_layers",
+                ElmoUnusedWarning,
+                stacklevel=2,
+            )
 
     def _check_listeners(self) -> None:
-        options = get_bilm(self.model).options
+        width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
         for component, listeners in self.listener_map.items():
             for listener in listeners:
-                width, n_layers = listener.get_dim("nO"), listener.get_dim("n_layers")
-                if (width, n_layers) != (options.output_dim, options.n_layers + 1):
+                got = listener.get_dim("nO"), listener.get_dim("n_layers")
+                if got != (width, n_layers):
                     raise ValueError(
-                        f"the elmo listener of '{component}' has width={width}, n_layers="
-                        f"{n_layers} but the '{self.name}' biLM gives width="
-                        f"{options.output_dim} (2 x projection_dim), n_layers="
-                        f"{options.n_layers + 1}; fix the listener's config"
+                        f"the elmo listener of '{component}' has width={got[0]}, n_layers="
+                        f"{got[1]} but the '{self.name}' biLM gives width={width} "
+                        f"(2 x projection_dim), n_layers={n_layers}; fix the listener's "
+                        "config (or set width and n_layers to null to take them from the biLM)"
                     )
+
+    def _record_architecture(self, nlp: Language) -> None:
+        """Write the biLM's architecture and the listeners' dims into the config values left
+        null, so that the saved pipeline builds the same model without the weights files."""
+        config = nlp.get_pipe_config(self.name)["model"]
+        if config.get("@architectures") == MODEL:
+            filled = architecture_of(get_bilm(self.model).options)
+            for key in ARCHITECTURE_KEYS:
+                if config.get(key) is None:
+                    config[key] = filled[key]
+        dims = {"width": self.model.get_dim("nO"), "n_layers": self.model.get_dim("n_layers")}
+        for component in self.listening_components:
+            if component in nlp.component_names:
+                for block in _listener_configs(nlp.get_pipe_config(component), self.name):
+                    for key, value in dims.items():
+                        if block.get(key) is None:
+                            block[key] = value
 
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         result = super().from_bytes(bytes_data, exclude=exclude)
@@ -212,6 +277,39 @@ class Elmo(TrainablePipe):
         result = super().from_disk(path, exclude=exclude)
         self.model.attrs["cache"].clear()
         return result
+
+
+def feed_listeners_of(elmo: Elmo, component: str) -> bool:
+    """Make `component`'s listeners run `elmo` on their docs when they find no output of it
+    (update in training, annotate at inference; for `spacy-elmo debug-model`); False if it
+    has no listeners of `elmo`."""
+
+    def feed(docs: List[Doc], is_train: bool) -> None:
+        if is_train:
+            elmo.update([Example(doc, doc) for doc in docs])
+        else:
+            elmo.set_annotations(docs, elmo.predict(docs))
+
+    listeners = elmo.listener_map.get(component, [])
+    for listener in listeners:
+        listener.feed_upstream = feed
+    return bool(listeners)
+
+
+class ElmoUnusedWarning(UserWarning):
+    """The elmo component computes layers that no component uses."""
+
+
+def _listener_configs(config: Any, upstream: str) -> Iterable[Dict[str, Any]]:
+    """The ElmoListener.v1 blocks in a component's config that listen to `upstream`."""
+    if isinstance(config, dict):
+        if config.get("@architectures") == LISTENER and config.get("upstream", "*") in (
+            "*",
+            upstream,
+        ):
+            yield config
+        for value in config.values():
+            yield from _listener_configs(value, upstream)
 
 
 # ---------------------------------------------------------------------- mixing and extensions

@@ -1,7 +1,8 @@
 """The torch biLM as a Thinc layer: char ids (batch, time, 50) -> layers (L + 1, batch, time, 2P).
 
 Serialised as msgpack {options, safetensors weights}: no pickle, and independent of thinc's
-default torch (de)serialiser.
+default torch (de)serialiser. Before its weights are known (architecture left to the weights)
+the layer holds a `PendingBiLM`, which `install_bilm` replaces.
 """
 
 from __future__ import annotations
@@ -17,9 +18,27 @@ from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp, xp2torch
 from thinc.types import Floats4d, Ints3d
 
 from ..bilm import BiLM, BiLMOptions
+from ..bilm.model import TOKEN_CACHE_SIZE
 
 
-def bilm_layer(bilm: BiLM) -> Model[Ints3d, Floats4d]:
+class PendingBiLM(torch.nn.Module):
+    """Stands in for a biLM whose architecture comes from weights that are not loaded yet."""
+
+    options = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stateful = False
+        self.token_cache_size = TOKEN_CACHE_SIZE
+
+    def forward(self, char_ids: torch.Tensor):
+        raise ValueError(
+            "the elmo model has no weights yet (its architecture comes from the weights): "
+            "initialize the pipeline first"
+        )
+
+
+def bilm_layer(bilm: torch.nn.Module) -> Model[Ints3d, Floats4d]:
     """Wrap `bilm`; gradients reach its parameters only through `begin_update`."""
     return PyTorchWrapper_v3(
         bilm,
@@ -31,8 +50,17 @@ def bilm_layer(bilm: BiLM) -> Model[Ints3d, Floats4d]:
 
 
 def torch_bilm(layer: Model) -> BiLM:
-    """The torch module inside a `bilm_layer`."""
+    """The torch module inside a `bilm_layer` (a `PendingBiLM` before weights are known)."""
     return layer.shims[0]._model
+
+
+def install_bilm(layer: Model, bilm: BiLM) -> None:
+    """Put `bilm` (another architecture than the current module's) into a `bilm_layer`."""
+    shim = layer.shims[0]
+    current = shim._model
+    bilm.stateful = current.stateful
+    bilm.token_cache_size = current.token_cache_size
+    shim._model = bilm.train(current.training).to(shim.device)
 
 
 def _convert_inputs(
@@ -54,6 +82,8 @@ def _convert_outputs(model: Model, inputs_outputs, is_train: bool):
 
 
 def serialize_bilm(bilm: BiLM) -> bytes:
+    if bilm.options is None:  # a PendingBiLM: nothing to save
+        return srsly.msgpack_dumps({"options": None, "weights": None})
     state = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
     return srsly.msgpack_dumps(
         {"options": json.dumps(bilm.options.to_dict()), "weights": save_safetensors(state)}
@@ -62,6 +92,8 @@ def serialize_bilm(bilm: BiLM) -> bytes:
 
 def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
     msg = srsly.msgpack_loads(data)
+    if msg["options"] is None:
+        return PendingBiLM().to(device)
     options = BiLMOptions.from_dict(json.loads(msg["options"]), source="serialised elmo model")
     # A new module around the loaded tensors (the current one's weights are not copied into).
     loaded = BiLM._from_state(options, load_safetensors(msg["weights"]), bilm.stateful)

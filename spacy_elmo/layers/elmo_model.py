@@ -1,12 +1,19 @@
 """Docs -> biLM layers: the Thinc model of the `elmo` component.
 
-Each doc is cut into units (its sentences when it has sentence boundaries, else windows of
-at most `max_tokens`; sentences longer than that are windowed too). Whitespace tokens are
-not fed to the biLM and get zero vectors. Units are batched by padded token count, longest
-first, so the only float arrays that grow with the document are the per-doc results.
+Each doc is cut into units: its sentences when it has sentence boundaries; else, with
+`split_sentences`, the sentences of spaCy's rule-based sentencizer (a sentence ends after a
+token in `sentence_punct`, default `Sentencizer.default_punct_chars`, and the punctuation that
+follows it), computed here and not written to the doc; else the whole doc. Units longer than
+`max_tokens` are cut into windows of `max_tokens`. Whitespace tokens are not fed to the biLM
+and get zero vectors. Units are batched by padded token count, longest first, so the only
+float arrays that grow with the document are the per-doc results.
 
 Frozen (the default, as in the paper): no autograd through the biLM, and the layers of each
-unit are kept in a bounded cache keyed by its tokens, so later epochs do not run the biLM.
+unit are kept in a bounded cache keyed by its tokens (at most `cache_tokens` tokens and, when
+`cache_mb` is set, that many megabytes of stored layers), so later epochs do not run the biLM.
+
+The architecture may be left (partly) open: then the layer holds no biLM until weights are
+loaded (`set_weights`), which fills the open values and checks the given ones.
 """
 
 from __future__ import annotations
@@ -14,17 +21,31 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from spacy.tokens import Doc
+from spacy.pipeline import Sentencizer
+from spacy.tokens import Doc, Span
 from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions, batch_to_ids
 from ..bilm.lstm import unstack_small_kernels
-from .bilm_wrapper import bilm_layer, torch_bilm
+from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
 
 STORE_DTYPES = ("float32", "float16")
+# The architecture keys of spacy_elmo.ElmoModel.v1 and the options.json keys they set.
+ARCHITECTURE_KEYS = {
+    "char_embedding_dim": "char_cnn.embedding.dim",
+    "filters": "char_cnn.filters",
+    "n_highway": "char_cnn.n_highway",
+    "activation": "char_cnn.activation",
+    "lstm_dim": "lstm.dim",
+    "projection_dim": "lstm.projection_dim",
+    "n_layers": "lstm.n_layers",
+    "cell_clip": "lstm.cell_clip",
+    "proj_clip": "lstm.proj_clip",
+    "use_skip_connections": "lstm.use_skip_connections",
+}
 _process_id = os.getpid()
 
 
@@ -52,14 +73,25 @@ class Unit:
 
 
 class LayerCache:
-    """LRU cache of unit layers keyed by the unit's words, bounded by the tokens it holds."""
+    """LRU cache of unit layers keyed by the unit's words, bounded by the tokens it holds and,
+    when `max_bytes` is set, by the bytes of the layers it holds."""
 
-    def __init__(self, max_tokens: int) -> None:
+    def __init__(self, max_tokens: int, max_bytes: Optional[int] = None) -> None:
         self.max_tokens = max_tokens
+        self.max_bytes = max_bytes
         self.n_tokens = 0
+        self.n_bytes = 0
         self.entries: OrderedDict[Tuple[str, ...], Floats3d] = OrderedDict()
         self.hits = 0
         self.misses = 0
+
+    def empty_copy(self) -> LayerCache:
+        """A new, empty cache with the same bounds."""
+        return LayerCache(self.max_tokens, self.max_bytes)
+
+    def _full(self) -> bool:
+        too_many_bytes = self.max_bytes is not None and self.n_bytes > self.max_bytes
+        return self.n_tokens > self.max_tokens or too_many_bytes
 
     def get(self, key: Tuple[str, ...]) -> Optional[Floats3d]:
         value = self.entries.get(key)
@@ -73,28 +105,39 @@ class LayerCache:
     def put(self, key: Tuple[str, ...], value: Floats3d) -> None:
         if len(key) > self.max_tokens or key in self.entries:
             return
+        if self.max_bytes is not None and value.nbytes > self.max_bytes:
+            return
         self.entries[key] = value
         self.n_tokens += len(key)
-        while self.n_tokens > self.max_tokens:
-            old_key, _ = self.entries.popitem(last=False)
+        self.n_bytes += value.nbytes
+        while self._full():
+            old_key, old_value = self.entries.popitem(last=False)
             self.n_tokens -= len(old_key)
+            self.n_bytes -= old_value.nbytes
 
     def clear(self) -> None:
         self.entries.clear()
         self.n_tokens = 0
+        self.n_bytes = 0
 
 
 def elmo_model(
-    options: BiLMOptions,
+    architecture: Dict[str, Any],
     *,
     max_tokens: int = 256,
     batch_tokens: int = 4096,
     frozen: bool = True,
     grad_factor: float = 1.0,
     cache_tokens: int = 1_000_000,
+    cache_mb: Optional[float] = None,
     store_dtype: str = "float32",
+    split_sentences: bool = False,
+    sentence_punct: Optional[List[str]] = None,
 ) -> Model[List[Doc], List[Floats3d]]:
-    """Thinc model mapping docs to one (L + 1, n_tokens, 2P) array each."""
+    """Thinc model mapping docs to one (L + 1, n_tokens, 2P) array each.
+
+    `architecture` has the ARCHITECTURE_KEYS; a value of None is taken from the weights.
+    """
     if store_dtype not in STORE_DTYPES:
         raise ValueError(f"store_dtype must be one of {STORE_DTYPES}, got {store_dtype!r}")
     if max_tokens < 1 or batch_tokens < max_tokens + 2:
@@ -102,22 +145,79 @@ def elmo_model(
             f"need max_tokens >= 1 and batch_tokens >= max_tokens + 2, got max_tokens="
             f"{max_tokens}, batch_tokens={batch_tokens}"
         )
+    if cache_mb is not None and cache_mb < 0:
+        raise ValueError(f"cache_mb must be non-negative or null, got {cache_mb}")
+    unknown = set(architecture) - set(ARCHITECTURE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown architecture keys {sorted(unknown)}")
+    configured = {k: v for k, v in architecture.items() if v is not None}
+    if len(configured) == len(ARCHITECTURE_KEYS):
+        options = options_from_architecture(configured, source="[components.elmo.model]")
+        bilm = BiLM(options)
+        dims = {"nO": options.output_dim, "n_layers": options.n_layers + 1}
+    else:  # the dims that the config gives are known already
+        bilm = PendingBiLM()
+        projection_dim, n_layers = configured.get("projection_dim"), configured.get("n_layers")
+        dims = {
+            "nO": None if projection_dim is None else 2 * projection_dim,
+            "n_layers": None if n_layers is None else n_layers + 1,
+        }
+    max_bytes = None if cache_mb is None else int(cache_mb * 2**20)
     return Model(
         "elmo",
         forward,
-        layers=[bilm_layer(BiLM(options))],
-        dims={"nO": options.output_dim, "n_layers": options.n_layers + 1},
+        layers=[bilm_layer(bilm)],
+        dims=dims,
         attrs={
+            "architecture": configured,  # what the config gave; the rest comes from the weights
             "max_tokens": max_tokens,
             "batch_tokens": batch_tokens,
             "frozen": frozen,
             "grad_factor": grad_factor,
             "store_dtype": store_dtype,
+            "split_sentences": split_sentences,
+            "sentence_punct": sentence_punct,
             "weights_loaded": False,
-            "cache": LayerCache(cache_tokens if frozen else 0),
+            "cache": LayerCache(cache_tokens if frozen else 0, max_bytes),
             "bilm_tokens": 0,  # tokens run through the biLM (for tests and benchmarks)
         },
     )
+
+
+def options_from_architecture(architecture: Dict[str, Any], source: str) -> BiLMOptions:
+    """BiLMOptions from complete ElmoModel.v1 architecture values."""
+    options: Dict[str, Dict[str, Any]] = {"char_cnn": {}, "lstm": {}}
+    for key, path in ARCHITECTURE_KEYS.items():
+        section, name = path.split(".", 1)
+        if name == "embedding.dim":
+            options[section]["embedding"] = {"dim": architecture[key]}
+        else:
+            options[section][name] = architecture[key]
+    return BiLMOptions.from_dict(options, source=source)
+
+
+def architecture_of(options: BiLMOptions) -> Dict[str, Any]:
+    """The ElmoModel.v1 config values of a biLM's options (no clipping is written as 0)."""
+    return {
+        "char_embedding_dim": options.char_embedding_dim,
+        "filters": [list(f) for f in options.filters],
+        "n_highway": options.n_highway,
+        "activation": options.activation,
+        "lstm_dim": options.lstm_dim,
+        "projection_dim": options.projection_dim,
+        "n_layers": options.n_layers,
+        "cell_clip": options.cell_clip or 0.0,
+        "proj_clip": options.proj_clip or 0.0,
+        "use_skip_connections": options.use_skip_connections,
+    }
+
+
+def _same_value(key: str, configured: Any, given: Any) -> bool:
+    if key == "filters":
+        return [list(map(int, f)) for f in configured] == given
+    if key in ("cell_clip", "proj_clip"):  # bilm-tf: a falsy clip means no clipping
+        return float(configured or 0.0) == float(given or 0.0)
+    return configured == given
 
 
 def ensure_weights(model: Model) -> None:
@@ -134,22 +234,27 @@ def ensure_weights(model: Model) -> None:
 
 
 def set_weights(model: Model, bilm: BiLM, source: str) -> None:
-    """Copy `bilm`'s weights into the model; ValueError when its architecture differs."""
-    target = get_bilm(model)
-    if bilm.options != target.options:
-        configured, given = target.options.to_dict(), bilm.options.to_dict()
-        diffs = [
-            f"{section}.{key}: config {configured[section].get(key)!r}, weights "
-            f"{given[section].get(key)!r}"
-            for section in ("char_cnn", "lstm")
-            for key in sorted(set(configured[section]) | set(given[section]))
-            if configured[section].get(key) != given[section].get(key)
-        ]
+    """Put `bilm`'s weights into the model: the architecture values the config left open are
+    taken from them; ValueError when a configured value differs."""
+    given = architecture_of(bilm.options)
+    diffs = [
+        f"{ARCHITECTURE_KEYS[key]}: config {value!r}, weights {given[key]!r} ({key})"
+        for key, value in model.attrs["architecture"].items()
+        if not _same_value(key, value, given[key])
+    ]
+    if diffs:
         raise ValueError(
             f"the weights from {source} do not match the elmo model's configuration: "
             + "; ".join(diffs)
+            + " (set these to null in [components.elmo.model] to take them from the weights)"
         )
-    target.load_state_dict(bilm.state_dict())
+    target = get_bilm(model)
+    if target.options == bilm.options:
+        target.load_state_dict(bilm.state_dict())
+    else:  # the architecture was left open in the config: the weights decide it
+        install_bilm(model.layers[0], bilm)
+        model.set_dim("nO", bilm.options.output_dim, force=True)
+        model.set_dim("n_layers", bilm.options.n_layers + 1, force=True)
     model.attrs["cache"].clear()
     model.attrs["weights_loaded"] = True
 
@@ -159,9 +264,20 @@ def get_bilm(model: Model) -> BiLM:
     return torch_bilm(model.layers[0])
 
 
-def doc_units(doc: Doc, index: int, max_tokens: int) -> List[Unit]:
+def doc_units(
+    doc: Doc,
+    index: int,
+    max_tokens: int,
+    split_sentences: bool = False,
+    sentence_punct: Optional[List[str]] = None,
+) -> List[Unit]:
     """The biLM inputs of one doc: sentences (or the doc) in windows, whitespace dropped."""
-    spans = doc.sents if doc.has_annotation("SENT_START") else [doc[:]]
+    if doc.has_annotation("SENT_START"):
+        spans = list(doc.sents)
+    elif split_sentences:
+        spans = rule_sentences(doc, sentence_punct)
+    else:
+        spans = [doc[:]]
     units = []
     for span in spans:
         positions = [token.i for token in span if not token.is_space]
@@ -169,6 +285,13 @@ def doc_units(doc: Doc, index: int, max_tokens: int) -> List[Unit]:
             window = positions[start : start + max_tokens]
             units.append(Unit(index, window, tuple(doc[i].text for i in window)))
     return units
+
+
+def rule_sentences(doc: Doc, punct_chars: Optional[List[str]] = None) -> List[Span]:
+    """The sentences spaCy's rule-based `Sentencizer` would set, as spans (doc unchanged)."""
+    starts = Sentencizer(punct_chars=punct_chars).predict([doc])[0]
+    boundaries = [i for i, is_start in enumerate(starts) if is_start] + [len(doc)]
+    return [doc[start:end] for start, end in zip(boundaries, boundaries[1:])]
 
 
 def batches_by_tokens(units: List[Unit], batch_tokens: int) -> List[List[Unit]]:
@@ -188,6 +311,8 @@ def forward(
 ) -> Tuple[List[Floats3d], Callable]:
     ops = model.ops
     layer = model.layers[0]
+    _fork_safe_threads()
+    ensure_weights(model)
     options = get_bilm(model).options
     n_layers, width = options.n_layers + 1, options.output_dim
     store_dtype = model.attrs["store_dtype"]
@@ -196,13 +321,12 @@ def forward(
     # Only training docs are cached: they come back every epoch, and at inference a cache
     # would double the memory of a long document.
     use_cache = frozen and is_train and cache.max_tokens > 0
-    _fork_safe_threads()
-    ensure_weights(model)
     outputs = [ops.xp.zeros((n_layers, len(doc), width), dtype=store_dtype) for doc in docs]
+    split, punct = model.attrs["split_sentences"], model.attrs["sentence_punct"]
 
     pending = []
     for index, doc in enumerate(docs):
-        for unit in doc_units(doc, index, model.attrs["max_tokens"]):
+        for unit in doc_units(doc, index, model.attrs["max_tokens"], split, punct):
             cached = cache.get(unit.words) if use_cache else None
             if cached is None:
                 pending.append(unit)

@@ -2,11 +2,17 @@
 
 In training it receives the layers the `elmo` component computed for the batch (spaCy's
 Tok2Vec listener protocol, with the batch id = sum of token orths); at inference, or when
-the upstream is frozen and annotating, it reads `doc._.elmo_layers`.
+the upstream is frozen and annotating, it reads `doc._.elmo_layers`. As spaCy's own listeners,
+at inference a doc without layers (the upstream did not run) gets zeros of the listener's
+shape, with a warning, so that the downstream model can still be run and inspected; in
+training that is an error, as the component would learn from zeros.
+
+Width and n_layers may be None: the upstream component sets them once its biLM is known.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, List, Optional, Tuple
 
 from spacy.tokens import Doc
@@ -19,7 +25,7 @@ class ElmoListener(Model):
 
     name = "elmo-listener"
 
-    def __init__(self, upstream_name: str, width: int, n_layers: int) -> None:
+    def __init__(self, upstream_name: str, width: Optional[int], n_layers: Optional[int]) -> None:
         Model.__init__(
             self,
             name=self.name,
@@ -32,6 +38,10 @@ class ElmoListener(Model):
         self._batch_id: Optional[int] = None
         self._outputs: Optional[List[Floats3d]] = None
         self._backprop: Optional[Callable] = None
+        # Called with (docs, is_train) when a pass finds no upstream output (nothing received
+        # in training, no doc._.elmo_layers at inference), before failing or using zeros:
+        # lets a tool run the upstream first (`spacy-elmo debug-model`). Never saved.
+        self.feed_upstream: Optional[Callable[[List[Doc], bool], None]] = None
 
     @classmethod
     def get_batch_id(cls, docs: List[Doc]) -> int:
@@ -60,14 +70,37 @@ class ElmoListener(Model):
         return True
 
 
+class ElmoListenerWarning(UserWarning):
+    """An elmo listener ran without the layers of its upstream component."""
+
+
 def listener_init(model: ElmoListener, X=None, Y=None) -> None:
-    """Dims are fixed by the config; the sample docs of `initialize` have no layers yet."""
+    """Dims come from the config or the upstream; the sample docs have no layers yet."""
+    if model.maybe_get_dim("nO") is None or model.maybe_get_dim("n_layers") is None:
+        raise ValueError(
+            f"the elmo listener (upstream '{model.upstream_name}') has no width yet: it is "
+            "taken from the upstream elmo component, which must come before this one in the "
+            "pipeline and be initialized first (or set width and n_layers in the config)"
+        )
     model.attrs["initializing"] = True
+
+
+def set_listener_dims(model: ElmoListener, width: int, n_layers: int) -> None:
+    """Fill a listener's unknown width and n_layers (known values are kept for the check)."""
+    if model.maybe_get_dim("nO") is None:
+        model.set_dim("nO", width)
+    if model.maybe_get_dim("n_layers") is None:
+        model.set_dim("n_layers", n_layers)
 
 
 def listener_forward(
     model: ElmoListener, docs: List[Doc], is_train: bool
 ) -> Tuple[List[Floats3d], Callable]:
+    if model.feed_upstream is not None:
+        if is_train and model._batch_id is None:
+            model.feed_upstream(docs, True)
+        elif not is_train and not all(_has_layers(doc) for doc in docs):
+            model.feed_upstream(docs, False)
     if is_train and model._batch_id is not None:
         model.verify_inputs(docs)
         outputs, upstream_backprop = model._outputs, model._backprop
@@ -78,17 +111,34 @@ def listener_forward(
             return []
 
         return outputs, backprop
-    if model.attrs["initializing"] and not is_train and not _have_layers(docs):
-        # During `initialize`, thinc passes the sample docs (not yet annotated) through the
-        # layers to infer the dims of the next ones: zeros of the right shape do that.
-        n_layers, width = model.get_dim("n_layers"), model.get_dim("nO")
-        return [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs], lambda d: []
-    model.attrs["initializing"] = False
-    return [read_layers(model, doc) for doc in docs], lambda d_outputs: []
+    if is_train:  # a frozen upstream that annotates: the layers are on the docs
+        model.attrs["initializing"] = False
+        return [read_layers(model, doc) for doc in docs], lambda d_outputs: []
+    outputs = []
+    for doc in docs:
+        if _has_layers(doc):
+            outputs.append(read_layers(model, doc))
+            model.attrs["initializing"] = False
+        else:
+            # During `initialize` thinc passes the sample docs (not annotated yet) through the
+            # layers to infer the dims of the next ones: zeros of the right shape do that.
+            # Elsewhere (the upstream disabled, `spacy debug model`) they keep the model
+            # runnable, as spaCy's listeners do; the warning says the output is meaningless.
+            if not model.attrs["initializing"]:
+                warnings.warn(
+                    f"an elmo listener got docs without doc._.elmo_layers at inference and "
+                    f"uses zeros: the '{model.upstream_name}' component did not run before "
+                    "it (disabled, removed or after it in the pipeline)",
+                    ElmoListenerWarning,
+                    stacklevel=2,
+                )
+            n_layers, width = model.get_dim("n_layers"), model.get_dim("nO")
+            outputs.append(model.ops.alloc3f(n_layers, len(doc), width))
+    return outputs, lambda d_outputs: []
 
 
-def _have_layers(docs: List[Doc]) -> bool:
-    return Doc.has_extension("elmo_layers") and all(d._.elmo_layers is not None for d in docs)
+def _has_layers(doc: Doc) -> bool:
+    return Doc.has_extension("elmo_layers") and doc._.elmo_layers is not None
 
 
 def read_layers(model: ElmoListener, doc: Doc) -> Floats3d:

@@ -33,7 +33,7 @@ OutT = List[Floats2d]  # one (n_tokens, D) array per doc, float32 (float64 for f
 @registry.architectures("spacy_elmo.ScalarMix.v1")
 @registry.layers("spacy_elmo.ScalarMix.v1")
 def scalar_mix(
-    n_layers: int,
+    n_layers: Optional[int] = None,
     *,
     initial_weights: Optional[List[float]] = None,
     gamma: float = 1.0,
@@ -43,19 +43,15 @@ def scalar_mix(
 ) -> Model[InT, OutT]:
     """Mix the biLM layers of every doc into one (n_tokens, D) array: gamma * sum_j s_j h_j.
 
-    initial_weights are pre-softmax (default 0: s_j = 1 / n_layers). With trainable=False the
-    weights and gamma are fixed: no gradient is accumulated for them, so no optimizer (and no
-    weight decay) touches them; gradients still flow to the inputs.
+    initial_weights are pre-softmax (default 0: s_j = 1 / n_layers). n_layers None: the length
+    of initial_weights, else the first dimension of the sample given to `initialize`. With
+    trainable=False the weights and gamma are fixed: no gradient is accumulated for them, so
+    no optimizer (and no weight decay) touches them; gradients still flow to the inputs.
     """
-    if n_layers < 1:
+    if n_layers is None and initial_weights is not None:
+        n_layers = len(initial_weights)
+    if n_layers is not None and n_layers < 1:
         raise ValueError(f"scalar_mix: n_layers must be at least 1, got {n_layers}")
-    if initial_weights is None:
-        initial_weights = [0.0] * n_layers
-    if len(initial_weights) != n_layers:
-        raise ValueError(
-            f"scalar_mix: initial_weights has {len(initial_weights)} values "
-            f"({list(initial_weights)}) but n_layers is {n_layers}"
-        )
     if not gamma > 0:
         raise ValueError(f"scalar_mix: gamma must be positive, got {gamma}")
     if not 0.0 <= layer_dropout < 1.0:
@@ -70,11 +66,27 @@ def scalar_mix(
             "layer_norm": layer_norm,
             "layer_dropout": layer_dropout,
             "trainable": trainable,
+            "initial_gamma": gamma,
         },
     )
-    model.set_param("weights", model.ops.asarray1f([float(w) for w in initial_weights]))
-    model.set_param("log_gamma", model.ops.asarray1f([math.log(gamma)]))
+    if n_layers is not None:
+        _set_initial_params(model, n_layers, initial_weights)
     return model
+
+
+def _set_initial_params(
+    model: Model[InT, OutT], n_layers: int, initial_weights: Optional[List[float]]
+) -> None:
+    if initial_weights is None:
+        initial_weights = [0.0] * n_layers
+    if len(initial_weights) != n_layers:
+        raise ValueError(
+            f"scalar_mix: initial_weights has {len(initial_weights)} values "
+            f"({list(initial_weights)}) but n_layers is {n_layers}"
+        )
+    model.attrs["n_layers"] = n_layers
+    model.set_param("weights", model.ops.asarray1f([float(w) for w in initial_weights]))
+    model.set_param("log_gamma", model.ops.asarray1f([math.log(model.attrs["initial_gamma"])]))
 
 
 def mix_weights(model: Model) -> Tuple[List[float], float]:
@@ -86,14 +98,18 @@ def mix_weights(model: Model) -> Tuple[List[float], float]:
 
 
 def init(model: Model[InT, OutT], X: Optional[InT] = None, Y: Optional[OutT] = None) -> None:
-    """Nothing to infer (the parameters are set at construction); check a sample if given."""
-    if X is not None:
+    """Set n_layers and the parameters from the sample when n_layers was not given; check it."""
+    if model.attrs["n_layers"] is None and X:
+        _set_initial_params(model, X[0].shape[0], None)
+    if X is not None and model.attrs["n_layers"] is not None:
         _check_inputs(X, model.attrs["n_layers"])
 
 
 def forward(model: Model[InT, OutT], Xs: InT, is_train: bool) -> Tuple[OutT, Callable]:
     ops = model.ops
     n_layers = model.attrs["n_layers"]
+    if n_layers is None:
+        raise ValueError("scalar_mix: n_layers is not known yet; initialize the model first")
     _check_inputs(Xs, n_layers)
     if not Xs:
         return [], lambda dYs: []

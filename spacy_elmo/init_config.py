@@ -1,0 +1,317 @@
+"""A complete spaCy training config with ELMo for the components a user names.
+
+Every component gets its own ELMo mix through a `spacy_elmo.ElmoListener.v1`, concatenated
+with spaCy's context-free token features ([x_k; ELMo_k], Peters et al. 2018) by
+`spacy_elmo.ElmoTok2Vec.v1`. The biLM's architecture and the listeners' widths are left null:
+they are taken from the weights when the pipeline is initialized. spaCy fills everything else
+with its defaults, as `spacy init fill-config` does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from thinc.api import Config
+
+from .architectures import LISTENER, MODEL, TOK2VEC
+from .bilm import BiLMOptions
+from .layers.elmo_model import ARCHITECTURE_KEYS
+from .loaders import BUNDLED_MODEL
+
+LISTENER_DROPOUT = 0.1  # layer dropout of every component's mix (as in configs/ner_tagger_elmo.cfg)
+TOK2VEC_WIDTH = 96
+ENCODER_DEPTH = 4
+
+
+def _tagger(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+    return {"@architectures": "spacy.Tagger.v2", "nO": None, "normalize": False, "tok2vec": tok2vec}
+
+
+def _parser(state_type: str, hidden_width: int, maxout_pieces: int):
+    def build(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+        return {
+            "@architectures": "spacy.TransitionBasedParser.v2",
+            "state_type": state_type,
+            "extra_state_tokens": False,
+            "hidden_width": hidden_width,
+            "maxout_pieces": maxout_pieces,
+            "use_upper": True,
+            "nO": None,
+            "tok2vec": tok2vec,
+        }
+
+    return build
+
+
+def _spancat(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        "@architectures": "spacy.SpanCategorizer.v1",
+        "reducer": {"@layers": "spacy.mean_max_reducer.v1", "hidden_size": 128},
+        "scorer": {"@layers": "spacy.LinearLogistic.v1", "nO": None, "nI": None},
+        "tok2vec": tok2vec,
+    }
+
+
+def _textcat(exclusive: bool):
+    def build(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+        return {
+            "@architectures": "spacy.TextCatEnsemble.v2",
+            "nO": None,
+            "tok2vec": tok2vec,
+            "linear_model": {
+                "@architectures": "spacy.TextCatBOW.v3",
+                "exclusive_classes": exclusive,
+                "ngram_size": 1,
+                "no_output_layer": False,
+                "length": 262144,
+                "nO": None,
+            },
+        }
+
+    return build
+
+
+# Component factory -> its model around a tok2vec (spaCy's accuracy-preset architectures).
+COMPONENTS = {
+    "tagger": _tagger,
+    "morphologizer": _tagger,
+    "trainable_lemmatizer": _tagger,
+    "parser": _parser("parser", 128, 3),
+    "ner": _parser("ner", 64, 2),
+    "spancat": _spancat,
+    "textcat": _textcat(exclusive=True),
+    "textcat_multilabel": _textcat(exclusive=False),
+}
+
+
+@dataclass
+class ElmoSource:
+    """Where the biLM weights come from: 'bundled', a saved directory, or AllenNLP files."""
+
+    kind: str  # "bundled" | "saved" | "allennlp"
+    options: BiLMOptions
+    path: Optional[Path] = None  # saved directory
+    options_file: Optional[Path] = None
+    weights_file: Optional[Path] = None
+
+    @classmethod
+    def from_arguments(
+        cls,
+        model: Optional[str] = "bundled",
+        options_file: Optional[Path] = None,
+        weights_file: Optional[Path] = None,
+    ) -> ElmoSource:
+        """`model` is 'bundled' or a directory (`BiLM.save` / `spacy-elmo pretrain` output);
+        or give `options_file` and `weights_file` (the published AllenNLP files)."""
+        if options_file is not None or weights_file is not None:
+            if model not in (None, "bundled"):
+                raise ValueError("give either a model directory or --options/--weights, not both")
+            if options_file is None or weights_file is None:
+                raise ValueError("--options and --weights must be given together")
+            if not Path(weights_file).is_file():
+                raise FileNotFoundError(f"weights file {weights_file} does not exist")
+            options = BiLMOptions.from_file(options_file)
+            return cls("allennlp", options, options_file=options_file, weights_file=weights_file)
+        if model in (None, "bundled"):
+            return cls("bundled", _saved_options(BUNDLED_MODEL))
+        path = Path(model)
+        if not (path / "config.json").exists() and (path / "model" / "config.json").exists():
+            path = path / "model"  # the run directory of `spacy-elmo pretrain`
+        return cls("saved", _saved_options(path), path=path)
+
+    def weights_config(self) -> Optional[Dict[str, Any]]:
+        """The `[initialize.components.elmo.weights]` block (None: the bundled default)."""
+        if self.kind == "saved":
+            return {"@misc": "spacy_elmo.SavedBiLM.v1", "path": "${paths.elmo_model}"}
+        if self.kind == "allennlp":
+            return {
+                "@misc": "spacy_elmo.AllenNLPWeights.v1",
+                "options_file": "${paths.elmo_options}",
+                "weights_file": "${paths.elmo_weights}",
+            }
+        return None
+
+    def paths(self) -> Dict[str, str]:
+        if self.kind == "saved":
+            return {"elmo_model": str(self.path)}
+        if self.kind == "allennlp":
+            return {"elmo_options": str(self.options_file), "elmo_weights": str(self.weights_file)}
+        return {}
+
+    def describe(self) -> str:
+        name = {"bundled": "the bundled English biLM", "saved": f"the biLM in {self.path}"}.get(
+            self.kind, f"{self.options_file} + {self.weights_file}"
+        )
+        o = self.options
+        return (
+            f"{name}: {o.n_parameters() / 1e6:.1f}M parameters, {o.n_layers + 1} layers of "
+            f"width {o.output_dim} (LSTM {o.lstm_dim}, projection {o.projection_dim})"
+        )
+
+
+def _saved_options(path: Path) -> BiLMOptions:
+    config_file = Path(path) / "config.json"
+    if not config_file.exists():
+        raise FileNotFoundError(
+            f"{path} is not a saved biLM directory (no config.json); give 'bundled', a "
+            "directory written by BiLM.save or `spacy-elmo pretrain`, or --options/--weights"
+        )
+    try:
+        saved = json.loads(config_file.read_text(encoding="utf-8"))
+        return BiLMOptions.from_dict(saved["options"], source=str(config_file))
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{config_file} is not a saved biLM config: {err!r}") from None
+
+
+def elmo_training_config(
+    components: List[str],
+    source: ElmoSource,
+    *,
+    lang: str = "en",
+    vectors: Optional[str] = None,
+    gpu: bool = False,
+    fine_tune: bool = False,
+    split_sentences: bool = True,
+) -> Config:
+    """The filled training config: `elmo` first, then `components` with their listeners."""
+    unknown = [name for name in components if name not in COMPONENTS]
+    if unknown or not components:
+        raise ValueError(
+            f"unknown components {unknown or components}; choose from {', '.join(COMPONENTS)}"
+        )
+    if len(set(components)) != len(components):
+        raise ValueError(f"a component is named twice in {components}")
+    paths: Dict[str, Any] = {"train": None, "dev": None, "vectors": vectors, **source.paths()}
+    config: Dict[str, Any] = {
+        "paths": paths,
+        "system": {"gpu_allocator": "pytorch" if gpu else None, "seed": 0},
+        "nlp": {"lang": lang, "pipeline": ["elmo", *components], "batch_size": 256},
+        "components": {"elmo": _elmo_block(gpu, fine_tune, split_sentences)},
+        "corpora": {
+            name: {
+                "@readers": "spacy.Corpus.v1",
+                "path": f"${{paths.{name}}}",
+                "max_length": 0,
+                "gold_preproc": False,
+                "limit": 0,
+                "augmenter": None,
+            }
+            for name in ("train", "dev")
+        },
+        "training": {"dev_corpus": "corpora.dev", "train_corpus": "corpora.train"},
+        "initialize": {"vectors": "${paths.vectors}", "components": {}},
+    }
+    for name in components:
+        tok2vec = _tok2vec_block(include_static_vectors=vectors is not None)
+        config["components"][name] = {"factory": name, "model": COMPONENTS[name](tok2vec)}
+    weights = source.weights_config()
+    if weights is not None:
+        config["initialize"]["components"]["elmo"] = {"weights": weights}
+    return fill(Config(config))
+
+
+def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, Any]:
+    return {
+        "factory": "elmo",
+        "mix_weights": None,
+        "gamma": 1.0,
+        "set_tensor": False,
+        "model": {
+            "@architectures": MODEL,
+            # null: from the weights at `initialize`, then written into the trained config
+            **{key: None for key in ARCHITECTURE_KEYS},
+            "max_tokens": 256,
+            "batch_tokens": 16384 if gpu else 4096,
+            "frozen": not fine_tune,
+            "grad_factor": 1.0,
+            "cache_tokens": 1_000_000,
+            "cache_mb": None,
+            "store_dtype": "float32",
+            "split_sentences": split_sentences,
+            "sentence_punct": None,
+        },
+    }
+
+
+def _tok2vec_block(include_static_vectors: bool) -> Dict[str, Any]:
+    return {
+        "@architectures": TOK2VEC,
+        "elmo": {
+            "@architectures": LISTENER,
+            "width": None,
+            "n_layers": None,
+            "upstream": "elmo",
+            "layer_norm": False,
+            "layer_dropout": LISTENER_DROPOUT,
+            "initial_weights": None,
+            "gamma": 1.0,
+            "trainable": True,
+        },
+        "embed": {
+            "@architectures": "spacy.MultiHashEmbed.v2",
+            "width": TOK2VEC_WIDTH,
+            "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
+            "rows": [5000, 1000, 2500, 2500],
+            "include_static_vectors": include_static_vectors,
+        },
+        "encode": {
+            "@architectures": "spacy.MaxoutWindowEncoder.v2",
+            "width": TOK2VEC_WIDTH,
+            "depth": ENCODER_DEPTH,
+            "window_size": 1,
+            "maxout_pieces": 3,
+        },
+    }
+
+
+def fill(config: Config) -> Config:
+    """Every default spaCy and the factories add (what `spacy init fill-config` does)."""
+    from spacy.util import load_model_from_config
+
+    filled = load_model_from_config(config, auto_fill=True, validate=True).config
+    order = ["paths", "system", "nlp", "components", "corpora", "training", "pretraining"]
+    order += ["initialize"] + [key for key in filled if key not in order + ["initialize"]]
+    return Config({key: filled[key] for key in order if key in filled})
+
+
+def config_text(config: Config) -> str:
+    """The config as text, every section right after its parent (easier to read)."""
+    sections = {}
+    for block in ("\n" + config.to_str()).split("\n["):
+        if block.strip():
+            name, _, _ = block.partition("]")
+            sections[name] = "[" + block.strip() + "\n"
+    ordered: List[str] = []
+
+    def visit(node: Dict[str, Any], path: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                name = f"{path}.{key}" if path else key
+                if name in sections:
+                    ordered.append(sections.pop(name))
+                visit(value, name)
+
+    visit(config, "")
+    return "\n".join(ordered + list(sections.values()))
+
+
+def config_header(source: ElmoSource, components: List[str], gpu: bool) -> str:
+    """Comment lines that say how the config was made and how to train with it."""
+    command = "python -m spacy train config.cfg --paths.train TRAIN.spacy --paths.dev DEV.spacy"
+    return "\n".join(
+        [
+            f"# spacy-elmo training config: elmo -> {', '.join(components)}",
+            f"# biLM: {source.describe()}",
+            "# Each component mixes the ELMo layers with its own weights (ElmoListener.v1). The",
+            "# biLM's architecture and the listeners' widths are null here: they come from the",
+            "# weights at `initialize` and are written into the trained pipeline's config.",
+            "# elmo splits docs without sentence boundaries into sentences with spaCy's",
+            "# rule-based sentencizer rule (split_sentences), in training and on raw text alike.",
+            f"#   {command}{' --gpu-id 0' if gpu else ''}",
+            "",
+            "",
+        ]
+    )

@@ -1,0 +1,52 @@
+"""The frozen-layer training cache bounded in megabytes (`cache_mb`), next to `cache_tokens`."""
+
+from __future__ import annotations
+
+import numpy as np
+from spacy.tokens import Doc
+
+from spacy_elmo.layers.elmo_model import LayerCache
+
+from .pipeline_util import TINY_WIDTH, tiny_nlp
+
+
+def layers(n_tokens: int) -> np.ndarray:
+    return np.zeros((3, n_tokens, 4), dtype="float32")  # 48 bytes per token
+
+
+def test_cache_evicts_the_least_recently_used_beyond_its_bytes():
+    cache = LayerCache(max_tokens=1000, max_bytes=48 * 10)
+    cache.put(("a",) * 4, layers(4))
+    cache.put(("b",) * 4, layers(4))
+    assert cache.get(("a",) * 4) is not None  # "a" is now the most recent
+    cache.put(("c",) * 4, layers(4))  # 12 tokens = 576 bytes > 480: "b" goes
+    assert sorted(k[0] for k in cache.entries) == ["a", "c"]
+    assert cache.n_bytes == 8 * 48 and cache.n_tokens == 8
+    cache.put(("d",) * 11, layers(11))  # larger than the whole bound: not kept
+    assert ("d",) * 11 not in cache.entries
+    cache.clear()
+    assert cache.n_bytes == cache.n_tokens == 0
+    assert cache.empty_copy().max_bytes == 48 * 10
+
+
+def test_token_bound_alone_works_as_before():
+    cache = LayerCache(max_tokens=8)
+    for key in "abc":
+        cache.put((key,) * 4, layers(4))
+    assert sorted(k[0] for k in cache.entries) == ["b", "c"]
+
+
+def test_cache_mb_bounds_the_training_cache_of_the_component(bilm_dir):
+    words = [[f"w{i}", "x", "y", "z"] for i in range(20)]  # 20 units of 4 tokens
+    unit_bytes = 3 * 4 * TINY_WIDTH * 4  # (L + 1, tokens, 2P) float32
+    mb = 5.5 * unit_bytes / 2**20  # room for 5 units
+    for model_config, expected_units in (({"cache_mb": mb}, 5), ({"cache_tokens": 12}, 3)):
+        nlp = tiny_nlp(bilm_dir, model=model_config)
+        nlp.initialize()
+        model = nlp.get_pipe("elmo").model
+        docs = [Doc(nlp.vocab, words=w) for w in words]
+        model.begin_update(docs)
+        cache = model.attrs["cache"]
+        assert len(cache.entries) == expected_units, model_config
+        assert cache.n_bytes == expected_units * unit_bytes
+    assert nlp.config["components"]["elmo"]["model"]["cache_mb"] is None  # the default
