@@ -622,7 +622,11 @@ def main(argv: list[str] | None = None) -> None:
         help="timed passes per batch size; the fastest counts (both implementations alike)",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--cache-dir", type=Path, default=Path("/work/bench-cache"))
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent.parent / "bench-cache",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None, help="results path without suffix")
     parser.add_argument("--quick", action="store_true", help="smoke run: small, 24 sentences")

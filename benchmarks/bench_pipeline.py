@@ -290,7 +290,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per update")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--cache-dir", type=Path, default=Path("/work/bench-cache"))
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent.parent / "bench-cache",
+    )
     parser.add_argument("--output", type=Path, default=None, help="results path without suffix")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
