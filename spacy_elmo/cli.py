@@ -20,12 +20,16 @@ def _root() -> None:
 def load_bilm(
     model: Optional[Path], options: Optional[Path], weights: Optional[Path], stateful: bool = False
 ):
-    """A biLM from a saved directory or from options.json + weights hdf5."""
+    """A biLM from a saved directory, an ELMoForManyLangs model directory (char.dic +
+    encoder.pkl) or options.json + weights hdf5."""
     from .bilm import BiLM
+    from .bilm.efml import is_elmoformanylangs_dir
 
     if model is not None and (options is not None or weights is not None):
         raise ValueError("give either --model or --options/--weights, not both")
     if model is not None:
+        if is_elmoformanylangs_dir(model):
+            return BiLM.from_elmoformanylangs(model, stateful=stateful)
         return BiLM.load(model, stateful=stateful)
     if options is not None and weights is not None:
         return BiLM.from_allennlp(options, weights, stateful=stateful)
@@ -41,7 +45,11 @@ def embed(
     input_file: Path = typer.Argument(..., help="Text file, one sentence per line."),
     output_file: Path = typer.Argument(..., help="hdf5 file to write."),
     model: Optional[Path] = typer.Option(
-        None, "--model", "-m", help="Saved biLM directory (default: the bundled English biLM)."
+        None,
+        "--model",
+        "-m",
+        help="Saved biLM directory or ELMoForManyLangs model directory (default: the bundled "
+        "English biLM).",
     ),
     options: Optional[Path] = typer.Option(None, help="bilm-tf/AllenNLP options.json."),
     weights: Optional[Path] = typer.Option(None, help="bilm-tf/AllenNLP weights hdf5."),

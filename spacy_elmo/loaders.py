@@ -42,3 +42,15 @@ def bundled_bilm(stateful: bool = False) -> BiLM:
             '"spacy_elmo.SavedBiLM.v1" (path)'
         )
     return BiLM.load(BUNDLED_MODEL, stateful=stateful)
+
+
+@registry.misc("spacy_elmo.ElmoForManyLangsWeights.v1")
+def elmoformanylangs_weights(path: Path) -> Callable[[], BiLM]:
+    """An ELMoForManyLangs model directory (HIT-SCIR, 44 languages): config.json, the
+    architecture JSON, char.dic, word.dic, token_embedder.pkl and encoder.pkl."""
+
+    def load() -> BiLM:
+        return BiLM.from_elmoformanylangs(path)
+
+    load.source = str(path)  # type: ignore[attr-defined]
+    return load

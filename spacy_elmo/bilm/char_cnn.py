@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .chars import N_CHARACTERS, PADDING_CHAR, PADDING_ROW_ID
+from .chars import PADDING_CHAR, PADDING_ROW_ID
 from .kernels import records_autograd
 from .options import BiLMOptions
 
@@ -39,13 +39,24 @@ class Highway(nn.Module):
 
 
 class CharCNN(nn.Module):
-    """Maps (n, 50) character ids to (n, P) token vectors."""
+    """Maps (n, 50) character ids to (n, P) token vectors ((n, 51) with a word id last, for
+    ELMoForManyLangs models with a word embedding)."""
 
     def __init__(self, options: BiLMOptions) -> None:
         super().__init__()
         self.options = options
         self.char_embedding = nn.Embedding(
-            N_CHARACTERS, options.char_embedding_dim, padding_idx=PADDING_ROW_ID
+            options.n_characters, options.char_embedding_dim, padding_idx=PADDING_ROW_ID
+        )
+        # The id of the padding character after the end of a word (ELMo's 260, shifted; an
+        # ELMoForManyLangs model's `<pad>` is set from its dictionary).
+        self.padding_id = PADDING_CHAR + 1
+        # ELMoForManyLangs: a word embedding, looked up by the last id of each row and
+        # concatenated before the CNN features, ahead of the projection.
+        self.word_embedding = (
+            nn.Embedding(options.n_words, options.word_embedding_dim, padding_idx=PADDING_ROW_ID)
+            if options.word_embedding_dim
+            else None
         )
         self.convolutions = nn.ModuleList(
             nn.Conv1d(options.char_embedding_dim, n_filters, width)
@@ -54,7 +65,7 @@ class CharCNN(nn.Module):
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(Highway(options.n_filters) for _ in range(options.n_highway))
         self.projection = (
-            nn.Linear(options.n_filters, options.projection_dim)
+            nn.Linear(options.word_embedding_dim + options.n_filters, options.projection_dim)
             if options.has_char_projection
             else nn.Identity()
         )
@@ -64,15 +75,23 @@ class CharCNN(nn.Module):
         # the convolutions run on blocks of tokens so that one filter bank's output stays under
         # CNN_BLOCK_BYTES; the highway and projection GEMMs on blocks of at least
         # TOP_BLOCK_ROWS tokens, where they run at full speed.
+        words = None
+        if self.word_embedding is not None:  # rows are 50 char ids and a word id
+            words = self.word_embedding(char_ids[:, -1])  # (n, word_dim)
+            char_ids = char_ids[:, :-1]
         if TRIM_COLUMNS:
             char_ids = self._trim(char_ids)
         max_filters = max(n_filters for _, n_filters in self.options.filters)
         conv_rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
         outputs = []
+        start = 0
         for block in char_ids.split(max(conv_rows, TOP_BLOCK_ROWS)):
             features = torch.cat([self._features(part) for part in block.split(conv_rows)])
             for highway in self.highways:
                 features = highway(features)
+            if words is not None:  # (n, word_dim + F), the word vector first
+                features = torch.cat([words[start : start + len(block)], features], dim=-1)
+            start += len(block)
             outputs.append(self.projection(features))  # (n, P)
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
@@ -86,7 +105,7 @@ class CharCNN(nn.Module):
         on typically half the columns (most tokens are under 15 characters).
         """
         widest = max(width for width, _ in self.options.filters)
-        padding = char_ids == PADDING_CHAR + 1
+        padding = char_ids == self.padding_id
         longest = int((~padding).sum(dim=-1).max()) if char_ids.shape[0] else 0
         keep = longest + widest
         return char_ids[:, :keep] if keep < char_ids.shape[-1] else char_ids

@@ -7,7 +7,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy
 import torch
@@ -19,6 +19,9 @@ from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
 from .kernels import records_autograd, weights_key
 from .lstm import LstmStack, State, run_stacks, stack_small_kernels
 from .options import BiLMOptions
+
+if TYPE_CHECKING:
+    from .efml import EfmlLexicon
 
 DIRECTIONS = ("forward", "backward")
 TOKEN_CACHE_SIZE = 20000  # distinct tokens whose char-CNN vectors are kept at inference
@@ -101,6 +104,9 @@ class BiLM(nn.Module):
         self.forward_lstm = LstmStack(**stack_args)
         self.backward_lstm = LstmStack(**stack_args)
         self._carried_states: dict[str, list[State]] = {}
+        # How tokens become ids: None is ELMo's UTF-8 byte mapping (`chars.py`); an
+        # ELMoForManyLangs model carries its dictionaries (`efml.EfmlLexicon`).
+        self.lexicon: EfmlLexicon | None = None
         if initialise:
             stack_small_kernels((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
@@ -116,16 +122,69 @@ class BiLM(nn.Module):
         options, state_dict = read_allennlp(options_file, weight_file)
         return cls._from_state(options, state_dict, stateful)
 
+    @classmethod
+    def from_elmoformanylangs(cls, model_dir: str | Path, stateful: bool = False) -> BiLM:
+        """Load an ELMoForManyLangs model directory (config.json, architecture JSON, char.dic,
+        word.dic, token_embedder.pkl, encoder.pkl); the .pkl files are read without running
+        code (`efml.py`)."""
+        from .efml import read_elmoformanylangs
+
+        options, state_dict, lexicon = read_elmoformanylangs(model_dir)
+        bilm = cls._from_state(options, state_dict, stateful)
+        bilm.set_lexicon(lexicon)
+        return bilm
+
+    def set_lexicon(self, lexicon: EfmlLexicon) -> None:
+        """Use an ELMoForManyLangs model's dictionaries to turn tokens into ids."""
+        if self.options.char_vocabulary != "dictionary":
+            raise ValueError("a lexicon is for a biLM with 'char_vocabulary': 'dictionary'")
+        lexicon.check_sizes(self.options, "lexicon")
+        self.lexicon = lexicon
+        self.char_cnn.padding_id = lexicon.padding_id
+
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        """Ids of a batch of pre-tokenised sentences, (batch, max_tokens, row width), for this
+        model: ELMo's UTF-8 bytes (`chars.batch_to_ids`), or an ELMoForManyLangs model's
+        character and word dictionaries."""
+        if self.lexicon is not None:
+            return self.lexicon.batch_to_ids(sentences)
+        self._check_byte_model()
+        return batch_to_ids(sentences)
+
+    def _boundary_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The id rows of the sentence boundaries `<S>` and `</S>` (or `<bos>` and `<eos>`)."""
+        if self.lexicon is not None:
+            return self.lexicon.bos_ids, self.lexicon.eos_ids
+        self._check_byte_model()
+        return BOS_CHAR_IDS, EOS_CHAR_IDS
+
+    def _check_byte_model(self) -> None:
+        if self.options.char_vocabulary != "bytes":
+            raise ValueError(
+                "this biLM reads characters through a dictionary but has none: load it with "
+                "BiLM.from_elmoformanylangs or BiLM.load, or call set_lexicon"
+            )
+
     def to_allennlp(self, options_file: str | Path, weight_file: str | Path) -> None:
         """Write options.json and the weights hdf5 in the bilm-tf layout."""
         from .io import write_allennlp
 
+        if self.options.char_vocabulary != "bytes":
+            raise ValueError(
+                "an ELMoForManyLangs biLM (character dictionary, word embedding) has no "
+                "bilm-tf hdf5 layout; save it with BiLM.save"
+            )
         write_allennlp(self, options_file, weight_file)
 
     def save(self, directory: str | Path) -> None:
-        """Save as JSON options plus safetensors weights (no pickle)."""
+        """Save as JSON options plus safetensors weights (no pickle); an ELMoForManyLangs
+        model's dictionaries go to `lexicon.json`."""
         from .io import save_bilm
 
+        if self.lexicon is not None:
+            self.lexicon.save(directory)
+        elif self.options.char_vocabulary != "bytes":
+            self._check_byte_model()
         save_bilm(self, directory)
 
     @classmethod
@@ -134,7 +193,12 @@ class BiLM(nn.Module):
         from .io import load_bilm
 
         options, state_dict = load_bilm(directory)
-        return cls._from_state(options, state_dict, stateful)
+        bilm = cls._from_state(options, state_dict, stateful)
+        if options.char_vocabulary == "dictionary":
+            from .efml import EfmlLexicon
+
+            bilm.set_lexicon(EfmlLexicon.load(directory))
+        return bilm
 
     @classmethod
     def _from_state(
@@ -163,6 +227,9 @@ class BiLM(nn.Module):
             nn.init.normal_(highway.weight, std=math.sqrt(1.0 / width))
             highway.bias[:width].zero_()  # transform
             highway.bias[width:].fill_(-2.0)  # carry gate: start close to the identity
+        if cnn.word_embedding is not None:
+            nn.init.uniform_(cnn.word_embedding.weight, -0.25, 0.25)
+            cnn.word_embedding.weight[0].zero_()
         if isinstance(cnn.projection, nn.Linear):
             nn.init.normal_(cnn.projection.weight, std=math.sqrt(1.0 / width))
             cnn.projection.bias.zero_()
@@ -311,9 +378,10 @@ class BiLM(nn.Module):
 
     def _run(self, char_ids: torch.Tensor) -> _PackedRun:
         """Token vectors and the packed output of every LSTM layer of both directions."""
-        if char_ids.dim() != 3 or char_ids.shape[-1] != len(BOS_CHAR_IDS):
+        bos_ids, eos_ids = self._boundary_ids()
+        if char_ids.dim() != 3 or char_ids.shape[-1] != len(bos_ids):
             raise ValueError(
-                f"char_ids must have shape (batch, time, {len(BOS_CHAR_IDS)}), "
+                f"char_ids must have shape (batch, time, {len(bos_ids)}), "
                 f"got {tuple(char_ids.shape)}"
             )
         batch, time, _ = char_ids.shape
@@ -328,9 +396,9 @@ class BiLM(nn.Module):
         # Add <S> at 0 and </S> right after each sentence's last token.
         bounded = char_ids.new_zeros((batch, time + 2, char_ids.shape[-1]))
         bounded[:, 1 : time + 1] = char_ids
-        bounded[:, 0] = torch.tensor(BOS_CHAR_IDS, device=device)
+        bounded[:, 0] = torch.tensor(bos_ids, device=device)
         bounded[torch.arange(batch, device=device), lengths + 1] = torch.tensor(
-            EOS_CHAR_IDS, device=device
+            eos_ids, device=device
         )
         bounded_lengths = lengths + 2
         mask = positions[None, :] < bounded_lengths[:, None]  # (batch, time + 2)
@@ -436,7 +504,7 @@ class BiLM(nn.Module):
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
                 indices = order[start : start + batch_size]
-                layers = self(batch_to_ids([sentences[i] for i in indices])).layers
+                layers = self(self.batch_to_ids([sentences[i] for i in indices])).layers
                 layers = layers.float().cpu().numpy()
                 for row, index in enumerate(indices):
                     n = len(sentences[index])

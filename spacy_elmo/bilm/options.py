@@ -12,6 +12,9 @@ from typing import Any
 from .chars import MAX_CHARS_PER_TOKEN, N_CHARACTERS
 
 ACTIVATIONS = ("relu", "tanh")
+# How tokens become character ids: ELMo's UTF-8 bytes (ELMO_SPEC.md §3), or the character (and
+# word) dictionaries of an ELMoForManyLangs model (`efml.py`), which the biLM then carries.
+CHAR_VOCABULARIES = ("bytes", "dictionary")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,13 @@ class BiLMOptions:
     use_skip_connections: bool
     # Keys of options.json that we do not interpret, kept for a faithful export.
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    # ELMoForManyLangs models ("dictionary"): rows of the char table (with the id-0 "no token"
+    # row), and an optional word embedding concatenated with the CNN features before the
+    # projection (`word_embedding_dim` wide, `n_words` rows with the id-0 row).
+    char_vocabulary: str = "bytes"
+    n_characters: int = N_CHARACTERS
+    word_embedding_dim: int = 0
+    n_words: int = 0
 
     @property
     def n_filters(self) -> int:
@@ -43,8 +53,8 @@ class BiLMOptions:
 
     @property
     def has_char_projection(self) -> bool:
-        """bilm-tf projects the CNN features only when F != P."""
-        return self.n_filters != self.projection_dim
+        """bilm-tf projects the CNN features only when F != P; ELMoForManyLangs always does."""
+        return self.char_vocabulary == "dictionary" or self.n_filters != self.projection_dim
 
     @property
     def has_lstm_projection(self) -> bool:
@@ -103,8 +113,23 @@ class BiLMOptions:
                 f"{source}: 'char_cnn.max_characters_per_token' is {max_chars}; ELMo's "
                 f"character mapping has exactly {MAX_CHARS_PER_TOKEN} slots"
             )
+        char_vocabulary = get("char_cnn", "char_vocabulary", "bytes")
+        if char_vocabulary not in CHAR_VOCABULARIES:
+            raise ValueError(
+                f"{source}: 'char_cnn.char_vocabulary' is {char_vocabulary!r}; expected one of "
+                f"{CHAR_VOCABULARIES}"
+            )
         n_characters = get("char_cnn", "n_characters", N_CHARACTERS)
-        if n_characters not in (N_CHARACTERS - 1, N_CHARACTERS):
+        word_embedding: Any = {}
+        if char_vocabulary == "dictionary":
+            n_characters = integer("char_cnn.n_characters", n_characters)
+            word_embedding = get("char_cnn", "word_embedding", {})
+            if not isinstance(word_embedding, dict):
+                raise ValueError(
+                    f"{source}: 'char_cnn.word_embedding' must be an object with 'dim' and "
+                    f"'n_words', got {word_embedding!r}"
+                )
+        elif n_characters not in (N_CHARACTERS - 1, N_CHARACTERS):
             raise ValueError(
                 f"{source}: 'char_cnn.n_characters' is {n_characters}; expected "
                 f"{N_CHARACTERS} (or {N_CHARACTERS - 1} as written during training)"
@@ -117,6 +142,8 @@ class BiLMOptions:
                 "activation",
                 "max_characters_per_token",
                 "n_characters",
+                "char_vocabulary",
+                "word_embedding",
             },
             "lstm": {
                 "dim",
@@ -151,6 +178,10 @@ class BiLMOptions:
                 "lstm.use_skip_connections", get("lstm", "use_skip_connections", False)
             ),
             extra=copy.deepcopy(extra),
+            char_vocabulary=char_vocabulary,
+            n_characters=n_characters if char_vocabulary == "dictionary" else N_CHARACTERS,
+            word_embedding_dim=integer("char_cnn.word_embedding.dim", word_embedding.get("dim", 0)),
+            n_words=integer("char_cnn.word_embedding.n_words", word_embedding.get("n_words", 0)),
         )
         parsed.validate(source)
         return parsed
@@ -183,6 +214,28 @@ class BiLMOptions:
             )
         if self.n_highway < 0:
             raise ValueError(f"{source}: 'char_cnn.n_highway' is negative")
+        if self.char_vocabulary not in CHAR_VOCABULARIES:
+            raise ValueError(
+                f"{source}: 'char_cnn.char_vocabulary' is {self.char_vocabulary!r}; expected one "
+                f"of {CHAR_VOCABULARIES}"
+            )
+        if self.char_vocabulary == "dictionary":
+            if self.n_characters < 2:
+                raise ValueError(
+                    f"{source}: 'char_cnn.n_characters' must be at least 2, got {self.n_characters}"
+                )
+            if self.word_embedding_dim < 0 or self.n_words < 0:
+                raise ValueError(f"{source}: 'char_cnn.word_embedding' has a negative size")
+            if (self.word_embedding_dim > 0) != (self.n_words > 0):
+                raise ValueError(
+                    f"{source}: 'char_cnn.word_embedding' needs both 'dim' and 'n_words' "
+                    f"(got dim {self.word_embedding_dim}, n_words {self.n_words})"
+                )
+        elif self.word_embedding_dim or self.n_words or self.n_characters != N_CHARACTERS:
+            raise ValueError(
+                f"{source}: a word embedding and a character table of other than "
+                f"{N_CHARACTERS} rows need 'char_cnn.char_vocabulary': 'dictionary'"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The options.json dictionary (bilm-tf keys)."""
@@ -208,6 +261,14 @@ class BiLMOptions:
             "n_characters": N_CHARACTERS,
             "max_characters_per_token": MAX_CHARS_PER_TOKEN,
         }
+        if self.char_vocabulary == "dictionary":
+            options["char_cnn"]["char_vocabulary"] = self.char_vocabulary
+            options["char_cnn"]["n_characters"] = self.n_characters
+            if self.word_embedding_dim:
+                options["char_cnn"]["word_embedding"] = {
+                    "dim": self.word_embedding_dim,
+                    "n_words": self.n_words,
+                }
         return options
 
     @classmethod
@@ -231,10 +292,11 @@ class BiLMOptions:
     def n_parameters(self) -> int:
         """Number of parameters in the bilm-tf weights file (ELMO_SPEC.md §2)."""
         e, f, p, d = self.char_embedding_dim, self.n_filters, self.projection_dim, self.lstm_dim
-        count = 261 * e + sum(w * e * n + n for w, n in self.filters)
+        count = (self.n_characters - 1) * e + sum(w * e * n + n for w, n in self.filters)
         count += self.n_highway * 2 * (f * f + f)
+        count += max(self.n_words - 1, 0) * self.word_embedding_dim
         if self.has_char_projection:
-            count += f * p + p
+            count += (f + self.word_embedding_dim) * p + p
         per_cell = 2 * p * 4 * d + 4 * d + (d * p if self.has_lstm_projection else 0)
         return count + 2 * self.n_layers * per_cell
 

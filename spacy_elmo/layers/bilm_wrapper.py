@@ -25,6 +25,7 @@ class PendingBiLM(torch.nn.Module):
     """Stands in for a biLM whose architecture comes from weights that are not loaded yet."""
 
     options = None
+    lexicon = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,9 +86,10 @@ def serialize_bilm(bilm: BiLM) -> bytes:
     if bilm.options is None:  # a PendingBiLM: nothing to save
         return srsly.msgpack_dumps({"options": None, "weights": None})
     state = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
-    return srsly.msgpack_dumps(
-        {"options": json.dumps(bilm.options.to_dict()), "weights": save_safetensors(state)}
-    )
+    msg = {"options": json.dumps(bilm.options.to_dict()), "weights": save_safetensors(state)}
+    if bilm.lexicon is not None:  # an ELMoForManyLangs model's dictionaries, as JSON
+        msg["lexicon"] = bilm.lexicon.to_json()
+    return srsly.msgpack_dumps(msg)
 
 
 def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
@@ -98,4 +100,8 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
     # A new module around the loaded tensors (the current one's weights are not copied into).
     loaded = BiLM._from_state(options, load_safetensors(msg["weights"]), bilm.stateful)
     loaded.token_cache_size = bilm.token_cache_size
+    if msg.get("lexicon") is not None:
+        from ..bilm.efml import EfmlLexicon
+
+        loaded.set_lexicon(EfmlLexicon.from_json(msg["lexicon"], "serialised elmo model"))
     return loaded.train(bilm.training).to(device)

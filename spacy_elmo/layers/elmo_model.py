@@ -28,7 +28,7 @@ from spacy.tokens import Doc, Span
 from thinc.api import Model
 from thinc.types import Floats3d
 
-from ..bilm import BiLM, BiLMOptions, batch_to_ids
+from ..bilm import BiLM, BiLMOptions
 from ..bilm.lstm import unstack_small_kernels
 from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
 
@@ -249,7 +249,7 @@ def set_weights(model: Model, bilm: BiLM, source: str) -> None:
             + " (set these to null in [components.elmo.model] to take them from the weights)"
         )
     target = get_bilm(model)
-    if target.options == bilm.options:
+    if target.options == bilm.options and target.lexicon == bilm.lexicon:
         target.load_state_dict(bilm.state_dict())
     else:  # the architecture was left open in the config: the weights decide it
         install_bilm(model.layers[0], bilm)
@@ -334,8 +334,9 @@ def forward(
                 outputs[unit.doc][:, unit.positions] = cached
 
     backprops = []
+    bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
     for batch in batches_by_tokens(pending, model.attrs["batch_tokens"]):
-        char_ids = ops.asarray(batch_to_ids([unit.words for unit in batch]).numpy())
+        char_ids = ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
         model.attrs["bilm_tokens"] += sum(len(unit.words) for unit in batch)
         if frozen or not is_train:
             layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P), no autograd
