@@ -321,3 +321,20 @@ def test_a_model_with_its_lock_can_be_copied_and_pickled(model_files):
     for other in (copy.deepcopy(bilm), pickle.loads(pickle.dumps(bilm))):
         for a, b in zip(other.embed(sentences), want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_nan_weights_in_spacy_bytes_are_an_error():
+    """The spaCy deserialiser checks the weights as the file loaders do."""
+    import torch
+
+    from spacy_elmo import BiLM, BiLMOptions
+    from spacy_elmo.layers.bilm_wrapper import deserialize_bilm, serialize_bilm
+    from spacy_elmo.pretrain.presets import preset
+
+    bilm = BiLM(BiLMOptions.from_dict(preset("tiny")))
+    restored = deserialize_bilm(bilm, serialize_bilm(bilm), torch.device("cpu"))
+    assert torch.equal(restored.char_cnn.char_embedding.weight, bilm.char_cnn.char_embedding.weight)
+    with torch.no_grad():
+        bilm.char_cnn.char_embedding.weight[3, 0] = float("nan")
+    with pytest.raises(ValueError, match="serialised elmo model.*NaN"):
+        deserialize_bilm(bilm, serialize_bilm(bilm), torch.device("cpu"))

@@ -18,6 +18,7 @@ from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp, xp2torch
 from thinc.types import Floats4d, Ints3d
 
 from ..bilm import BiLM, BiLMOptions
+from ..bilm.io import check_finite
 from ..bilm.model import TOKEN_CACHE_SIZE
 
 
@@ -98,7 +99,9 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
         return PendingBiLM().to(device)
     options = BiLMOptions.from_dict(json.loads(msg["options"]), source="serialised elmo model")
     # A new module around the loaded tensors (the current one's weights are not copied into).
-    loaded = BiLM._from_state(options, load_safetensors(msg["weights"]), bilm.stateful)
+    state = load_safetensors(msg["weights"])
+    check_finite(state, "serialised elmo model")
+    loaded = BiLM._from_state(options, state, bilm.stateful)
     loaded.token_cache_size = bilm.token_cache_size
     if msg.get("lexicon") is not None:
         from ..bilm.efml import EfmlLexicon
