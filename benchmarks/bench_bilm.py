@@ -38,17 +38,15 @@ Writes a markdown table and JSON to benchmarks/results/bilm_<device>.{md,json}
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import git_commit  # benchmarks/common.py (the script's own folder)
+from common import machine_info as common_machine_info
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -103,40 +101,16 @@ def reset_peak_rss() -> bool:
 
 
 def machine_info() -> dict:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    """common.machine_info, with the versions of spacy-elmo and AllenNLP and the GPU."""
     import torch
 
-    info = {
-        "cpu": cpu,
-        "cpu_cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "platform": platform.platform(),
-    }
-    try:
-        info["memory_gib"] = round(
-            os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1
-        )
-    except (ValueError, OSError):
-        pass
+    info = common_machine_info()
     try:
         import spacy_elmo
 
         info["spacy_elmo"] = spacy_elmo.__version__
     except ImportError:
         pass
-    commit = git_commit()
-    if commit:
-        info["git_commit"] = commit
     try:
         from importlib.metadata import version
 

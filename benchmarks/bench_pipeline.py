@@ -30,16 +30,13 @@ Writes benchmarks/results/pipeline_cpu.{md,json} (pipeline_cpu_quick.* with --qu
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-from common import git_commit  # benchmarks/common.py (the script's own folder)
+from common import machine_info as common_machine_info
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -74,29 +71,11 @@ def conll_sentences(path: Path, limit: int):
 
 
 def machine_info() -> dict:
+    """common.machine_info, with the versions of spaCy and Thinc."""
     import spacy
     import thinc
-    import torch
 
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as handle:
-        for line in handle:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    info = {
-        "cpu": cpu,
-        "cpu_cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "spacy": spacy.__version__,
-        "thinc": thinc.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-    commit = git_commit()
-    if commit:
-        info["git_commit"] = commit
-    return info
+    return {**common_machine_info(), "spacy": spacy.__version__, "thinc": thinc.__version__}
 
 
 def elmo_weights(cache_dir: Path) -> tuple[str | None, str]:

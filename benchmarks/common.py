@@ -8,6 +8,43 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def machine_info() -> dict:
+    """The CPU, its cores and memory, Python and torch versions, date, platform and commit."""
+    import datetime
+    import os
+    import platform
+
+    import torch
+
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu,
+        "cpu_cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "platform": platform.platform(),
+    }
+    try:
+        info["memory_gib"] = round(
+            os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1
+        )
+    except (ValueError, OSError):
+        pass
+    commit = git_commit()
+    if commit:
+        info["git_commit"] = commit
+    return info
+
+
 def git_commit() -> str | None:
     """The repository's short commit, with "+dirty" when tracked files have changes."""
     try:

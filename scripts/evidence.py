@@ -599,8 +599,12 @@ def bilm_line(card: dict) -> str:
         parts.append(f"{card['steps']:,} pretraining steps")
     if "tokens_seen" in card:
         parts.append(f"{card['tokens_seen'] / 1e6:.1f} M tokens seen")
-    if "dev_ppl" in card:
+    if "ppl" in card.get("held_out", {}):  # the whole held-out split (evaluate-lm)
+        parts.append(f"held-out perplexity {card['held_out']['ppl']:.1f}")
+    elif "dev_ppl" in card:
         parts.append(f"held-out perplexity {card['dev_ppl']:.1f}")
+    if card.get("stages"):
+        parts.append("stage 2 with static-vector targets")
     return "ELMo: the bundled biLM (" + ", ".join(parts) + ")." if parts else ""
 
 

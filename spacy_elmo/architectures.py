@@ -1,6 +1,7 @@
 """Every registered architecture of spacy-elmo (versioned; never change a released version)."""
 
-from typing import Any, Dict, List, Optional
+import inspect
+from typing import Any, Callable, Dict, List, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
@@ -9,14 +10,22 @@ from thinc.types import Floats2d, Floats3d
 
 from .layers.elmo_model import elmo_model
 from .layers.listener import ElmoListener
-from .layers.scalar_mix import scalar_mix
+from .layers.scalar_mix import SCALAR_MIX, scalar_mix
 from .loaders import bundled_bilm
 
 MODEL = "spacy_elmo.ElmoModel.v1"
 LISTENER = "spacy_elmo.ElmoListener.v1"
 TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
 MIX = "spacy_elmo.ElmoMix.v1"
-MIX_KEYS = ("n_layers", "layer_norm", "layer_dropout", "initial_weights", "gamma", "trainable")
+
+
+def architecture_defaults(function: Callable[..., Any]) -> Dict[str, Any]:
+    """The default of every argument of a registered function, as a config section."""
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
 
 
 @registry.architectures(MODEL)
@@ -120,6 +129,10 @@ def ElmoMix(
     return _with_mix(elmo, width, n_layers, initial_weights, gamma, settings)
 
 
+# The mix settings that a listener and an inline ElmoMix share (all but ElmoMix's `elmo`).
+MIX_KEYS = tuple(name for name in inspect.signature(ElmoMix).parameters if name != "elmo")
+
+
 def _with_mix(
     layers: Model,
     width: Optional[int],
@@ -157,6 +170,10 @@ def ElmoTok2Vec(
     )
     model.set_dim("nO", width)
     return model
+
+
+# The scalar mix is a Thinc layer (registry.layers); its name also resolves as an architecture.
+registry.architectures(SCALAR_MIX)(scalar_mix)
 
 
 def _replace_listener(model: Model) -> Model:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+from .pretrain.trainer import DEFAULT_MAX_STEPS, PretrainConfig
+
+# The defaults of `spacy-elmo pretrain` are those of the run's settings.
+PRETRAIN_DEFAULTS = {f.name: f.default for f in fields(PretrainConfig)}
 
 app = typer.Typer(
     name="spacy-elmo", help="ELMo contextual word vectors for spaCy.", no_args_is_help=True
@@ -105,44 +111,72 @@ def pretrain(
     inputs: list[Path] = typer.Argument(..., help="Text files or folders (streamed)."),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory."),
     preset: str = typer.Option(
-        "bundled", help="Architecture: tiny, bundled, small, medium, original."
+        PRETRAIN_DEFAULTS["preset"], help="Architecture: tiny, bundled, small, medium, original."
     ),
-    options: Optional[Path] = typer.Option(None, help="bilm-tf options.json (overrides --preset)."),
+    options: Optional[Path] = typer.Option(
+        PRETRAIN_DEFAULTS["options"], help="bilm-tf options.json (overrides --preset)."
+    ),
     dev: Optional[list[Path]] = typer.Option(
-        None, help="Held-out text (default: every 100th sentence)."
+        None, help=f"Held-out text (default: every {PRETRAIN_DEFAULTS['dev_every']}th sentence)."
     ),
-    pipeline: str = typer.Option("en", help="spaCy pipeline or language code for raw text."),
-    pretokenized: bool = typer.Option(False, help="Inputs are one tokenised sentence per line."),
-    vocab_size: int = typer.Option(50000, help="Softmax vocabulary size (top-K words)."),
-    min_count: int = typer.Option(3, help="Minimum count of a softmax word."),
+    pipeline: str = typer.Option(
+        PRETRAIN_DEFAULTS["pipeline"], help="spaCy pipeline or language code for raw text."
+    ),
+    pretokenized: bool = typer.Option(
+        PRETRAIN_DEFAULTS["pretokenized"], help="Inputs are one tokenised sentence per line."
+    ),
+    vocab_size: int = typer.Option(
+        PRETRAIN_DEFAULTS["vocab_size"], help="Softmax vocabulary size (top-K words)."
+    ),
+    min_count: int = typer.Option(
+        PRETRAIN_DEFAULTS["min_count"], help="Minimum count of a softmax word."
+    ),
     max_steps: Optional[int] = typer.Option(
         None,
-        help="Training steps (batches per rank); default 10000, on --resume the run's own.",
+        help=f"Training steps (batches per rank); default {DEFAULT_MAX_STEPS}, on --resume the "
+        "run's own.",
         show_default=False,
     ),
-    batch_tokens: int = typer.Option(2048, help="Padded tokens per batch and rank."),
-    learning_rate: float = typer.Option(2e-3, "--lr"),
-    warmup_steps: int = typer.Option(200),
-    dropout: float = typer.Option(0.1),
-    clip_norm: float = typer.Option(10.0),
-    eval_every: int = typer.Option(500, help="Held-out perplexity every N steps."),
-    checkpoint_every: int = typer.Option(200, help="Checkpoint every N steps."),
-    log_every: int = typer.Option(20),
-    seed: int = typer.Option(0),
-    gpu_id: int = typer.Option(-1, help="CUDA device (-1: CPU)."),
-    mixed_precision: bool = typer.Option(False, help="bf16 autocast (GPU)."),
-    init_from: Optional[Path] = typer.Option(None, help="Saved or bilm-tf biLM to adapt."),
-    export_allennlp: bool = typer.Option(False, help="Also write options.json + hdf5."),
+    batch_tokens: int = typer.Option(
+        PRETRAIN_DEFAULTS["batch_tokens"], help="Padded tokens per batch and rank."
+    ),
+    learning_rate: float = typer.Option(PRETRAIN_DEFAULTS["learning_rate"], "--lr"),
+    warmup_steps: int = typer.Option(PRETRAIN_DEFAULTS["warmup_steps"]),
+    dropout: float = typer.Option(PRETRAIN_DEFAULTS["dropout"]),
+    clip_norm: float = typer.Option(PRETRAIN_DEFAULTS["clip_norm"]),
+    eval_every: int = typer.Option(
+        PRETRAIN_DEFAULTS["eval_every"], help="Held-out perplexity every N steps."
+    ),
+    checkpoint_every: int = typer.Option(
+        PRETRAIN_DEFAULTS["checkpoint_every"], help="Checkpoint every N steps."
+    ),
+    log_every: int = typer.Option(PRETRAIN_DEFAULTS["log_every"]),
+    seed: int = typer.Option(PRETRAIN_DEFAULTS["seed"]),
+    gpu_id: int = typer.Option(PRETRAIN_DEFAULTS["gpu_id"], help="CUDA device (-1: CPU)."),
+    mixed_precision: bool = typer.Option(
+        PRETRAIN_DEFAULTS["mixed_precision"], help="bf16 autocast (GPU)."
+    ),
+    init_from: Optional[Path] = typer.Option(
+        PRETRAIN_DEFAULTS["init_from"], help="Saved or bilm-tf biLM to adapt."
+    ),
+    export_allennlp: bool = typer.Option(
+        PRETRAIN_DEFAULTS["export_allennlp"], help="Also write options.json + hdf5."
+    ),
     resume: bool = typer.Option(False, help="Continue from OUTPUT/checkpoints/last.pt."),
     overwrite: bool = typer.Option(
         False, help="Delete the run already in OUTPUT (corpus, vocab, checkpoints, model) first."
     ),
-    max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
-    static_vectors: Optional[str] = typer.Option(
-        None, help="spaCy pipeline (name or path) whose static vectors are auxiliary targets."
+    max_memory_gb: Optional[float] = typer.Option(
+        PRETRAIN_DEFAULTS["max_memory_gb"], help="Memory budget to check against."
     ),
-    vectors_weight: float = typer.Option(1.0, help="Weight of each static-vector loss."),
+    threads: Optional[int] = typer.Option(PRETRAIN_DEFAULTS["threads"], help="torch CPU threads."),
+    static_vectors: Optional[str] = typer.Option(
+        PRETRAIN_DEFAULTS["static_vectors"],
+        help="spaCy pipeline (name or path) whose static vectors are auxiliary targets.",
+    ),
+    vectors_weight: float = typer.Option(
+        PRETRAIN_DEFAULTS["vectors_weight"], help="Weight of each static-vector loss."
+    ),
 ) -> None:
     """Train a biLM on your text (also under `torchrun --nproc_per_node N`).
 
@@ -152,7 +186,6 @@ def pretrain(
     """
     import logging
 
-    from .pretrain import PretrainConfig
     from .pretrain import pretrain as run_pretraining
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

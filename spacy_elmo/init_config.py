@@ -9,6 +9,7 @@ with its defaults, as `spacy init fill-config` does.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +17,15 @@ from typing import Any, Dict, List, Optional
 
 from thinc.api import Config
 
-from .architectures import LISTENER, MODEL, TOK2VEC
+from .architectures import LISTENER, TOK2VEC
 from .bilm import BiLMOptions
-from .layers.elmo_model import ARCHITECTURE_KEYS
 from .loaders import BUNDLED_MODEL
+from .pipeline import DEFAULT_CONFIG
 
 LISTENER_DROPOUT = 0.1  # layer dropout of every component's mix (as in configs/ner_tagger_elmo.cfg)
 TOK2VEC_WIDTH = 96
 ENCODER_DEPTH = 4
+GPU_BATCH_TOKENS = 16384  # padded tokens per biLM batch in a `--gpu` config
 
 
 def _tagger(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
@@ -214,26 +216,16 @@ def elmo_training_config(
 
 
 def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, Any]:
-    return {
-        "factory": "elmo",
-        "mix_weights": None,
-        "gamma": 1.0,
-        "set_tensor": False,
-        "model": {
-            "@architectures": MODEL,
-            # null: from the weights at `initialize`, then written into the trained config
-            **{key: None for key in ARCHITECTURE_KEYS},
-            "max_tokens": 256,
-            "batch_tokens": 16384 if gpu else 4096,
-            "frozen": not fine_tune,
-            "grad_factor": 1.0,
-            "cache_tokens": 1_000_000,
-            "cache_mb": None,
-            "store_dtype": "float32",
-            "split_sentences": split_sentences,
-            "sentence_punct": None,
-        },
-    }
+    """The factory's default config (architecture null: from the weights at `initialize`, then
+    written into the trained config), with the choices of `init-config`."""
+    settings = copy.deepcopy(DEFAULT_CONFIG)
+    model = settings.pop("model")
+    block = {"factory": "elmo", **settings, "model": model}  # the model block last
+    block["model"]["frozen"] = not fine_tune
+    block["model"]["split_sentences"] = split_sentences
+    if gpu:
+        block["model"]["batch_tokens"] = GPU_BATCH_TOKENS
+    return block
 
 
 def _tok2vec_block(include_static_vectors: bool) -> Dict[str, Any]:

@@ -11,10 +11,10 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, Token
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer, get_array_module, set_dropout_rate
+from thinc.api import Model, Optimizer, get_array_module, set_dropout_rate
 from thinc.types import Floats3d
 
-from .architectures import LISTENER, MODEL
+from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults
 from .bilm import BiLM
 from .layers.elmo_model import (
     ARCHITECTURE_KEYS,
@@ -25,42 +25,16 @@ from .layers.elmo_model import (
 )
 from .layers.listener import ElmoListener, set_listener_dims
 
-# The architecture (char_embedding_dim ... use_skip_connections) is null: it comes from the
-# weights at `initialize` (the bundled biLM unless a loader is given) and is then written into
-# the pipeline's config.
-DEFAULT_CONFIG = """
-[model]
-@architectures = "spacy_elmo.ElmoModel.v1"
-char_embedding_dim = null
-filters = null
-n_highway = null
-activation = null
-lstm_dim = null
-projection_dim = null
-n_layers = null
-cell_clip = null
-proj_clip = null
-use_skip_connections = null
-max_tokens = 256
-batch_tokens = 4096
-frozen = true
-grad_factor = 1.0
-cache_tokens = 1000000
-cache_mb = null
-store_dtype = "float32"
-split_sentences = false
-sentence_punct = null
-"""
+# The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
+# from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
+# written into the pipeline's config. Every default is the one of the registered function.
+DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
+DEFAULT_CONFIG = {"model": DEFAULT_MODEL, "mix_weights": None, "gamma": 1.0, "set_tensor": False}
 
 
 @Language.factory(
     "elmo",
-    default_config={
-        "model": Config().from_str(DEFAULT_CONFIG)["model"],
-        "mix_weights": None,
-        "gamma": 1.0,
-        "set_tensor": False,
-    },
+    default_config=DEFAULT_CONFIG,
     assigns=["doc._.elmo_layers", "doc._.elmo_mix_weights"],
 )
 def make_elmo(

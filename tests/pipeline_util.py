@@ -59,7 +59,6 @@ def synthetic_docs(nlp, n: int, seed: int = 0) -> list[Doc]:
         subject, verb, obj = rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS)
         words, tags, ents = [], [], []
         for text, label, tag in (subject, (verb[0], None, verb[1]), obj, (".", None, ".")):
-            start = len(words)
             words += text.split()
             tags += tag.split()
             if label:
@@ -67,7 +66,6 @@ def synthetic_docs(nlp, n: int, seed: int = 0) -> list[Doc]:
                 ents += [f"I-{label}"] * (len(text.split()) - 1)
             else:
                 ents += ["O"] * len(text.split())
-            assert len(words) == len(tags) == len(ents), start
         doc = Doc(nlp.vocab, words=words, tags=tags, ents=ents)
         doc[0].is_sent_start = True
         docs.append(doc)

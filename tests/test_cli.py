@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -94,7 +95,26 @@ def test_embed_errors_are_clear(setup, args, message):
 
 
 def test_console_script_is_installed():
-    result = subprocess.run(
-        [sys.executable, "-m", "spacy_elmo.cli", "--help"], capture_output=True, text=True
-    )
-    assert result.returncode == 0 and "embed" in result.stdout
+    """The `spacy-elmo` entry point itself, as pip installed it beside this interpreter."""
+    script = Path(sys.executable).parent / "spacy-elmo"
+    assert script.is_file(), f"{script} is missing: is spacy-elmo installed (pip install -e .)?"
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    for command in ("embed", "pretrain", "perplexity"):
+        assert command in result.stdout
+
+
+def test_pretrain_options_default_to_the_run_settings():
+    """Every `spacy-elmo pretrain` option that is a PretrainConfig field has its default."""
+    from dataclasses import MISSING, fields
+
+    import typer
+
+    from spacy_elmo.pretrain import PretrainConfig
+
+    defaults = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
+    params = {p.name: p for p in typer.main.get_command(app).commands["pretrain"].params}
+    shared = set(defaults) & set(params) - {"dev", "max_steps"}  # None there: see their help
+    assert len(shared) == 23
+    for name in shared:
+        assert params[name].default == defaults[name], name

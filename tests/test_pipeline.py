@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -154,6 +155,24 @@ def test_pipe_with_two_processes(nlp):
     multi = list(nlp.pipe(texts, n_process=2, batch_size=1))
     for a, b in zip(single, multi):
         np.testing.assert_allclose(a._.elmo_layers, b._.elmo_layers, atol=1e-5)
+
+
+def test_a_forked_child_runs_torch_on_one_thread(nlp):
+    """Set when the process forks: the parent's OpenMP pool does not survive `fork`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report its thread count, run nothing else of pytest's
+            os.write(write, str(torch.get_num_threads()).encode())
+            os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        assert os.read(read, 16) == b"1"
+    finally:
+        torch.set_num_threads(threads)
+        os.close(read)
 
 
 def assert_same_weights(a, b):

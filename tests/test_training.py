@@ -3,6 +3,7 @@ replace_listeners, and an end-to-end `spacy train` run."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -60,13 +61,16 @@ def test_listeners_train_their_own_mixes_with_a_frozen_cached_bilm(bilm_dir, dat
     before = bilm_state(nlp)
     optimizer = nlp.create_optimizer()
     optimizer.learn_rate = 0.05
-    nlp.update(examples, sgd=optimizer)  # first epoch: the biLM runs on every sentence
+    first = nlp.update(examples, sgd=optimizer)  # first epoch: the biLM runs on every sentence
     after_first = elmo.model.attrs["bilm_tokens"]
     assert after_first == sum(len(eg.predicted) for eg in examples)
     for _ in range(5):
         losses = nlp.update(examples, sgd=optimizer)
     assert elmo.model.attrs["bilm_tokens"] == after_first  # later epochs: all from the cache
-    assert losses["tagger"] > 0 and losses["ner"] >= 0
+    # The tagger learns the tags (its loss falls from about 125 to below 1); the parser-style
+    # ner loss goes up and down on 30 sentences, but is there and finite, and its mix moves.
+    assert 0 < losses["tagger"] < first["tagger"] / 10
+    assert 0 < losses["ner"] < math.inf and 0 < first["ner"] < math.inf
     for key, value in bilm_state(nlp).items():
         assert torch.equal(value, before[key]), key  # frozen: no update of the biLM
     (tagger_s, _), (ner_s, _) = mixes(nlp, "tagger")[0], mixes(nlp, "ner")[0]

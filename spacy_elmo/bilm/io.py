@@ -1,22 +1,20 @@
 """Weights on disk: the bilm-tf/AllenNLP hdf5 layout (ELMO_SPEC.md §2) and our own format.
 
-Our format is a directory with `config.json` (the options) and `model.safetensors`.
+Our format is a directory with `config.json` (the options) and `model.safetensors`. Every
+function maps (options, state dict) to files or back; `BiLM` builds itself from them.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy
 import torch
 
 from ..outputs import atomic_path
 from .options import BiLMOptions
-
-if TYPE_CHECKING:
-    from .model import BiLM
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -201,12 +199,16 @@ def _tensor(array: numpy.ndarray) -> torch.Tensor:
     return torch.from_numpy(numpy.ascontiguousarray(array))
 
 
-def write_allennlp(bilm: BiLM, options_file: str | Path, weight_file: str | Path) -> None:
+def write_allennlp(
+    options: BiLMOptions,
+    state_dict: dict[str, torch.Tensor],
+    options_file: str | Path,
+    weight_file: str | Path,
+) -> None:
     """Write options.json and a float32 hdf5 with the dataset names of bilm-tf's dump_weights."""
     import h5py
 
-    options = bilm.options
-    state = {k: v.detach().float().cpu().numpy() for k, v in bilm.state_dict().items()}
+    state = {k: v.detach().float().cpu().numpy() for k, v in state_dict.items()}
     for stack in ("forward_lstm", "backward_lstm"):
         for layer in range(options.n_layers):
             key = f"{stack}.layers.{layer}"
@@ -233,27 +235,23 @@ def write_allennlp(bilm: BiLM, options_file: str | Path, weight_file: str | Path
 
 
 # ---------------------------------------------------------------------- our own format
-def save_bilm(bilm: BiLM, directory: str | Path) -> None:
+def write_saved(
+    options: BiLMOptions, state_dict: dict[str, torch.Tensor], directory: str | Path
+) -> None:
     """Write `config.json` and `model.safetensors` into `directory` (created if needed)."""
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    config = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "options": bilm.options.to_dict()}
-    tensors = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
-    with atomic_path(directory / WEIGHTS_NAME) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": FORMAT_NAME})
+    config = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "options": options.to_dict()}
+    write_safetensors(state_dict, directory / WEIGHTS_NAME, metadata={"format": FORMAT_NAME})
     with atomic_path(directory / CONFIG_NAME) as tmp:
         tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
-    """Options and state dict from a directory written by `save_bilm`, checked key by key."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from .model import BiLM
-
+def read_saved(
+    directory: str | Path, state_shapes: Callable[[BiLMOptions], dict[str, tuple[int, ...]]]
+) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
+    """Options and state dict from a directory written by `write_saved`, checked key by key
+    against `state_shapes(options)`, the shape of every tensor of the model they describe."""
     directory = Path(directory)
     config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
     for path in (config_path, weights_path):
@@ -281,13 +279,8 @@ def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tenso
             f"{config_path} describes a biLM of {options.n_parameters():,} parameters, more than "
             f"{weights_path} ({size:,} bytes) holds; the config does not match the weights"
         )
-    try:
-        state = load_file(str(weights_path))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"cannot read {weights_path} ({err}); is it truncated?") from None
-    shapes = BiLM(options, initialise=False).state_dict()  # the large tensors stay untouched
-    expected = {k: tuple(v.shape) for k, v in shapes.items()}
-    del shapes
+    state = read_safetensors(weights_path)
+    expected = state_shapes(options)
     for key, shape in expected.items():
         if key not in state:
             raise ValueError(f"{weights_path} has no tensor '{key}' required by {config_path}")
@@ -304,6 +297,30 @@ def load_bilm(directory: str | Path) -> tuple[BiLMOptions, dict[str, torch.Tenso
         )
     check_finite(state, str(weights_path))
     return options, state
+
+
+def write_safetensors(
+    state_dict: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None
+) -> None:
+    """Write the tensors of `state_dict` (detached, on the CPU) to a safetensors file."""
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (a format that cannot hold code); ValueError if bad."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"cannot read {path} ({err}); is it truncated?") from None
 
 
 def check_finite(state: dict[str, torch.Tensor], source: str) -> None:

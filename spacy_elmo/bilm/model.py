@@ -16,6 +16,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
+from .io import read_allennlp, read_saved, write_allennlp, write_saved
 from .kernels import records_autograd, weights_key
 from .lstm import LstmStack, State, run_stacks, stack_small_kernels
 from .options import BiLMOptions
@@ -117,8 +118,6 @@ class BiLM(nn.Module):
         cls, options_file: str | Path, weight_file: str | Path, stateful: bool = False
     ) -> BiLM:
         """Load the published bilm-tf/AllenNLP files (options.json + weights hdf5)."""
-        from .io import read_allennlp
-
         options, state_dict = read_allennlp(options_file, weight_file)
         return cls._from_state(options, state_dict, stateful)
 
@@ -167,38 +166,38 @@ class BiLM(nn.Module):
 
     def to_allennlp(self, options_file: str | Path, weight_file: str | Path) -> None:
         """Write options.json and the weights hdf5 in the bilm-tf layout."""
-        from .io import write_allennlp
-
         if self.options.char_vocabulary != "bytes":
             raise ValueError(
                 "an ELMoForManyLangs biLM (character dictionary, word embedding) has no "
                 "bilm-tf hdf5 layout; save it with BiLM.save"
             )
-        write_allennlp(self, options_file, weight_file)
+        write_allennlp(self.options, self.state_dict(), options_file, weight_file)
 
     def save(self, directory: str | Path) -> None:
         """Save as JSON options plus safetensors weights (no pickle); an ELMoForManyLangs
         model's dictionaries go to `lexicon.json`."""
-        from .io import save_bilm
-
         if self.lexicon is not None:
             self.lexicon.save(directory)
         elif self.options.char_vocabulary != "bytes":
             self._check_byte_model()
-        save_bilm(self, directory)
+        write_saved(self.options, self.state_dict(), directory)
 
     @classmethod
     def load(cls, directory: str | Path, stateful: bool = False) -> BiLM:
         """Load a directory written by `save`."""
-        from .io import load_bilm
-
-        options, state_dict = load_bilm(directory)
+        options, state_dict = read_saved(directory, cls.state_shapes)
         bilm = cls._from_state(options, state_dict, stateful)
         if options.char_vocabulary == "dictionary":
             from .efml import EfmlLexicon
 
             bilm.set_lexicon(EfmlLexicon.load(directory))
         return bilm
+
+    @classmethod
+    def state_shapes(cls, options: BiLMOptions) -> dict[str, tuple[int, ...]]:
+        """The shape of every tensor in the state dict of a BiLM with `options`."""
+        shapes = cls(options, initialise=False).state_dict()  # the large tensors stay untouched
+        return {key: tuple(value.shape) for key, value in shapes.items()}
 
     @classmethod
     def _from_state(

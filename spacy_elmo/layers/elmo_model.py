@@ -29,6 +29,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
+from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.lstm import unstack_small_kernels
 from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
 
@@ -46,21 +47,20 @@ ARCHITECTURE_KEYS = {
     "proj_clip": "lstm.proj_clip",
     "use_skip_connections": "lstm.use_skip_connections",
 }
-_process_id = os.getpid()
 
 
-def _fork_safe_threads() -> None:
+def _one_torch_thread_in_child() -> None:
     """In a forked child (spaCy's `nlp.pipe(n_process=N)`), use one torch thread.
 
     The OpenMP pool the parent already started does not survive `fork`: the child's first
     multi-threaded GEMM would wait for it forever.
     """
-    global _process_id
-    if os.getpid() != _process_id:
-        import torch
+    import torch
 
-        torch.set_num_threads(1)
-        _process_id = os.getpid()
+    torch.set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_one_torch_thread_in_child)
 
 
 @dataclass
@@ -82,8 +82,6 @@ class LayerCache:
         self.n_tokens = 0
         self.n_bytes = 0
         self.entries: OrderedDict[Tuple[str, ...], Floats3d] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
 
     def empty_copy(self) -> LayerCache:
         """A new, empty cache with the same bounds."""
@@ -96,9 +94,7 @@ class LayerCache:
     def get(self, key: Tuple[str, ...]) -> Optional[Floats3d]:
         value = self.entries.get(key)
         if value is None:
-            self.misses += 1
             return None
-        self.hits += 1
         self.entries.move_to_end(key)
         return value
 
@@ -124,19 +120,20 @@ class LayerCache:
 def elmo_model(
     architecture: Dict[str, Any],
     *,
-    max_tokens: int = 256,
-    batch_tokens: int = 4096,
-    frozen: bool = True,
-    grad_factor: float = 1.0,
-    cache_tokens: int = 1_000_000,
-    cache_mb: Optional[float] = None,
-    store_dtype: str = "float32",
-    split_sentences: bool = False,
-    sentence_punct: Optional[List[str]] = None,
+    max_tokens: int,
+    batch_tokens: int,
+    frozen: bool,
+    grad_factor: float,
+    cache_tokens: int,
+    cache_mb: Optional[float],
+    store_dtype: str,
+    split_sentences: bool,
+    sentence_punct: Optional[List[str]],
 ) -> Model[List[Doc], List[Floats3d]]:
     """Thinc model mapping docs to one (L + 1, n_tokens, 2P) array each.
 
     `architecture` has the ARCHITECTURE_KEYS; a value of None is taken from the weights.
+    The defaults of the other arguments are those of `spacy_elmo.ElmoModel.v1`.
     """
     if store_dtype not in STORE_DTYPES:
         raise ValueError(f"store_dtype must be one of {STORE_DTYPES}, got {store_dtype!r}")
@@ -297,13 +294,7 @@ def rule_sentences(doc: Doc, punct_chars: Optional[List[str]] = None) -> List[Sp
 def batches_by_tokens(units: List[Unit], batch_tokens: int) -> List[List[Unit]]:
     """Longest first; a batch's padded size (rows x (longest + 2)) stays within batch_tokens."""
     ordered = sorted(units, key=lambda unit: -len(unit.words))
-    batches: List[List[Unit]] = []
-    for unit in ordered:
-        if batches and (len(batches[-1]) + 1) * (len(batches[-1][0].words) + 2) <= batch_tokens:
-            batches[-1].append(unit)
-        else:
-            batches.append([unit])
-    return batches
+    return list(batches_by_padded_tokens(ordered, batch_tokens, length=lambda u: len(u.words)))
 
 
 def forward(
@@ -311,7 +302,6 @@ def forward(
 ) -> Tuple[List[Floats3d], Callable]:
     ops = model.ops
     layer = model.layers[0]
-    _fork_safe_threads()
     ensure_weights(model)
     options = get_bilm(model).options
     n_layers, width = options.n_layers + 1, options.output_dim

@@ -24,14 +24,14 @@ from spacy.util import registry
 from thinc.api import Model, Ops
 from thinc.types import Floats1d, Floats2d, Floats3d
 
+SCALAR_MIX = "spacy_elmo.ScalarMix.v1"
 LAYER_NORM_EPS = 1e-12  # bilm-tf's epsilon (AllenNLP uses 1e-13)
 
 InT = List[Floats3d]  # one (n_layers, n_tokens, D) array per doc, float16/32/64
 OutT = List[Floats2d]  # one (n_tokens, D) array per doc, float32 (float64 for float64 input)
 
 
-@registry.architectures("spacy_elmo.ScalarMix.v1")
-@registry.layers("spacy_elmo.ScalarMix.v1")
+@registry.layers(SCALAR_MIX)
 def scalar_mix(
     n_layers: Optional[int] = None,
     *,

@@ -13,6 +13,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+from ..bilm.batching import batches_by_padded_tokens
 from ..outputs import atomic_path
 
 logger = logging.getLogger("spacy_elmo.pretrain")
@@ -298,16 +299,6 @@ def _chunk_batches(
     chunk = list(chunk)
     rng.shuffle(chunk)
     chunk.sort(key=len)
-    batches: list[list[list[str]]] = []
-    current: list[list[str]] = []
-    for sentence in chunk:
-        width = len(sentence) + 2
-        # Padded size of the batch if this sentence joins it (it is the longest so far).
-        if current and (width * (len(current) + 1) > batch_tokens or len(current) >= max_sentences):
-            batches.append(current)
-            current = []
-        current.append(sentence)
-    if current:
-        batches.append(current)
+    batches = list(batches_by_padded_tokens(chunk, batch_tokens, max_items=max_sentences))
     rng.shuffle(batches)
     return batches

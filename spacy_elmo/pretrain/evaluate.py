@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from ..bilm import BiLM, batch_to_ids
+from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.lm_head import LMHead
 from .corpus import iter_input_files, iter_lines, pretokenized_splitter, spacy_sentence_splitter
 from .vocab import Vocab
@@ -16,7 +17,8 @@ from .vocab import Vocab
 
 def load_language_model(model_dir: Path):
     """The biLM, its softmax and vocabulary from a `spacy-elmo pretrain` model directory."""
-    from .trainer import LanguageModel, load_head, read_safetensors
+    from ..bilm.io import read_safetensors
+    from .trainer import LanguageModel, load_head
 
     model_dir = Path(model_dir)
     head_path = model_dir / "lm_head.safetensors"
@@ -47,24 +49,18 @@ def perplexity(
     model, vocab = load_language_model(model_dir)
     splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(pipeline)
     sums = torch.zeros(4, dtype=torch.float64)
-    batch: list[list[str]] = []
     n_sentences = 0
 
-    def run(sentences: list[list[str]]) -> None:
-        ids, targets = batch_to_ids(sentences), target_tensor(sentences, vocab)
-        sums.add_(model(ids, targets).double())
+    def sentences() -> Iterator[list[str]]:
+        nonlocal n_sentences
+        for tokens in splitter(iter_lines(iter_input_files(inputs))):
+            for start in range(0, len(tokens), max_sentence_tokens):
+                n_sentences += 1
+                yield tokens[start : start + max_sentence_tokens]
 
-    for tokens in splitter(iter_lines(iter_input_files(inputs))):
-        for start in range(0, len(tokens), max_sentence_tokens):
-            sentence = tokens[start : start + max_sentence_tokens]
-            width = max([len(s) for s in batch] + [len(sentence)]) + 2
-            if batch and width * (len(batch) + 1) > batch_tokens:
-                run(batch)
-                batch = []
-            batch.append(sentence)
-            n_sentences += 1
-    if batch:
-        run(batch)
+    for batch in batches_by_padded_tokens(sentences(), batch_tokens):
+        ids, targets = batch_to_ids(batch), target_tensor(batch, vocab)
+        sums.add_(model(ids, targets).double())
     if n_sentences == 0:
         raise ValueError(f"no sentences in {', '.join(str(p) for p in inputs)}")
     forward = math.exp(sums[0].item() / sums[1].item())

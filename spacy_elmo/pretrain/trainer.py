@@ -24,9 +24,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..bilm import BiLM, BiLMOptions, batch_to_ids
-from ..bilm.io import check_finite
+from ..bilm.batching import batches_by_padded_tokens
+from ..bilm.io import check_finite, read_safetensors, write_safetensors
 from ..bilm.lm_head import LMHead
-from ..outputs import atomic_path, write_text
+from ..outputs import write_text
 from .checkpoint import load_checkpoint, save_checkpoint
 from .corpus import (
     iter_batches,
@@ -250,19 +251,6 @@ def load_init_model(path: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
         f"--init-from {path}: expected a saved biLM directory (config.json + model.safetensors) "
         f"or a directory with one *options*.json and one *weights*.hdf5 file"
     )
-
-
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file (a format that cannot hold code); ValueError if bad."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"cannot read {path} ({err}); is it truncated?") from None
 
 
 def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_path) -> None:
@@ -623,13 +611,7 @@ class Pretrainer:
         sums = torch.zeros(4)
         sentences = self._dev_sentences()
         sentences.sort(key=len)
-        batch: list[list[str]] = []
-        for sentence in sentences:
-            if batch and (len(sentence) + 2) * (len(batch) + 1) > self.config.batch_tokens:
-                sums += self._loss(batch, self.model)[:4].cpu()
-                batch = []
-            batch.append(sentence)
-        if batch:
+        for batch in batches_by_padded_tokens(sentences, self.config.batch_tokens):
             sums += self._loss(batch, self.model)[:4].cpu()
         if sums[1].item() == 0:  # not a perplexity of 1.0
             raise ValueError(f"the held-out file {self.dev_path} has no sentences")
@@ -682,16 +664,7 @@ class Pretrainer:
             bilm = self.model.bilm
             bilm.eval()
             bilm.save(model_dir)
-            from safetensors.torch import save_file
-
-            with atomic_path(model_dir / "lm_head.safetensors") as tmp:
-                save_file(
-                    {
-                        k: v.detach().cpu().contiguous()
-                        for k, v in self.model.head.state_dict().items()
-                    },
-                    str(tmp),
-                )
+            write_safetensors(self.model.head.state_dict(), model_dir / "lm_head.safetensors")
             self.vocab.to_file(model_dir / "vocab.txt")
             final_eval = self.evaluate()
             summary.update(

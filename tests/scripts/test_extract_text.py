@@ -16,6 +16,7 @@ import pytest
 from .script_loader import load_script as _load
 
 ex = _load("extract_text")
+rdata = _load("rdata")
 fa = _load("fetch_assets")
 sc = _load("split_corpus")
 
@@ -241,16 +242,16 @@ def _serialize(body: bytes, version: int = 3) -> bytes:
 
 
 def test_unserialize_strings_and_lists():
-    obj = ex.unserialize(_serialize(_strsxp(["a", None, "é"])))
-    assert obj.sexptype == ex.STRSXP and obj.value == ["a", None, "é"]
-    lst = ex.unserialize(_serialize(_vecsxp([_intsxp([1, 2]), _strsxp(["x"])], ["n", "s"]), 2))
+    obj = rdata.unserialize(_serialize(_strsxp(["a", None, "é"])))
+    assert obj.sexptype == rdata.STRSXP and obj.value == ["a", None, "é"]
+    lst = rdata.unserialize(_serialize(_vecsxp([_intsxp([1, 2]), _strsxp(["x"])], ["n", "s"]), 2))
     assert lst.value[0].value == [1, 2]
     assert lst.attributes["names"].value == ["n", "s"]
 
 
 def test_unserialize_rejects_ascii_format():
-    with pytest.raises(ex.ExtractError, match="XDR"):
-        ex.unserialize(b"A\n3\n")
+    with pytest.raises(rdata.RDataError, match="XDR"):
+        rdata.unserialize(b"A\n3\n")
 
 
 def _lazyload_db(folder: Path, variables: dict[str, list[str]]) -> None:
@@ -277,9 +278,9 @@ def test_austen_from_lazyload_db(tmp_path):
     }
     books["emma"] = ["EMMA", "", "by Jane Austen", "", "Emma Woodhouse, handsome,", "clever."]
     _lazyload_db(data, dict(reversed(list(books.items()))))
-    index = ex.read_lazyload_index(data / "Rdata.rdx")
+    index = rdata.read_lazyload_index(data / "Rdata.rdx")
     assert set(index) == set(ex.AUSTEN_BOOKS)
-    assert ex.read_lazyload_value(data / "Rdata.rdb", *index["emma"]).value == books["emma"]
+    assert rdata.read_lazyload_value(data / "Rdata.rdb", *index["emma"]).value == books["emma"]
     out = list(ex.extract_austen(tmp_path))
     assert out[:2] == ["sensesensibility first line.", "Next."]
     assert "Emma Woodhouse, handsome, clever." in out
