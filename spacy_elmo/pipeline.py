@@ -2,6 +2,7 @@
 
 import warnings
 from itertools import islice
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy
@@ -248,7 +249,14 @@ class Elmo(TrainablePipe):
         return result
 
     def from_disk(self, path, *, exclude=tuple()):
-        result = super().from_disk(path, exclude=exclude)
+        try:
+            result = super().from_disk(path, exclude=exclude)
+        except (ValueError, OSError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"the '{self.name}' component's files in {path} cannot be read ({err}); the "
+                f"pipeline directory may be truncated or damaged (its weights are in "
+                f"{Path(path) / 'model'})"
+            ) from err
         self.model.attrs["cache"].clear()
         return result
 

@@ -338,3 +338,16 @@ def test_nan_weights_in_spacy_bytes_are_an_error():
         bilm.char_cnn.char_embedding.weight[3, 0] = float("nan")
     with pytest.raises(ValueError, match="serialised elmo model.*NaN"):
         deserialize_bilm(bilm, serialize_bilm(bilm), torch.device("cpu"))
+
+
+def test_a_truncated_component_file_names_the_component_and_file(tmp_path, bilm_dir):
+    import spacy
+
+    from .pipeline_util import tiny_nlp
+
+    tiny_nlp(bilm_dir).to_disk(tmp_path / "pipeline")
+    model = tmp_path / "pipeline" / "elmo" / "model"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"'elmo' component's files .*truncated") as info:
+        spacy.load(tmp_path / "pipeline")
+    assert str(model) in str(info.value)
