@@ -72,9 +72,14 @@ class Unit:
     words: Tuple[str, ...]
 
 
+def _entry_bytes(key: Tuple[str, ...], value: Floats3d) -> int:
+    """The layers' bytes plus the key's characters (a long token is not kept alive for free)."""
+    return value.nbytes + sum(len(word) for word in key)
+
+
 class LayerCache:
     """LRU cache of unit layers keyed by the unit's words, bounded by the tokens it holds and,
-    when `max_bytes` is set, by the bytes of the layers it holds."""
+    when `max_bytes` is set, by the bytes of the layers and keys it holds."""
 
     def __init__(self, max_tokens: int, max_bytes: Optional[int] = None) -> None:
         self.max_tokens = max_tokens
@@ -101,15 +106,16 @@ class LayerCache:
     def put(self, key: Tuple[str, ...], value: Floats3d) -> None:
         if len(key) > self.max_tokens or key in self.entries:
             return
-        if self.max_bytes is not None and value.nbytes > self.max_bytes:
+        size = _entry_bytes(key, value)
+        if self.max_bytes is not None and size > self.max_bytes:
             return
         self.entries[key] = value
         self.n_tokens += len(key)
-        self.n_bytes += value.nbytes
+        self.n_bytes += size
         while self._full():
             old_key, old_value = self.entries.popitem(last=False)
             self.n_tokens -= len(old_key)
-            self.n_bytes -= old_value.nbytes
+            self.n_bytes -= _entry_bytes(old_key, old_value)
 
     def clear(self) -> None:
         self.entries.clear()
