@@ -244,8 +244,12 @@ def pretrain(
 def perplexity(
     model: Path = typer.Argument(..., help="Model directory written by `spacy-elmo pretrain`."),
     inputs: list[Path] = typer.Argument(..., help="Held-out text files or folders."),
-    pretokenized: bool = typer.Option(True, help="One tokenised sentence per line."),
-    pipeline: str = typer.Option("en", help="spaCy pipeline for raw text (--no-pretokenized)."),
+    pretokenized: bool = typer.Option(
+        PRETRAIN_DEFAULTS["pretokenized"],
+        help="One tokenised sentence per line (as `pretrain` writes its held-out cache, "
+        "OUTPUT/corpus/dev.txt); otherwise raw text, tokenised with --pipeline.",
+    ),
+    pipeline: str = typer.Option("en", help="spaCy pipeline for raw text."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON here."),
 ) -> None:
     """Forward, backward and average perplexity of a pretrained biLM on held-out text."""
