@@ -46,14 +46,12 @@ import sys
 import time
 from pathlib import Path
 
-from common import machine_info as common_machine_info
+from common import conll_words, machine_info, tensor_peak
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-CONLL_VALID = REPO / "assets" / "conll2003" / "valid.txt"
 BUNDLED_DIR = REPO / "spacy_elmo" / "data" / "en_elmo_bundled"
 ARCHS = ("small", "medium", "original")
-EXPECTED_PARAMETERS = {"small": 13_593_296, "medium": 28_027_728, "original": 93_600_848}
 IMPLS = ("spacy-elmo", "allennlp")
 # "spacy-elmo-cpu": this project on the CPU whatever --device says (the reference on a GPU
 # machine where AllenNLP cannot be installed).
@@ -62,26 +60,6 @@ TOLERANCE = 1e-5
 
 
 # ---------------------------------------------------------------------------------- helpers
-def read_conll_sentences(path: Path, limit: int) -> list[list[str]]:
-    """The first `limit` sentences (lists of gold tokens) of a CoNLL-2003 file."""
-    sentences: list[list[str]] = []
-    current: list[str] = []
-    with open(path, encoding="utf8") as handle:
-        for line in handle:
-            columns = line.split()
-            if not columns or columns[0] == "-DOCSTART-":
-                if current:
-                    sentences.append(current)
-                    current = []
-                    if len(sentences) >= limit:
-                        return sentences
-                continue
-            current.append(columns[0])
-    if current and len(sentences) < limit:
-        sentences.append(current)
-    return sentences
-
-
 def proc_status(field: str) -> int:
     """A /proc/self/status value in bytes (VmRSS, VmHWM)."""
     with open("/proc/self/status") as handle:
@@ -98,29 +76,6 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
-
-
-def machine_info() -> dict:
-    """common.machine_info, with the versions of spacy-elmo and AllenNLP and the GPU."""
-    import torch
-
-    info = common_machine_info()
-    try:
-        import spacy_elmo
-
-        info["spacy_elmo"] = spacy_elmo.__version__
-    except ImportError:
-        pass
-    try:
-        from importlib.metadata import version
-
-        info["allennlp"] = version("allennlp")
-    except Exception:  # noqa: BLE001
-        info["allennlp"] = None
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["cuda"] = torch.version.cuda
-    return info
 
 
 # ---------------------------------------------------------------------------------- weights
@@ -144,6 +99,7 @@ def prepare_weights(arch: str, cache_dir: Path, seed: int) -> dict:
     import torch
 
     from spacy_elmo import BiLM, BiLMOptions
+    from spacy_elmo.pretrain.presets import PUBLISHED_PARAMETERS
 
     folder = cache_dir / arch
     options_file, weight_file = folder / "options.json", folder / "weights.hdf5"
@@ -176,9 +132,9 @@ def prepare_weights(arch: str, cache_dir: Path, seed: int) -> dict:
     options = BiLMOptions.from_file(options_file)
     n_parameters = options.n_parameters()
     in_file = hdf5_parameter_count(weight_file)
-    if arch in EXPECTED_PARAMETERS and n_parameters != EXPECTED_PARAMETERS[arch]:
+    if arch in PUBLISHED_PARAMETERS and n_parameters != PUBLISHED_PARAMETERS[arch]:
         raise SystemExit(
-            f"{arch}: {n_parameters:,} parameters, expected {EXPECTED_PARAMETERS[arch]:,}"
+            f"{arch}: {n_parameters:,} parameters, expected {PUBLISHED_PARAMETERS[arch]:,}"
         )
     if in_file != n_parameters:
         raise SystemExit(f"{arch}: the hdf5 holds {in_file:,} values, options say {n_parameters:,}")
@@ -284,16 +240,36 @@ class Runner:
 
 
 def worker(args: argparse.Namespace) -> None:
-    import numpy
+    """One implementation on one architecture, in its own process: load it, time batch 32
+    and batch 1, measure its memory; print the result as a `RESULT {json}` line and save the
+    outputs for the comparison."""
+    import numpy  # noqa: F401  (numpy and torch are loaded before the memory baseline)
     import torch
 
     spec = json.loads(args.worker_spec)
     torch.set_num_threads(spec["threads"])
-    sentences = read_conll_sentences(CONLL_VALID, spec["sentences"])
+    sentences = conll_words("valid", spec["sentences"])
     b1_sentences = sentences[: spec["batch1_sentences"]]
     on_cuda = spec["device"].startswith("cuda") and spec["impl"] != "spacy-elmo-cpu"
     result: dict = {"impl": spec["impl"], "arch": spec["arch"], "threads": spec["threads"]}
+    runner, rss_before = load_runner(spec, result)
 
+    # Warm-up (untimed): one batch of 32, then one sentence.
+    runner.run(sentences[:32], 32)
+    runner.run(sentences[:1], 1)
+    runner.sync()
+
+    outputs = time_batch32(runner, sentences, spec["repeats"], on_cuda, rss_before, result)
+    b1_outputs = time_batch1(runner, b1_sentences, spec["repeats"], result)
+    if not on_cuda:
+        measure_tensor_peak(runner, sentences, result)
+    save_outputs(Path(spec["outputs"]), outputs, b1_outputs)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def load_runner(spec: dict, result: dict) -> tuple[Runner, int]:
+    """The implementation's Runner, and the process's RSS after its imports, before the model
+    (the memory baseline); records the imports' and the model's RSS and the load time."""
     rss_start = proc_status("VmRSS")
     import_impl(spec["impl"])
     rss_before = proc_status("VmRSS")  # the baseline: after imports, before the model
@@ -309,20 +285,28 @@ def worker(args: argparse.Namespace) -> None:
     runner.sync()
     result["load_s"] = time.perf_counter() - start
     result["rss_loaded_mb"] = (proc_status("VmRSS") - rss_before) / 2**20
+    return runner, rss_before
 
-    # Warm-up (untimed): one batch of 32, then one sentence.
-    runner.run(sentences[:32], 32)
-    runner.run(sentences[:1], 1)
-    runner.sync()
 
-    # Batch 32, `repeats` times from the same state (token-vector cache cleared); the fastest
-    # counts. Peak RSS is that of the first pass (later ones also hold its kept outputs).
+def time_batch32(
+    runner: Runner,
+    sentences: list[list[str]],
+    repeats: int,
+    on_cuda: bool,
+    rss_before: int,
+    result: dict,
+) -> list:
+    """Every sentence in batches of 32, `repeats` times from the same state (token-vector
+    cache cleared); the fastest pass counts. Peak RSS is that of the first pass (later ones
+    also hold its kept outputs). Returns the first pass's outputs."""
+    import torch
+
     if on_cuda:
         torch.cuda.reset_peak_memory_stats()
         cuda_base = torch.cuda.memory_allocated()
     result["peak_rss_valid"] = reset_peak_rss()
     times = []
-    for repeat in range(spec["repeats"]):
+    for repeat in range(repeats):
         runner.clear_caches()
         start = time.perf_counter()
         repeat_outputs = runner.run(sentences, 32)
@@ -345,11 +329,15 @@ def worker(args: argparse.Namespace) -> None:
         result["cuda_peak_over_weights_mb"] = (
             torch.cuda.max_memory_allocated() - cuda_base
         ) / 2**20
+    return outputs
 
-    # Batch 1: the sentences one at a time, `repeats` times; the fastest pass counts.
+
+def time_batch1(runner: Runner, b1_sentences: list[list[str]], repeats: int, result: dict) -> list:
+    """The sentences one at a time, `repeats` times; the fastest pass counts. Returns the
+    first pass's outputs."""
     b1_tokens = sum(len(s) for s in b1_sentences)
     passes = []
-    for repeat in range(spec["repeats"]):
+    for repeat in range(repeats):
         latencies, repeat_outputs = [], []
         for sentence in b1_sentences:
             start = time.perf_counter()
@@ -368,26 +356,29 @@ def worker(args: argparse.Namespace) -> None:
         b1_tokens_per_s=b1_tokens / sum(latencies),
         b1_seconds_all=[sum(pass_) for pass_ in passes],
     )
+    return b1_outputs
 
-    # Tensor memory: the batch-32 pass again (untimed, the profiler slows it down), from the
-    # same state as the timed pass (token-vector cache cleared), counting what torch's CPU
-    # allocator holds: the weights plus everything the pass allocates.
-    if not on_cuda:
-        from common import tensor_peak
 
-        runner.clear_caches()
-        peak, _, _ = tensor_peak(lambda: runner.run(sentences, 32))
-        result["weights_tensor_mb"] = runner.tensor_bytes() / 2**20
-        result["tensor_peak_mb"] = result["weights_tensor_mb"] + peak / 2**20
+def measure_tensor_peak(runner: Runner, sentences: list[list[str]], result: dict) -> None:
+    """The batch-32 pass again (untimed, the profiler slows it down), from the same state as
+    the timed pass (token-vector cache cleared), counting what torch's CPU allocator holds:
+    the weights plus everything the pass allocates."""
+    runner.clear_caches()
+    peak, _, _ = tensor_peak(lambda: runner.run(sentences, 32))
+    result["weights_tensor_mb"] = runner.tensor_bytes() / 2**20
+    result["tensor_peak_mb"] = result["weights_tensor_mb"] + peak / 2**20
 
-    out = Path(spec["outputs"])
+
+def save_outputs(path: Path, outputs: list, b1_outputs: list) -> None:
+    """Every sentence's layers of both passes, for `max_abs_diff`."""
+    import numpy
+
     numpy.savez(
-        out,
+        path,
         b32=numpy.concatenate(outputs, axis=1),
         b32_lengths=numpy.array([o.shape[1] for o in outputs]),
         b1=numpy.concatenate(b1_outputs, axis=1),
     )
-    print("RESULT " + json.dumps(result), flush=True)
 
 
 def run_worker(spec: dict, env_threads: int) -> dict:
@@ -451,9 +442,34 @@ def fmt(value, spec=",.0f", missing="–"):
 
 
 def markdown(report: dict) -> str:
+    """The report as markdown: the machine, then the speed, difference and memory tables."""
+    impls = report["settings"]["impls"]
+    baseline = impls[1] if len(impls) > 1 else None
+    lines = _header(report)
+    lines += _speed_table(report["results"], impls, baseline)
+    lines += _difference_table(report["results"], impls[0], baseline)
+    lines += _memory_table(report["results"], impls)
+    notes = report.get("notes") or []
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
+    lines += [
+        "",
+        "Peak memory: peak RSS of the benchmark process during the batch-32 pass minus its RSS "
+        "after the imports, before loading the model (so: weights + activations + allocator "
+        "overhead); on CUDA, "
+        "`torch.cuda.max_memory_allocated`. AllenNLP runs in "
+        f"{report['settings'].get('allennlp_order', 'input order')} with `reset_states()` "
+        "before each batch (= a fresh module per batch); spacy-elmo's `embed` sorts by length. "
+        "On CUDA, TF32 is off for both (exact float32).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _header(report: dict) -> list[str]:
     m = report["machine"]
     device = report["settings"]["device"]
-    lines = [
+    return [
         f"# biLM benchmark: spacy-elmo vs AllenNLP `_ElmoBiLm` ({device})",
         "",
         f"- Machine: {m['cpu']}, {m['cpu_cores']} cores"
@@ -468,14 +484,18 @@ def markdown(report: dict) -> str:
         f"N of CoNLL-2003 valid.txt, gold tokens, natural lengths; tokens = real words only",
         f"- Command: `{report['settings']['command']}`",
         "",
+    ]
+
+
+def _speed_table(results: dict, impls: list[str], baseline: str | None) -> list[str]:
+    """Tokens/s and latency per architecture and implementation, the first against the second."""
+    lines = [
         "| model | params | implementation | batch 32: sentences / tokens | batch 32 tokens/s "
         "| speed-up | batch 1: median ms/sentence (n) | batch 1 tokens/s | speed-up "
         "| peak memory MB (weights MB) |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    impls = report["settings"]["impls"]
-    baseline = impls[1] if len(impls) > 1 else None
-    for arch, entry in report["results"].items():
+    for arch, entry in results.items():
         base = entry.get(baseline) if baseline else None
         for impl in impls:
             r = entry.get(impl)
@@ -494,22 +514,31 @@ def markdown(report: dict) -> str:
                 f"| {r['b1_tokens_per_s']:,.0f} | {speed1} "
                 f"| {memory:,.0f} ({entry['weights']['weights_mb']:,.0f}) |"
             )
-    lines += [
+    return lines
+
+
+def _difference_table(results: dict, first: str, baseline: str | None) -> list[str]:
+    lines = [
         "",
-        f"Max abs difference of all layers (all real tokens), {impls[0]} vs {baseline} "
+        f"Max abs difference of all layers (all real tokens), {first} vs {baseline} "
         f"(required <= {TOLERANCE:g} on small):",
         "",
         "| model | batch 32 | batch 1 | sentences compared (batch 32 / batch 1) |",
         "|---|---:|---:|---:|",
     ]
-    for arch, entry in report["results"].items():
+    for arch, entry in results.items():
         d = entry.get("max_abs_diff")
         if d:
             lines.append(
                 f"| {arch} | {d['b32']:.2e} | {d['b1']:.2e} "
                 f"| {d['b32_sentences']} / {d['b1_sentences']} |"
             )
-    lines += [
+    return lines
+
+
+def _memory_table(results: dict, impls: list[str]) -> list[str]:
+    """Peak memory (tensors and RSS) of every CPU run against `memory_budget`."""
+    lines = [
         "",
         "Peak memory against the target, peak <= 1.3 W + A, with W the weights and A one batch "
         "of activations (see `memory_budget`). Tensor memory: what torch's CPU allocator holds "
@@ -522,7 +551,7 @@ def markdown(report: dict) -> str:
         "| RSS peak MB | outputs kept MB | RSS peak / (1.3 W + A + kept) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for arch, entry in report["results"].items():
+    for arch, entry in results.items():
         budget = entry.get("memory_budget")
         if not budget:
             continue
@@ -539,21 +568,7 @@ def markdown(report: dict) -> str:
                 f"| {r['peak_rss_mb']:,.0f} | {budget['outputs_kept_mb']:,.0f} "
                 f"| {r['peak_rss_mb'] / budget['budget_mb']:.2f} |"
             )
-    notes = report.get("notes") or []
-    if notes:
-        lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
-    lines += [
-        "",
-        "Peak memory: peak RSS of the benchmark process during the batch-32 pass minus its RSS "
-        "after the imports, before loading the model (so: weights + activations + allocator "
-        "overhead); on CUDA, "
-        "`torch.cuda.max_memory_allocated`. AllenNLP runs in "
-        f"{report['settings'].get('allennlp_order', 'input order')} with `reset_states()` "
-        "before each batch (= a fresh module per batch); spacy-elmo's `embed` sorts by length. "
-        "On CUDA, TF32 is off for both (exact float32).",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
 # ---------------------------------------------------------------------------------- main
@@ -565,7 +580,7 @@ def parse_caps(values: list[str]) -> dict[str, int]:
     return caps
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archs", default=",".join(ARCHS), help="comma-separated presets")
     parser.add_argument("--bundled", action="store_true", help="also the bundled model")
@@ -605,18 +620,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path, default=None, help="results path without suffix")
     parser.add_argument("--quick", action="store_true", help="smoke run: small, 24 sentences")
     parser.add_argument("--worker-spec", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.worker_spec:
         return worker(args)
 
     if args.quick:
         args.archs, args.sentences, args.batch1_sentences, args.repeats = "small", 24, 4, 1
-    archs = [a for a in args.archs.split(",") if a]
-    if args.bundled:
-        if (BUNDLED_DIR / "model.safetensors").exists():
-            archs.append("bundled")
-        else:
-            print(f"--bundled: no bundled model at {BUNDLED_DIR}; skipped", file=sys.stderr)
+    archs = chosen_archs(args)
     impls = [i for i in args.impls.split(",") if i]
     unknown = [i for i in impls if i not in ALL_IMPLS]
     if unknown or not impls or len(impls) > 2:
@@ -628,12 +643,45 @@ def main(argv: list[str] | None = None) -> None:
     )
     output.parent.mkdir(parents=True, exist_ok=True)
     args.cache_dir.mkdir(parents=True, exist_ok=True)
+
+    report = new_report(args, argv, impls, caps)
+    for arch in archs:
+        report["results"][arch] = run_arch(arch, args, impls, caps, device_tag, report["notes"])
+        # Write after every architecture, so that a long run leaves partial results.
+        output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        output.with_suffix(".md").write_text(markdown(report))
+
+    text = markdown(report)
+    print()
+    print(text)
+    print(f"wrote {output.with_suffix('.md')} and {output.with_suffix('.json')}")
+    small = report["results"].get("small", {}).get("max_abs_diff")
+    if small and max(small["b32"], small["b1"]) > TOLERANCE:
+        raise SystemExit(
+            f"small: max abs difference {max(small['b32'], small['b1']):.2e} > {TOLERANCE:g}"
+        )
+
+
+def chosen_archs(args: argparse.Namespace) -> list[str]:
+    """--archs, and the bundled model with --bundled when it is installed."""
+    archs = [a for a in args.archs.split(",") if a]
+    if args.bundled:
+        if (BUNDLED_DIR / "model.safetensors").exists():
+            archs.append("bundled")
+        else:
+            print(f"--bundled: no bundled model at {BUNDLED_DIR}; skipped", file=sys.stderr)
+    return archs
+
+
+def new_report(
+    args: argparse.Namespace, argv: list[str] | None, impls: list[str], caps: dict[str, int]
+) -> dict:
+    """The report before any result: the machine and the settings."""
     command = "python benchmarks/bench_bilm.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-
-    report: dict = {
-        "machine": machine_info(),
+    return {
+        "machine": machine_info("spacy-elmo", "allennlp"),
         "settings": {
             "device": args.device,
             "threads": args.threads,
@@ -649,73 +697,79 @@ def main(argv: list[str] | None = None) -> None:
         "results": {},
         "notes": [],
     }
-    for arch in archs:
-        weights = prepare_weights(arch, args.cache_dir, args.seed)
-        entry: dict = {"weights": weights}
-        entry["memory_budget"] = memory_budget(
-            read_conll_sentences(CONLL_VALID, args.sentences), weights
-        )
-        files = {}
-        for impl in impls:
-            n = args.sentences
-            if impl != impls[0] and arch in caps:
-                n = min(n, caps[arch])
-                report["notes"].append(
-                    f"{arch}: {impl} at batch 32 on the first {n} sentences only (time); "
-                    f"{impls[0]} on {args.sentences}; the difference is over the first {n}."
-                )
-            files[impl] = args.cache_dir / f"outputs_{arch}_{impl}_{device_tag}.npz"
-            impl_device = "cpu" if impl == "spacy-elmo-cpu" else args.device
-            spec = {
-                "impl": impl,
-                "arch": arch,
-                "sentences": n,
-                "batch1_sentences": min(args.batch1_sentences, n),
-                "threads": args.threads,
-                "repeats": args.repeats,
-                "device": impl_device,
-                "outputs": str(files[impl]),
-                "options_file": weights["options_file"],
-                "weight_file": weights["weight_file"],
-                "sort": impl == "allennlp" and args.allennlp_sorted,
-            }
-            print(f"[{arch}] {impl}: {n} sentences ...", flush=True)
-            entry[impl] = result = run_worker(spec, args.threads)
-            print(
-                f"[{arch}] {impl}: {result['b32_tokens_per_s']:,.0f} tokens/s at batch 32, "
-                f"{result['b1_latency_ms_median']:.1f} ms median at batch 1, "
-                f"peak {result.get('cuda_peak_mb', result['peak_rss_mb']):,.0f} MB",
-                flush=True,
-            )
-        if len(files) == 2:
-            first, second = impls
-            a, b = entry[first], entry[second]
-            n32 = min(a["b32_sentences"], b["b32_sentences"])
-            n1 = min(a["b1_sentences"], b["b1_sentences"])
-            sentences = read_conll_sentences(CONLL_VALID, n32)
-            entry["max_abs_diff"] = {
-                "b32": max_abs_diff(
-                    files[first], files[second], "b32", sum(len(s) for s in sentences)
-                ),
-                "b1": max_abs_diff(files[first], files[second], "b1"),
-                "b32_sentences": n32,
-                "b1_sentences": n1,
-            }
-            print(f"[{arch}] max abs diff: {entry['max_abs_diff']}", flush=True)
-        report["results"][arch] = entry
-        # Write after every architecture, so that a long run leaves partial results.
-        output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-        output.with_suffix(".md").write_text(markdown(report))
 
-    text = markdown(report)
-    print()
-    print(text)
-    print(f"wrote {output.with_suffix('.md')} and {output.with_suffix('.json')}")
-    small = report["results"].get("small", {}).get("max_abs_diff")
-    if small and max(small["b32"], small["b1"]) > TOLERANCE:
-        raise SystemExit(
-            f"small: max abs difference {max(small['b32'], small['b1']):.2e} > {TOLERANCE:g}"
-        )
+
+def run_arch(
+    arch: str,
+    args: argparse.Namespace,
+    impls: list[str],
+    caps: dict[str, int],
+    device_tag: str,
+    notes: list[str],
+) -> dict:
+    """One architecture: its weights and memory budget, every implementation's result and,
+    with two, the difference of their outputs."""
+    weights = prepare_weights(arch, args.cache_dir, args.seed)
+    entry: dict = {"weights": weights}
+    entry["memory_budget"] = memory_budget(conll_words("valid", args.sentences), weights)
+    files = {}
+    for impl in impls:
+        n = args.sentences
+        if impl != impls[0] and arch in caps:
+            n = min(n, caps[arch])
+            notes.append(
+                f"{arch}: {impl} at batch 32 on the first {n} sentences only (time); "
+                f"{impls[0]} on {args.sentences}; the difference is over the first {n}."
+            )
+        files[impl] = args.cache_dir / f"outputs_{arch}_{impl}_{device_tag}.npz"
+        entry[impl] = run_impl(arch, impl, n, args, weights, files[impl])
+    if len(files) == 2:
+        entry["max_abs_diff"] = output_differences(entry, files, impls)
+        print(f"[{arch}] max abs diff: {entry['max_abs_diff']}", flush=True)
+    return entry
+
+
+def run_impl(
+    arch: str, impl: str, n: int, args: argparse.Namespace, weights: dict, outputs: Path
+) -> dict:
+    """One implementation on the first `n` sentences, in its own worker process."""
+    spec = {
+        "impl": impl,
+        "arch": arch,
+        "sentences": n,
+        "batch1_sentences": min(args.batch1_sentences, n),
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "device": "cpu" if impl == "spacy-elmo-cpu" else args.device,
+        "outputs": str(outputs),
+        "options_file": weights["options_file"],
+        "weight_file": weights["weight_file"],
+        "sort": impl == "allennlp" and args.allennlp_sorted,
+    }
+    print(f"[{arch}] {impl}: {n} sentences ...", flush=True)
+    result = run_worker(spec, args.threads)
+    print(
+        f"[{arch}] {impl}: {result['b32_tokens_per_s']:,.0f} tokens/s at batch 32, "
+        f"{result['b1_latency_ms_median']:.1f} ms median at batch 1, "
+        f"peak {result.get('cuda_peak_mb', result['peak_rss_mb']):,.0f} MB",
+        flush=True,
+    )
+    return result
+
+
+def output_differences(entry: dict, files: dict[str, Path], impls: list[str]) -> dict:
+    """The max abs difference of the two implementations' outputs, over the sentences both ran."""
+    first, second = impls
+    a, b = entry[first], entry[second]
+    n32 = min(a["b32_sentences"], b["b32_sentences"])
+    n1 = min(a["b1_sentences"], b["b1_sentences"])
+    n32_tokens = sum(len(s) for s in conll_words("valid", n32))
+    return {
+        "b32": max_abs_diff(files[first], files[second], "b32", n32_tokens),
+        "b1": max_abs_diff(files[first], files[second], "b1"),
+        "b32_sentences": n32,
+        "b1_sentences": n1,
+    }
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ Measures, with `torch.set_num_threads(--threads)`:
 * the time of training epochs 1 and 2 (`nlp.update` over the same --train-sentences train
   sentences in fixed minibatches of --batch-size sentences): with a frozen biLM the layers of
   every sentence are computed in epoch 1 and come from the cache in epoch 2, so epoch 2 must
-  not run the biLM: `model.attrs["bilm_tokens"]` of the elmo model is printed after each epoch.
+  not run the biLM: the tokens that reach the biLM (a torch forward hook counts them) are
+  printed after each epoch.
 
 Writes benchmarks/results/pipeline_cpu.{md,json} (pipeline_cpu_quick.* with --quick).
 """
@@ -30,52 +31,19 @@ Writes benchmarks/results/pipeline_cpu.{md,json} (pipeline_cpu_quick.* with --qu
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
-from common import machine_info as common_machine_info
+from common import conll_sentences, machine_info
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-CONLL = REPO / "assets" / "conll2003"
 CONFIGS = {
     "elmo": REPO / "configs" / "ner_tagger_elmo.cfg",
     "baseline": REPO / "configs" / "ner_tagger_baseline.cfg",
 }
-
-
-def load_convert_conll():
-    """scripts/convert_conll.py (read_conll, make_doc) as a module."""
-    spec = importlib.util.spec_from_file_location(
-        "convert_conll", REPO / "scripts" / "convert_conll.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["convert_conll"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def conll_sentences(path: Path, limit: int):
-    conv = load_convert_conll()
-    sentences = []
-    with open(path, encoding="utf8") as handle:
-        for document in conv.read_conll(handle, str(path)):
-            for sentence in document:
-                sentences.append(sentence)
-                if len(sentences) >= limit:
-                    return conv, sentences
-    return conv, sentences
-
-
-def machine_info() -> dict:
-    """common.machine_info, with the versions of spaCy and Thinc."""
-    import spacy
-    import thinc
-
-    return {**common_machine_info(), "spacy": spacy.__version__, "thinc": thinc.__version__}
 
 
 def elmo_weights(cache_dir: Path) -> tuple[str | None, str]:
@@ -107,10 +75,21 @@ def build(name: str, weights_path: str | None):
     return load_model_from_config(config, auto_fill=True, validate=True)
 
 
+BILM_TOKENS = [0]  # tokens that reached a biLM's forward pass so far (`count_bilm_tokens`)
+
+
+def count_bilm_tokens(module, args, output) -> None:
+    """A forward hook on every torch module: adds up the tokens of each biLM output."""
+    from spacy_elmo import BiLM
+
+    if isinstance(module, BiLM):
+        BILM_TOKENS[0] += int(output.mask.sum())
+
+
 def bilm_tokens(nlp) -> int | None:
     if "elmo" not in nlp.pipe_names:
         return None
-    return int(nlp.get_pipe("elmo").model.attrs["bilm_tokens"])
+    return BILM_TOKENS[0]
 
 
 def bench_pipe(nlp, make_docs, n_words: int) -> dict:
@@ -201,28 +180,29 @@ def markdown(report: dict) -> str:
             f"biLM tokens after `nlp.initialize`: {elmo['bilm_tokens_after_init']:,}; epoch 1 "
             f"ran the biLM on {elmo['epoch1_bilm_tokens']:,} tokens (repeated sentences come "
             f"from the cache already in epoch 1), epoch 2 on {epoch2:,} ({verdict}). "
-            "The counter (`model.attrs['bilm_tokens']` of the elmo model) also "
+            "The counter (a forward hook on the biLM) also "
             "counts the `nlp.pipe` run before training.",
         ]
     lines.append("")
     return "\n".join(lines)
 
 
-def make_examples(conv, sentences, vocab) -> list:
+def make_examples(sentences, vocab) -> list:
     """One Example per sentence (as `gold_preproc`): gold tokens, tags and entities."""
+    from convert_conll import make_doc
     from spacy.tokens import Doc
     from spacy.training import Example
 
     result = []
     for sentence in sentences:
-        gold = conv.make_doc(vocab, [sentence])
+        gold = make_doc(vocab, [sentence])
         words = [t.text for t in gold]
         spaces = [bool(t.whitespace_) for t in gold]
         result.append(Example(Doc(vocab, words=words, spaces=spaces), gold))
     return result
 
 
-def run_pipeline(name: str, args, conv, train, valid, weights_path: str | None) -> dict:
+def run_pipeline(name: str, args, train, valid, weights_path: str | None) -> dict:
     from spacy.tokens import Doc
 
     print(f"[{name}] building and initialising ...", flush=True)
@@ -230,11 +210,11 @@ def run_pipeline(name: str, args, conv, train, valid, weights_path: str | None) 
     nlp = build(name, weights_path)
     # Every label of the training sentences must be known: initialise on all of them too.
     n_init = max(args.init_sentences, args.train_sentences)
-    init_examples = make_examples(conv, train[:n_init], nlp.vocab)
+    init_examples = make_examples(train[:n_init], nlp.vocab)
     nlp.initialize(lambda: init_examples)
     result = {"init_seconds": time.perf_counter() - start}
     result["bilm_tokens_after_init"] = bilm_tokens(nlp)
-    train_examples = make_examples(conv, train[: args.train_sentences], nlp.vocab)
+    train_examples = make_examples(train[: args.train_sentences], nlp.vocab)
 
     def make_docs():
         return [
@@ -286,16 +266,17 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    torch.nn.modules.module.register_module_forward_hook(count_bilm_tokens)
     import spacy_elmo  # noqa: F401  (registers the factories and architectures)
 
     weights_path, weights_desc = elmo_weights(args.cache_dir)
     n_train = max(args.train_sentences, args.init_sentences)
-    conv, train = conll_sentences(CONLL / "train.txt", n_train)
-    _, valid = conll_sentences(CONLL / "valid.txt", args.pipe_sentences or 10**9)
+    train = conll_sentences("train", n_train)
+    valid = conll_sentences("valid", args.pipe_sentences or None)
     train_words = sum(len(s) for s in train[: args.train_sentences])
 
     report: dict = {
-        "machine": machine_info(),
+        "machine": machine_info("spacy", "thinc"),
         "settings": {
             "threads": args.threads,
             "pipe_sentences": len(valid),
@@ -312,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         "results": {"train_words": train_words},
     }
     for name in ("baseline", "elmo"):
-        report["results"][name] = run_pipeline(name, args, conv, train, valid, weights_path)
+        report["results"][name] = run_pipeline(name, args, train, valid, weights_path)
 
     text = markdown(report)
     output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")

@@ -1,18 +1,42 @@
-"""Shared by the benchmark scripts: what machine and code a result was measured on."""
+"""Shared by the benchmark scripts: what machine and code a result was measured on, and the
+CoNLL-2003 sentences they run on."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+CONLL = REPO / "assets" / "conll2003"
+# The scripts' modules, as the scripts import one another: `conll` reads CoNLL-2003 for both.
+if str(REPO / "scripts") not in sys.path:
+    sys.path.append(str(REPO / "scripts"))
 
 
-def machine_info() -> dict:
-    """The CPU, its cores and memory, Python and torch versions, date, platform and commit."""
+def conll_words(split: str, limit: int | None = None) -> list[list[str]]:
+    """The words of the first `limit` sentences (all if None) of CoNLL-2003 `split`.txt."""
+    from conll import read_words
+
+    return read_words(CONLL / f"{split}.txt", limit)
+
+
+def conll_sentences(split: str, limit: int | None = None) -> list:
+    """The first `limit` sentences (all if None) of CoNLL-2003 `split`.txt: lists of checked
+    `conll.Token`s (word, tag, ner)."""
+    from conll import read_sentences
+
+    return read_sentences(CONLL / f"{split}.txt", limit)
+
+
+def machine_info(*packages: str) -> dict:
+    """The CPU, its cores and memory, the GPU when CUDA has one, Python and torch versions,
+    date, platform and commit, and the installed version (None if absent) of each of
+    `packages`, under its name with "_" for "-"."""
     import datetime
     import os
     import platform
+    from importlib.metadata import PackageNotFoundError, version
 
     import torch
 
@@ -42,6 +66,14 @@ def machine_info() -> dict:
     commit = git_commit()
     if commit:
         info["git_commit"] = commit
+    for package in packages:
+        try:
+            info[package.replace("-", "_")] = version(package)
+        except PackageNotFoundError:
+            info[package.replace("-", "_")] = None
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["cuda"] = torch.version.cuda
     return info
 
 

@@ -21,6 +21,9 @@ GROUPS = {
     "spacy_layers": "Layers (`@layers = ...`)",
     "spacy_misc": "Weight loaders (`@misc = ...`, in `[initialize.components.elmo.weights]`)",
 }
+# Names registered in a second group for older configs: (group, name) -> the group that
+# describes the function; the second group only names it as an alias.
+ALIASES = {("spacy_architectures", "spacy_elmo.ScalarMix.v1"): "spacy_layers"}
 
 
 def entry_points() -> dict[str, list[tuple[str, str]]]:
@@ -84,6 +87,28 @@ def describe(name: str, target: str, factory: bool = False) -> str:
     return "\n".join(lines)
 
 
+def describe_alias(name: str, target: str, home: str) -> str:
+    """A name that resolves to a function described under another group."""
+    section = GROUPS[home].split(" (")[0]
+    return "\n".join(
+        [
+            f"### `{name}`",
+            "",
+            f"`{target}`: an alias, the same function as `{name}` under {section} below, so "
+            "that configs naming it here resolve too.",
+            "",
+        ]
+    )
+
+
+def extensions() -> list[str]:
+    """The extensions and the names of the mix, from the pipeline module's docstring."""
+    import spacy_elmo.pipeline
+
+    _, _, text = inspect.getdoc(spacy_elmo.pipeline).partition("\n\n")
+    return ["## Doc, Span and Token extensions; the names of a mix", "", text, ""]
+
+
 def render() -> str:
     parts = [
         "# API reference: registered functions",
@@ -102,7 +127,12 @@ def render() -> str:
             if (name, target) in seen:
                 continue
             seen.add((name, target))
-            parts.append(describe(name, target, factory=group == "spacy_factories"))
+            if (group, name) in ALIASES:
+                parts.append(describe_alias(name, target, ALIASES[group, name]))
+            else:
+                parts.append(describe(name, target, factory=group == "spacy_factories"))
+        if group == "spacy_factories":
+            parts += extensions()
     return "\n".join(parts).rstrip() + "\n"
 
 

@@ -18,8 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-FILES = ("config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt")
-MAX_BYTES = 25 * 10**6
+from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MAX_BYTES
 
 
 def first_stage_summary(path: Path) -> dict:
@@ -56,14 +55,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     model = args.run / "model"
-    missing = [name for name in FILES if not (model / name).exists()]
+    missing = [name for name in BUNDLED_FILES if not (model / name).exists()]
     if missing:
         sys.exit(f"{model} lacks {', '.join(missing)}: has the pretraining run finished?")
-    size = sum((model / name).stat().st_size for name in FILES)
-    if size > MAX_BYTES:
-        sys.exit(f"the model files take {size / 1e6:.1f} MB, more than {MAX_BYTES / 1e6:.0f} MB")
+    size = sum((model / name).stat().st_size for name in BUNDLED_FILES)
+    if size > BUNDLED_MAX_BYTES:
+        sys.exit(
+            f"the model files take {size / 1e6:.1f} MB, more than {BUNDLED_MAX_BYTES / 1e6:.0f} MB"
+        )
     args.target.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
+    for name in BUNDLED_FILES:
         shutil.copyfile(model / name, args.target / name)
     summary = json.loads((model / "pretrain.json").read_text())
     held_out = args.run / "perplexity.json"

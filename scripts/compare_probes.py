@@ -9,30 +9,26 @@ import argparse
 import json
 from pathlib import Path
 
-PAPER = {"pos": (None, 97.3, 96.8), "wsd": (None, 67.4, 69.0)}
+from spacy_elmo.probe import PAPER, PLURALS, report_rows
+
+# The probes whose numbers the paper gives for the same task (its PAPER key).
+WITH_PAPER = {"POS, WSJ": "pos", "WSD, WordNet examples": "wsd"}
+
+
+def label(row: dict) -> str:
+    """The README's name of a probe row of `spacy_elmo.probe.report_rows`."""
+    subset = row["subset"]
+    if row["task"] == "pos":
+        return f"POS, {subset.upper() if subset == 'wsj' else subset.title()}"
+    return "WSD, WordNet examples" if subset is None else f"WSD, {PLURALS[subset]} only"
 
 
 def rows(probe: dict) -> dict[str, tuple[list[float], float]]:
     """probe name -> (accuracy per layer, baseline), in percent."""
-    table = {}
-    for corpus, result in probe.get("pos", {}).items():
-        table[f"POS, {corpus.upper() if corpus == 'wsj' else corpus.title()}"] = (
-            [100 * a for a in result["layers"]],
-            100 * result["baseline_most_frequent_tag"],
-        )
-    if "wsd" in probe:
-        wsd = probe["wsd"]
-        table["WSD, WordNet examples"] = (
-            [100 * a for a in wsd["layers"]],
-            100 * wsd["baseline_most_frequent_sense"],
-        )
-        names = {"noun": "nouns", "verb": "verbs", "adj": "adjectives", "adv": "adverbs"}
-        for pos, result in wsd.get("by_pos", {}).items():
-            table[f"WSD, {names.get(pos, pos)} only"] = (
-                [100 * a for a in result["layers"]],
-                100 * result["baseline_most_frequent_sense"],
-            )
-    return table
+    return {
+        label(row): ([100 * a for a in row["layers"]], 100 * row["baseline"])
+        for row in report_rows(probe)
+    }
 
 
 def main() -> None:
@@ -59,8 +55,8 @@ def main() -> None:
             line += "".join(
                 f" **{value:.1f}** |" if value == best else f" {value:.1f} |" for value in layers
             )
-        paper = PAPER["pos" if probe.startswith("POS") else "wsd"]
-        if probe in ("POS, WSJ", "WSD, WordNet examples"):
+        if probe in WITH_PAPER:
+            paper = PAPER[WITH_PAPER[probe]]
             line += f" {paper[1]} | {paper[2]} |"
         else:
             line += " | |"

@@ -20,27 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from conll import ConllError, Sentence, read_conll
 from spacy.tokens import Doc, DocBin
 from spacy.training.iob_utils import biluo_tags_to_spans, iob_to_biluo
 from spacy.vocab import Vocab
 
 SPLITS = (("train", "train.txt"), ("dev", "valid.txt"), ("test", "test.txt"))
-DOCSTART = "-DOCSTART-"
-N_COLUMNS = 4  # token, POS tag, chunk tag, NER tag
-
-
-class ConllError(ValueError):
-    """A CoNLL file is not in the expected four-column IOB2 format."""
-
-
-@dataclass
-class Token:
-    word: str
-    tag: str
-    ner: str
-
-
-Sentence = list[Token]
 
 
 @dataclass
@@ -49,54 +34,6 @@ class Counts:
     sentences: int = 0
     tokens: int = 0
     entities: Counter = field(default_factory=Counter)
-
-
-def read_conll(lines: Iterable[str], source: str = "<input>") -> Iterator[list[Sentence]]:
-    """Yield the CoNLL documents in ``lines``, each a list of sentences of tokens."""
-    document: list[Sentence] = []
-    sentence: Sentence = []
-    for number, line in enumerate(lines, start=1):
-        columns = line.split()
-        if not columns:
-            if sentence:
-                document.append(_check_iob2(sentence, source, number))
-                sentence = []
-            continue
-        if columns[0] == DOCSTART:
-            if sentence:
-                document.append(_check_iob2(sentence, source, number))
-                sentence = []
-            if document:
-                yield document
-                document = []
-            continue
-        if len(columns) != N_COLUMNS:
-            raise ConllError(
-                f"{source}:{number}: expected {N_COLUMNS} columns (token POS chunk NER), "
-                f"got {len(columns)}: {line.rstrip()!r}"
-            )
-        word, tag, _chunk, ner = columns
-        sentence.append(Token(word, tag, ner))
-    if sentence:
-        document.append(_check_iob2(sentence, source, number))
-    if document:
-        yield document
-
-
-def _check_iob2(sentence: Sentence, source: str, number: int) -> Sentence:
-    """Every entity must start with B- (IOB2); an I- tag continues an entity of its label."""
-    previous = "O"
-    for token in sentence:
-        prefix, _, label = token.ner.partition("-")
-        if token.ner != "O" and (prefix not in ("B", "I") or not label):
-            raise ConllError(f"{source}: sentence ending before line {number}: bad tag {token.ner}")
-        if prefix == "I" and previous[2:] != label:
-            raise ConllError(
-                f"{source}: sentence ending before line {number}: {token.ner} after {previous} "
-                "(expected IOB2 tags, where every entity starts with B-)"
-            )
-        previous = token.ner
-    return sentence
 
 
 def limit_sentences(

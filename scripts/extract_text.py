@@ -25,6 +25,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from conll import sentence_words
 from rdata import STRSXP, RDataError, RObject, read_lazyload_index, read_lazyload_value
 
 # ---------------------------------------------------------------------------------------------
@@ -357,17 +358,8 @@ def extract_austen(root: Path) -> Iterator[str]:
 
 def conll_sentences(lines: Iterable[str]) -> Iterator[str]:
     """Yield CoNLL sentences (first column joined by spaces), skipping ``-DOCSTART-``."""
-    tokens: list[str] = []
-    for line in lines:
-        parts = line.split()
-        if not parts or parts[0] == "-DOCSTART-":
-            if tokens:
-                yield " ".join(tokens)
-            tokens = []
-        else:
-            tokens.append(parts[0])
-    if tokens:
-        yield " ".join(tokens)
+    for words in sentence_words(lines):
+        yield " ".join(words)
 
 
 def extract_conll2003(root: Path) -> Iterator[str]:

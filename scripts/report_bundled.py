@@ -9,19 +9,16 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT = Path(__file__).resolve().parent.parent / "spacy_elmo" / "data" / "en_elmo_bundled"
+from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MODEL
 
 
 def main() -> None:
-    directory = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
+    directory = Path(sys.argv[1]) if len(sys.argv) > 1 else BUNDLED_MODEL
     s = json.loads((directory / "pretrain.json").read_text())
     cnn, lstm = s["options"]["char_cnn"], s["options"]["lstm"]
     held_out = s.get("held_out", {})
     stages = s.get("stages", [])
-    size = sum(
-        (directory / f).stat().st_size
-        for f in ("config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt")
-    )
+    size = sum((directory / f).stat().st_size for f in BUNDLED_FILES)
     rows = [
         ("architecture", f"char CNN {cnn['filters']} (F = {sum(n for _, n in cnn['filters'])}, "
          f"e = {cnn['embedding']['dim']}), {cnn['n_highway']} highway, {lstm['n_layers']} x "

@@ -32,7 +32,7 @@ def main() -> None:
         )
     import spacy
 
-    from spacy_elmo.layers.scalar_mix import mix_weights
+    from spacy_elmo.layers.scalar_mix import softmax_weights_and_gamma
 
     nlp = spacy.load(root / "conll_elmo" / "model-best")
     print()
@@ -44,7 +44,7 @@ def main() -> None:
             continue
         for node in model.walk():
             if node.name == "scalar_mix":
-                weights, gamma = mix_weights(node)
+                weights, gamma = softmax_weights_and_gamma(node)
                 shown = ", ".join(f"{w:.3f}" for w in weights)
                 print(f"| {name} | {shown} | {gamma:.3f} |")
 

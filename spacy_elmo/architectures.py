@@ -9,7 +9,7 @@ from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
 from .layers.elmo_model import elmo_model
-from .layers.listener import ElmoListener
+from .layers.listener import ElmoLayersListener
 from .layers.scalar_mix import SCALAR_MIX, scalar_mix
 from .loaders import bundled_bilm
 
@@ -92,61 +92,69 @@ def ElmoModel(
     return model
 
 
+# scalar_mix's keyword arguments: the mix settings of a listener and of an inline ElmoMix.
+_MIX_PARAMETERS = tuple(
+    parameter
+    for parameter in inspect.signature(scalar_mix).parameters.values()
+    if parameter.kind is parameter.KEYWORD_ONLY
+)
+# What a listener's config and the inline ElmoMix replacing it share.
+MIX_KEYS = ("n_layers", *(parameter.name for parameter in _MIX_PARAMETERS))
+
+
+def takes_mix_arguments(architecture: Callable[..., Model]) -> Callable[..., Model]:
+    """Give `architecture`, which takes `**mix`, scalar_mix's keyword arguments (layer_norm
+    ... trainable, with their types and defaults) in its signature, so that configs are
+    filled and checked against them and the docs list them; they are written once, in
+    `scalar_mix`."""
+    signature = inspect.signature(architecture)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    architecture.__signature__ = signature.replace(parameters=own + list(_MIX_PARAMETERS))
+    return architecture
+
+
 @registry.architectures(LISTENER)
-def ElmoListenerMix(
+@takes_mix_arguments
+def ElmoListener(
     width: Optional[int] = None,
     n_layers: Optional[int] = None,
     upstream: str = "*",
-    layer_norm: bool = False,
-    layer_dropout: float = 0.0,
-    initial_weights: Optional[List[float]] = None,
-    gamma: float = 1.0,
-    trainable: bool = True,
+    **mix: Any,
 ) -> Model[List[Doc], List[Floats2d]]:
     """This component's own mix gamma * sum_j s_j h_j of the upstream `elmo` layers.
 
-    width is 2P of the biLM (256 for the bundled model), n_layers is L + 1; null takes them
-    from the upstream component when the pipeline is initialized.
+    An `ElmoLayersListener` (the upstream's (L + 1, n, width) layers) chained with a
+    `spacy_elmo.ScalarMix.v1` of the other arguments. width is 2P of the biLM (256 for the
+    bundled model), n_layers is L + 1; null takes them from the upstream component when the
+    pipeline is initialized.
     """
-    listener = ElmoListener(upstream, width=width, n_layers=n_layers)
-    settings = dict(layer_norm=layer_norm, layer_dropout=layer_dropout, trainable=trainable)
-    return _with_mix(listener, width, n_layers, initial_weights, gamma, settings)
+    listener = ElmoLayersListener(upstream, width=width, n_layers=n_layers)
+    return _with_mix(listener, width, n_layers, mix)
+
+
+# ElmoListener's earlier name, kept importable: installed entry points may still name it.
+ElmoListenerMix = ElmoListener
 
 
 @registry.architectures(MIX)
+@takes_mix_arguments
 def ElmoMix(
     elmo: Model[List[Doc], List[Floats3d]],
     n_layers: Optional[int] = None,
-    layer_norm: bool = False,
-    layer_dropout: float = 0.0,
-    initial_weights: Optional[List[float]] = None,
-    gamma: float = 1.0,
-    trainable: bool = True,
+    **mix: Any,
 ) -> Model[List[Doc], List[Floats2d]]:
     """An inline biLM with its mix: what `nlp.replace_listeners` puts in a listener's place."""
-    settings = dict(layer_norm=layer_norm, layer_dropout=layer_dropout, trainable=trainable)
-    width = elmo.maybe_get_dim("nO")
-    return _with_mix(elmo, width, n_layers, initial_weights, gamma, settings)
-
-
-# The mix settings that a listener and an inline ElmoMix share (all but ElmoMix's `elmo`).
-MIX_KEYS = tuple(name for name in inspect.signature(ElmoMix).parameters if name != "elmo")
+    return _with_mix(elmo, elmo.maybe_get_dim("nO"), n_layers, mix)
 
 
 def _with_mix(
-    layers: Model,
-    width: Optional[int],
-    n_layers: Optional[int],
-    initial_weights: Optional[List[float]],
-    gamma: float,
-    settings: Dict[str, Any],
+    layers: Model, width: Optional[int], n_layers: Optional[int], mix: Dict[str, Any]
 ) -> Model[List[Doc], List[Floats2d]]:
     """Docs -> (L + 1, n, width) layers -> this component's mixed (n, width) vectors.
 
     A width of None is inferred when the model is initialized (after the upstream's).
     """
-    mix = scalar_mix(n_layers, initial_weights=initial_weights, gamma=gamma, **settings)
-    model = chain(layers, mix)
+    model = chain(layers, scalar_mix(n_layers, **mix))
     if width is not None:
         model.set_dim("nO", width)
     return model
@@ -172,7 +180,8 @@ def ElmoTok2Vec(
     return model
 
 
-# The scalar mix is a Thinc layer (registry.layers); its name also resolves as an architecture.
+# An alias: the scalar mix is a Thinc layer (`@layers = "spacy_elmo.ScalarMix.v1"`); configs
+# that name it as an architecture resolve to the same function.
 registry.architectures(SCALAR_MIX)(scalar_mix)
 
 

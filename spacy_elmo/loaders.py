@@ -8,6 +8,10 @@ from spacy.util import registry
 from .bilm import BiLM
 
 BUNDLED_MODEL = Path(__file__).parent / "data" / "en_elmo_bundled"
+# The bundled model's files (a `spacy-elmo pretrain` model directory, less its pretrain.json
+# that documents them) and the most bytes they may take together.
+BUNDLED_FILES = ("config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt")
+BUNDLED_MAX_BYTES = 25 * 10**6
 
 
 @registry.misc("spacy_elmo.AllenNLPWeights.v1")

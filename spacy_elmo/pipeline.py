@@ -1,4 +1,19 @@
-"""The `elmo` pipeline component and the Doc/Span/Token extensions it fills."""
+"""The `elmo` pipeline component and the Doc/Span/Token extensions it fills.
+
+The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
+
+* `doc._.elmo_layers`: the doc's (L + 1, n_tokens, 2P) layers; `span._.elmo_layers` and
+  `token._.elmo_layers` are views of it.
+* `doc._.elmo`, `span._.elmo`, `token._.elmo`: the component's own mix sum_j c_j h_j.
+* `doc._.elmo_mix_coefficients`: c = gamma * s, one float per layer, kept on the doc so that a
+  saved doc's `doc._.elmo` needs no pipeline. `doc._.elmo_mix_weights` is its earlier name,
+  an alias that still reads and writes it.
+
+The names of a mix: s are the layer weights normalised to sum 1 and gamma a scale. The `elmo`
+component's `mix_weights` are its fixed weights before normalising (s = mix_weights / their
+sum). A downstream component's mix (`spacy_elmo.ElmoListener.v1`: a `spacy_elmo.ScalarMix.v1`
+layer) learns pre-softmax weights w, starting from `initial_weights`: s = softmax(w).
+"""
 
 import warnings
 from itertools import islice
@@ -24,7 +39,8 @@ from .layers.elmo_model import (
     get_bilm,
     set_weights,
 )
-from .layers.listener import ElmoListener, set_listener_dims
+from .layers.listener import ElmoLayersListener, set_listener_dims
+from .layers.scalar_mix import check_one_per_layer
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
 # from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
@@ -36,7 +52,7 @@ DEFAULT_CONFIG = {"model": DEFAULT_MODEL, "mix_weights": None, "gamma": 1.0, "se
 @Language.factory(
     "elmo",
     default_config=DEFAULT_CONFIG,
-    assigns=["doc._.elmo_layers", "doc._.elmo_mix_weights"],
+    assigns=["doc._.elmo_layers", "doc._.elmo_mix_coefficients"],
 )
 def make_elmo(
     nlp: Language,
@@ -46,8 +62,10 @@ def make_elmo(
     gamma: float,
     set_tensor: bool,
 ) -> "Elmo":
-    """ELMo layers for every token; `mix_weights` (non-negative, normalised; default equal)
-    and `gamma` define `doc._.elmo`; `set_tensor` writes that mix into `doc.tensor`."""
+    """ELMo layers for every token, and this component's own mix of them, `doc._.elmo` =
+    sum_j c_j h_j with c = gamma * s: `mix_weights` are the layer weights before s normalises
+    them to sum 1 (non-negative; null: equal), `gamma` the scale. c is stored on every doc as
+    `doc._.elmo_mix_coefficients`; `set_tensor` writes the mix into `doc.tensor`."""
     return Elmo(nlp.vocab, model, name, mix_weights=mix_weights, gamma=gamma, set_tensor=set_tensor)
 
 
@@ -68,34 +86,37 @@ class Elmo(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.listener_map: Dict[str, List[ElmoListener]] = {}
+        self.listener_map: Dict[str, List[ElmoLayersListener]] = {}
         self.cfg: Dict[str, Any] = {
             "mix_weights": mix_weights,
             "gamma": gamma,
             "set_tensor": set_tensor,
         }
-        self._mix: Optional[numpy.ndarray] = None
+        self._mix_coefficients: Optional[numpy.ndarray] = None
         if model.maybe_get_dim("n_layers") is not None:
-            self._mix = mix_vector(mix_weights, gamma, model.get_dim("n_layers"))
+            n_layers = model.get_dim("n_layers")
+            self._mix_coefficients = mix_coefficients(mix_weights, gamma, n_layers)
 
     @property
-    def mix(self) -> numpy.ndarray:
-        """gamma * s of `doc._.elmo` (known once the biLM's number of layers is)."""
+    def mix_coefficients(self) -> numpy.ndarray:
+        """c = gamma * s of `doc._.elmo` (known once the biLM's number of layers is)."""
         n_layers = self.model.get_dim("n_layers")
-        if self._mix is None or len(self._mix) != n_layers:
-            self._mix = mix_vector(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)
-        return self._mix
+        if self._mix_coefficients is None or len(self._mix_coefficients) != n_layers:
+            self._mix_coefficients = mix_coefficients(
+                self.cfg["mix_weights"], self.cfg["gamma"], n_layers
+            )
+        return self._mix_coefficients
 
     # ------------------------------------------------------------------ listeners
     @property
-    def listeners(self) -> List[ElmoListener]:
+    def listeners(self) -> List[ElmoLayersListener]:
         return [m for c in self.listening_components for m in self.listener_map[c]]
 
     @property
     def listening_components(self) -> List[str]:
         return list(self.listener_map.keys())
 
-    def add_listener(self, listener: ElmoListener, component_name: str) -> None:
+    def add_listener(self, listener: ElmoLayersListener, component_name: str) -> None:
         self.listener_map.setdefault(component_name, [])
         if listener not in self.listener_map[component_name]:
             self.listener_map[component_name].append(listener)
@@ -106,7 +127,7 @@ class Elmo(TrainablePipe):
         # layers at inference are worth a warning.
         listener.attrs["initializing"] = False
 
-    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
+    def remove_listener(self, listener: ElmoLayersListener, component_name: str) -> bool:
         if listener in self.listener_map.get(component_name, []):
             self.listener_map[component_name].remove(listener)
             if not self.listener_map[component_name]:
@@ -118,20 +139,21 @@ class Elmo(TrainablePipe):
         names = ("*", self.name)
         if isinstance(getattr(component, "model", None), Model):
             for node in component.model.walk():
-                if isinstance(node, ElmoListener) and node.upstream_name in names:
+                if isinstance(node, ElmoLayersListener) and node.upstream_name in names:
                     self.add_listener(node, component.name)
 
     # ------------------------------------------------------------------ prediction
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
+        ensure_weights(self.model)  # a pipeline used without `initialize`: the bundled biLM
         return self.model.predict(list(docs))
 
     def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
-        mix = self.model.ops.asarray(self.mix)
+        coefficients = self.model.ops.asarray(self.mix_coefficients)
         for doc, doc_layers in zip(docs, layers):
             doc._.elmo_layers = doc_layers
-            doc._.elmo_mix_weights = self.mix.tolist()
+            doc._.elmo_mix_coefficients = self.mix_coefficients.tolist()
             if self.cfg["set_tensor"]:
-                doc.tensor = mix_layers(doc_layers, mix)
+                doc.tensor = mix_layers(doc_layers, coefficients)
 
     # ------------------------------------------------------------------ training
     def update(
@@ -149,6 +171,7 @@ class Elmo(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         losses.setdefault(self.name, 0.0)
         set_dropout_rate(self.model, drop)
+        ensure_weights(self.model)
         layers, backprop_layers = self.model.begin_update(docs)
         ops = self.model.ops
         d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]
@@ -166,7 +189,7 @@ class Elmo(TrainablePipe):
                 self.finish_update(sgd)
             return d_docs
 
-        batch_id = ElmoListener.get_batch_id(docs)
+        batch_id = ElmoLayersListener.get_batch_id(docs)
         for listener in self.listeners[:-1]:
             listener.receive(batch_id, layers, accumulate_gradient)
         if self.listeners:
@@ -198,7 +221,9 @@ class Elmo(TrainablePipe):
         for listener in self.listeners:
             set_listener_dims(listener, width, n_layers)
         self._check_listeners()
-        self._mix = mix_vector(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)
+        self._mix_coefficients = mix_coefficients(
+            self.cfg["mix_weights"], self.cfg["gamma"], n_layers
+        )
         if nlp is not None:
             self._record_architecture(nlp)
         if not self.listeners and not self.cfg["set_tensor"]:
@@ -295,30 +320,29 @@ def _listener_configs(config: Any, upstream: str) -> Iterable[Dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- mixing and extensions
-def mix_vector(weights: Optional[List[float]], gamma: float, n_layers: int) -> numpy.ndarray:
-    """gamma * s as a (n_layers,) float32 vector; s = the weights normalised (default equal)."""
-    if weights is None:
-        weights = [1.0] * n_layers
-    if len(weights) != n_layers:
-        raise ValueError(
-            f"mix_weights has {len(weights)} values {list(weights)} but the biLM has "
-            f"{n_layers} layers"
-        )
-    array = numpy.asarray(weights, dtype="float64")
+def mix_coefficients(
+    mix_weights: Optional[List[float]], gamma: float, n_layers: int
+) -> numpy.ndarray:
+    """c = gamma * s as a (n_layers,) float32 vector; s = mix_weights normalised to sum 1
+    (default equal)."""
+    if mix_weights is None:
+        mix_weights = [1.0] * n_layers
+    check_one_per_layer("mix_weights", mix_weights, n_layers, "the biLM")
+    array = numpy.asarray(mix_weights, dtype="float64")
     if (array < 0).any() or array.sum() <= 0:
-        raise ValueError(f"mix_weights must be non-negative and not all 0, got {list(weights)}")
+        raise ValueError(f"mix_weights must be non-negative and not all 0, got {list(mix_weights)}")
     return (gamma * array / array.sum()).astype("float32")
 
 
-def mix_layers(layers: Floats3d, mix) -> Any:
-    """(L + 1, n, D) layers -> (n, D) float32 mix."""
+def mix_layers(layers: Floats3d, coefficients) -> Any:
+    """(L + 1, n, D) layers -> their (n, D) float32 mix sum_j c_j h_j."""
     xp = get_array_module(layers)
-    return xp.tensordot(xp.asarray(mix, dtype="float32"), layers.astype("float32"), axes=1)
+    return xp.tensordot(xp.asarray(coefficients, dtype="float32"), layers.astype("float32"), axes=1)
 
 
 def _doc_mix(doc: Doc):
     layers = doc._.elmo_layers
-    return None if layers is None else mix_layers(layers, doc._.elmo_mix_weights)
+    return None if layers is None else mix_layers(layers, doc._.elmo_mix_coefficients)
 
 
 def _span_layers(span: Span):
@@ -328,7 +352,7 @@ def _span_layers(span: Span):
 
 def _span_mix(span: Span):
     layers = _span_layers(span)
-    return None if layers is None else mix_layers(layers, span.doc._.elmo_mix_weights)
+    return None if layers is None else mix_layers(layers, span.doc._.elmo_mix_coefficients)
 
 
 def _token_layers(token: Token):
@@ -341,14 +365,31 @@ def _token_mix(token: Token):
     if layers is None:
         return None
     xp = get_array_module(layers)
-    return xp.asarray(token.doc._.elmo_mix_weights, dtype="float32") @ layers.astype("float32")
+    coefficients = xp.asarray(token.doc._.elmo_mix_coefficients, dtype="float32")
+    return coefficients @ layers.astype("float32")
+
+
+def _get_mix_coefficients(doc: Doc) -> Optional[List[float]]:
+    return doc._.elmo_mix_weights
+
+
+def _set_mix_coefficients(doc: Doc, coefficients: Optional[List[float]]) -> None:
+    doc._.elmo_mix_weights = coefficients
 
 
 def install_extensions() -> None:
-    """Register the extensions once (idempotent, also in worker processes)."""
+    """Register the extensions once (idempotent, also in worker processes).
+
+    `doc._.elmo_mix_coefficients` (c = gamma * s of `doc._.elmo`) is stored under the doc's
+    user data key of its earlier name, `doc._.elmo_mix_weights`, which still reads and writes
+    it: docs serialised by earlier versions read the same and serialise to the same bytes.
+    """
     if not Doc.has_extension("elmo_layers"):
         Doc.set_extension("elmo_layers", default=None)
         Doc.set_extension("elmo_mix_weights", default=None)
+        Doc.set_extension(
+            "elmo_mix_coefficients", getter=_get_mix_coefficients, setter=_set_mix_coefficients
+        )
         Doc.set_extension("elmo", getter=_doc_mix)
         Span.set_extension("elmo_layers", getter=_span_layers)
         Span.set_extension("elmo", getter=_span_mix)

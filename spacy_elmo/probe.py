@@ -604,7 +604,7 @@ def _percent(value: Optional[float]) -> str:
 
 def markdown_report(result: dict) -> str:
     """probe.md: our accuracy per layer next to the paper's numbers."""
-    rows = [r for r in _report_rows(result)]
+    rows = report_rows(result)
     n_layers = max(len(r["layers"]) for r in rows)
     layer_heads = " | ".join(f"layer {k}" for k in range(n_layers))
     lines = [
@@ -638,43 +638,43 @@ def markdown_report(result: dict) -> str:
 PLURALS = {"noun": "nouns", "verb": "verbs", "adj": "adjectives", "adv": "adverbs"}
 
 
-def _report_rows(result: dict) -> list[dict]:
-    rows = []
-    for name, pos in result.get("pos", {}).items():
-        rows.append(
-            dict(
-                name=f"POS {name}",
-                layers=pos["layers"],
-                baseline=pos["baseline_most_frequent_tag"],
-                baseline_name="most frequent tag",
-                n_test=pos["n_test_tokens"],
-                paper="pos",
-            )
-        )
+def report_rows(result: dict) -> list[dict]:
+    """One row per probe of a `run_probes` result: its name, task ("pos" or "wsd") and subset
+    (the POS corpus; for WSD None, or the part of speech of the targets), the accuracy per
+    layer, the baseline and its name, the number of test items and the PAPER key (or None)."""
+    rows = [
+        _row(f"POS {corpus}", "pos", corpus, pos, paper="pos")
+        for corpus, pos in result.get("pos", {}).items()
+    ]
     if "wsd" in result:
         wsd = result["wsd"]
-        rows.append(
-            dict(
-                name="WSD WordNet examples",
-                layers=wsd["layers"],
-                baseline=wsd["baseline_most_frequent_sense"],
-                baseline_name="most frequent sense",
-                n_test=wsd["n_test"],
-                paper="wsd",
-            )
-        )
-        for name, part in wsd.get("by_pos", {}).items():
-            rows.append(
-                dict(
-                    name=f"WSD, {PLURALS[name]} only",
-                    layers=part["layers"],
-                    baseline=part["baseline_most_frequent_sense"],
-                    baseline_name="most frequent sense",
-                    n_test=part["n_test"],
-                    paper=None,
-                )
-            )
+        rows.append(_row("WSD WordNet examples", "wsd", None, wsd, paper="wsd"))
+        rows += [
+            _row(f"WSD, {PLURALS[tag]} only", "wsd", tag, part, paper=None)
+            for tag, part in wsd.get("by_pos", {}).items()
+        ]
     return rows
+
+
+# task -> (its result's baseline key, the baseline's name, its result's test-count key)
+_BASELINES = {
+    "pos": ("baseline_most_frequent_tag", "most frequent tag", "n_test_tokens"),
+    "wsd": ("baseline_most_frequent_sense", "most frequent sense", "n_test"),
+}
+
+
+def _row(name: str, task: str, subset: Optional[str], part: dict, paper: Optional[str]) -> dict:
+    baseline, baseline_name, n_test = _BASELINES[task]
+    return dict(
+        name=name,
+        task=task,
+        subset=subset,
+        layers=part["layers"],
+        baseline=part[baseline],
+        baseline_name=baseline_name,
+        n_test=part[n_test],
+        paper=paper,
+    )
 
 
 def plot_report(result: dict, path: Path) -> None:
@@ -684,7 +684,7 @@ def plot_report(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n_layers = max(len(row["layers"]) for row in _report_rows(result))
+    n_layers = max(len(row["layers"]) for row in report_rows(result))
     figure, (pos_axes, wsd_axes) = plt.subplots(1, 2, figsize=(9, 3.6))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, (name, pos) in enumerate(result.get("pos", {}).items()):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import spacy
 from spacy.tokens import Doc, DocBin
+from spacy.util import load_config_from_str
+from thinc.api import Config
 
 from spacy_elmo import BiLM, BiLMOptions
 
@@ -98,4 +100,84 @@ def tiny_training_config(bilm_dir: Path, train: Path, dev: Path, **training):
     }
     config["training"].update({"max_steps": 60, "eval_frequency": 30, **training})
     config["training"]["batcher"]["size"] = 16
+    return config
+
+
+def write_train_dev(directory: Path, n_train: int, n_dev: int) -> tuple[Path, Path]:
+    """train.spacy and dev.spacy of `synthetic_docs` (seeds 0 and 1) in `directory`."""
+    blank = spacy.blank("en")
+    return (
+        write_docbin(blank, directory / "train.spacy", n_train, seed=0),
+        write_docbin(blank, directory / "dev.spacy", n_dev, seed=1),
+    )
+
+
+# elmo + a tagger whose tok2vec is a listener, and nothing else: no biLM architecture, no
+# listener width (both come from the weights), spaCy's defaults for the rest.
+LISTENING_TAGGER_CONFIG = """
+[paths]
+train = null
+dev = null
+
+[nlp]
+lang = null
+pipeline = ["elmo", "tagger"]
+
+[components]
+
+[components.elmo]
+factory = "elmo"
+
+[components.tagger]
+factory = "tagger"
+
+[components.tagger.model]
+@architectures = "spacy.Tagger.v2"
+
+[components.tagger.model.tok2vec]
+@architectures = "spacy_elmo.ElmoListener.v1"
+upstream = "elmo"
+
+[corpora]
+
+[corpora.train]
+@readers = "spacy.Corpus.v1"
+path = ${paths.train}
+
+[corpora.dev]
+@readers = "spacy.Corpus.v1"
+path = ${paths.dev}
+
+[training]
+max_steps = null
+eval_frequency = null
+
+[training.batcher]
+@batchers = "spacy.batch_by_sequence.v1"
+size = null
+
+[training.optimizer]
+@optimizers = "Adam.v1"
+learn_rate = 0.01
+
+[initialize]
+
+[initialize.components]
+
+[initialize.components.elmo]
+weights = null
+"""
+
+
+def listening_tagger_config(
+    lang: str, weights: dict, train: Path, dev: Path, *, steps: int, batch_size: int
+) -> Config:
+    """LISTENING_TAGGER_CONFIG for `lang`, the biLM from the `weights` loader block (an
+    `@misc` dict), trained `steps` steps on batches of `batch_size` docs, evaluated twice."""
+    config = load_config_from_str(LISTENING_TAGGER_CONFIG, interpolate=False)
+    config["paths"].update(train=str(train), dev=str(dev))
+    config["nlp"]["lang"] = lang
+    config["training"].update(max_steps=steps, eval_frequency=steps // 2)
+    config["training"]["batcher"]["size"] = batch_size
+    config["initialize"]["components"]["elmo"]["weights"] = weights
     return config

@@ -18,3 +18,7 @@ def test_api_reference_is_up_to_date():
     for name in ("elmo", "spacy_elmo.ElmoModel.v1", "spacy_elmo.AllenNLPWeights.v1"):
         assert f"### `{name}`" in expected
     assert "| `layer_dropout` |" in expected and "| `cell_clip` |" in expected
+    # A function registered under two names is described once, the other name an alias.
+    assert expected.count("Mix the biLM layers of every doc") == 1
+    assert "`spacy_elmo.layers.scalar_mix:scalar_mix`: an alias" in expected
+    assert "`doc._.elmo_mix_coefficients`: c = gamma * s" in expected

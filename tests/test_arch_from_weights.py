@@ -12,93 +12,27 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.training.initialize import init_nlp
 from spacy.training.loop import train
-from spacy.util import load_config_from_str, load_model_from_config
+from spacy.util import load_model_from_config
 from thinc.api import Config
 
 from spacy_elmo import BiLM
 
-from .pipeline_util import synthetic_docs, tiny_nlp, write_docbin
-
-ONLY_THE_FILES = """
-[paths]
-train = null
-dev = null
-options = null
-weights = null
-
-[nlp]
-lang = "en"
-pipeline = ["elmo", "tagger"]
-
-[components]
-
-[components.elmo]
-factory = "elmo"
-
-[components.tagger]
-factory = "tagger"
-
-[components.tagger.model]
-@architectures = "spacy.Tagger.v2"
-
-[components.tagger.model.tok2vec]
-@architectures = "spacy_elmo.ElmoListener.v1"
-upstream = "elmo"
-
-[corpora]
-
-[corpora.train]
-@readers = "spacy.Corpus.v1"
-path = ${paths.train}
-
-[corpora.dev]
-@readers = "spacy.Corpus.v1"
-path = ${paths.dev}
-
-[training]
-max_steps = 12
-eval_frequency = 6
-
-[training.batcher]
-@batchers = "spacy.batch_by_sequence.v1"
-size = 8
-
-[training.optimizer]
-@optimizers = "Adam.v1"
-learn_rate = 0.01
-
-[initialize]
-
-[initialize.components]
-
-[initialize.components.elmo]
-
-[initialize.components.elmo.weights]
-@misc = "spacy_elmo.AllenNLPWeights.v1"
-options_file = ${paths.options}
-weights_file = ${paths.weights}
-"""
+from .pipeline_util import listening_tagger_config, synthetic_docs, tiny_nlp, write_train_dev
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("data")
-    blank = spacy.blank("en")
-    return (
-        write_docbin(blank, directory / "train.spacy", 24, seed=0),
-        write_docbin(blank, directory / "dev.spacy", 6, seed=1),
-    )
+    return write_train_dev(tmp_path_factory.mktemp("data"), 24, 6)
 
 
 def only_the_files(fixture, data) -> Config:
-    config = load_config_from_str(ONLY_THE_FILES, interpolate=False)
-    config["paths"].update(
-        train=str(data[0]),
-        dev=str(data[1]),
-        options=str(fixture / "options.json"),
-        weights=str(fixture / "lm_weights.hdf5"),
-    )
-    return config
+    """A config that names nothing of the biLM but its two AllenNLP files."""
+    weights = {
+        "@misc": "spacy_elmo.AllenNLPWeights.v1",
+        "options_file": str(fixture / "options.json"),
+        "weights_file": str(fixture / "lm_weights.hdf5"),
+    }
+    return listening_tagger_config("en", weights, *data, steps=12, batch_size=8)
 
 
 def test_config_naming_only_the_weights_files_trains_and_reloads(allennlp_fixture, data, tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import spacy
 
-from spacy_elmo.loaders import BUNDLED_MODEL
+from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MAX_BYTES, BUNDLED_MODEL
 
 RIVER_1 = "The river bank overflowed after heavy rain"
 FINANCE = "The investment bank approved the commercial acquisition"
@@ -31,8 +31,9 @@ def cosine(a, b):
 
 
 def test_bundled_model_is_small_and_documented():
-    files = ["config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt"]
-    assert sum((BUNDLED_MODEL / f).stat().st_size for f in files) <= 25 * 10**6
+    assert sum((BUNDLED_MODEL / f).stat().st_size for f in BUNDLED_FILES) <= BUNDLED_MAX_BYTES
+    shipped = {path.name for path in BUNDLED_MODEL.iterdir()}
+    assert shipped == {*BUNDLED_FILES, "pretrain.json"}
     summary = json.loads((BUNDLED_MODEL / "pretrain.json").read_text())
     # The bundled biLM's held-out perplexity is 142; a random model's is about 50,000.
     assert summary["tokens_seen"] > 10**6 and summary["held_out"]["ppl"] < 200

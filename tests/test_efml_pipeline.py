@@ -16,13 +16,14 @@ import spacy
 from spacy.tokens import Doc, DocBin
 from spacy.training.initialize import init_nlp
 from spacy.training.loop import train
-from spacy.util import load_config_from_str, load_model_from_config
+from spacy.util import load_model_from_config
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 
 from .bilm.efml_reference import architecture, dictionaries, read_dic, reference_layers, write_model
+from .pipeline_util import listening_tagger_config
 
 TRAINING_TEXT = [
     ["Der", "Hund", "läuft", "schnell", "."],
@@ -73,64 +74,6 @@ def test_german_pipeline_gives_their_vectors_and_survives_to_disk(efml_model, tm
     assert not any(name.endswith((".pkl", ".dic")) for name in saved)
 
 
-TAGGER_CONFIG = """
-[paths]
-train = null
-dev = null
-efml = null
-
-[nlp]
-lang = "de"
-pipeline = ["elmo", "tagger"]
-
-[components]
-
-[components.elmo]
-factory = "elmo"
-
-[components.tagger]
-factory = "tagger"
-
-[components.tagger.model]
-@architectures = "spacy.Tagger.v2"
-
-[components.tagger.model.tok2vec]
-@architectures = "spacy_elmo.ElmoListener.v1"
-upstream = "elmo"
-
-[corpora]
-
-[corpora.train]
-@readers = "spacy.Corpus.v1"
-path = ${paths.train}
-
-[corpora.dev]
-@readers = "spacy.Corpus.v1"
-path = ${paths.dev}
-
-[training]
-max_steps = 6
-eval_frequency = 3
-
-[training.batcher]
-@batchers = "spacy.batch_by_sequence.v1"
-size = 4
-
-[training.optimizer]
-@optimizers = "Adam.v1"
-learn_rate = 0.01
-
-[initialize]
-
-[initialize.components]
-
-[initialize.components.elmo]
-
-[initialize.components.elmo.weights]
-@misc = "spacy_elmo.ElmoForManyLangsWeights.v1"
-path = ${paths.efml}
-"""
-
 TAGGED = [
     (["Der", "Hund", "läuft", "."], ["ART", "NN", "VVFIN", "$."]),
     (["Die", "Katze", "schläft", "."], ["ART", "NN", "VVFIN", "$."]),
@@ -146,8 +89,10 @@ def test_spacy_train_a_german_tagger_on_efml_vectors(efml_model, tmp_path):
         docs = [Doc(blank.vocab, words=w, tags=t) for w, t in TAGGED * copies]
         paths[name] = tmp_path / f"{name}.spacy"
         DocBin(docs=docs).to_disk(paths[name])
-    config = load_config_from_str(TAGGER_CONFIG, interpolate=False)
-    config["paths"].update(train=str(paths["train"]), dev=str(paths["dev"]), efml=str(directory))
+    weights = {**WEIGHTS, "path": str(directory)}
+    config = listening_tagger_config(
+        "de", weights, paths["train"], paths["dev"], steps=6, batch_size=4
+    )
     filled = load_model_from_config(config, auto_fill=True).config
     nlp = init_nlp(filled)
     (tmp_path / "out").mkdir()

@@ -29,7 +29,7 @@ from .pipeline_util import (  # noqa: E402
     synthetic_docs,
     tiny_nlp,
     tiny_training_config,
-    write_docbin,
+    write_train_dev,
 )
 
 
@@ -77,11 +77,7 @@ def test_pipeline_runs_on_gpu_and_matches_cpu(tmp_path):
 
 def test_training_on_gpu_keeps_mixes_on_cupy(tmp_path):
     save_tiny_bilm(tmp_path / "bilm")
-    blank = spacy.blank("en")
-    data = (
-        write_docbin(blank, tmp_path / "train.spacy", 20, 0),
-        write_docbin(blank, tmp_path / "dev.spacy", 5, 1),
-    )
+    data = write_train_dev(tmp_path, 20, 5)
     spacy.require_gpu()
     try:
         nlp = load_model_from_config(tiny_training_config(tmp_path / "bilm", *data), auto_fill=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -14,20 +15,16 @@ import torch
 from spacy.training import Example
 from spacy.util import load_model_from_config
 
+from spacy_elmo import BiLM
 from spacy_elmo.layers.elmo_model import get_bilm
-from spacy_elmo.layers.scalar_mix import mix_weights
+from spacy_elmo.layers.scalar_mix import softmax_weights_and_gamma
 
-from .pipeline_util import synthetic_docs, tiny_training_config, write_docbin
+from .pipeline_util import synthetic_docs, tiny_training_config, write_train_dev
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("data")
-    blank = spacy.blank("en")
-    return (
-        write_docbin(blank, directory / "train.spacy", 60, seed=0),
-        write_docbin(blank, directory / "dev.spacy", 20, seed=1),
-    )
+    return write_train_dev(tmp_path_factory.mktemp("data"), 60, 20)
 
 
 def make_nlp(bilm_dir, data, **elmo_model):
@@ -44,10 +41,27 @@ def make_nlp(bilm_dir, data, **elmo_model):
 
 def mixes(nlp, component):
     return [
-        mix_weights(node)
+        softmax_weights_and_gamma(node)
         for node in nlp.get_pipe(component).model.walk()
         if node.name == "scalar_mix"
     ]
+
+
+@contextmanager
+def counted_bilm_tokens():
+    """A list whose one number counts the tokens that reach any biLM's forward pass from here
+    on, by a forward hook on every torch module."""
+    counter = [0]
+
+    def count(module, args, output) -> None:
+        if isinstance(module, BiLM):
+            counter[0] += int(output.mask.sum())
+
+    handle = torch.nn.modules.module.register_module_forward_hook(count)
+    try:
+        yield counter
+    finally:
+        handle.remove()
 
 
 def bilm_state(nlp):
@@ -61,12 +75,12 @@ def test_listeners_train_their_own_mixes_with_a_frozen_cached_bilm(bilm_dir, dat
     before = bilm_state(nlp)
     optimizer = nlp.create_optimizer()
     optimizer.learn_rate = 0.05
-    first = nlp.update(examples, sgd=optimizer)  # first epoch: the biLM runs on every sentence
-    after_first = elmo.model.attrs["bilm_tokens"]
-    assert after_first == sum(len(eg.predicted) for eg in examples)
-    for _ in range(5):
-        losses = nlp.update(examples, sgd=optimizer)
-    assert elmo.model.attrs["bilm_tokens"] == after_first  # later epochs: all from the cache
+    with counted_bilm_tokens() as bilm_tokens:
+        first = nlp.update(examples, sgd=optimizer)  # first epoch: the biLM runs on every one
+        assert bilm_tokens == [sum(len(eg.predicted) for eg in examples)]
+        for _ in range(5):
+            losses = nlp.update(examples, sgd=optimizer)
+        assert bilm_tokens == [sum(len(eg.predicted) for eg in examples)]  # later: the cache
     # The tagger learns the tags (its loss falls from about 125 to below 1); the parser-style
     # ner loss goes up and down on 30 sentences, but is there and finite, and its mix moves.
     assert 0 < losses["tagger"] < first["tagger"] / 10
@@ -83,14 +97,14 @@ def test_fine_tuning_updates_the_bilm(bilm_dir, data):
     nlp, examples = make_nlp(bilm_dir, data, frozen=False, grad_factor=2.0)
     before = bilm_state(nlp)
     optimizer = nlp.create_optimizer()
-    for _ in range(2):  # the upstream's update lags one step behind (spaCy's update order)
-        nlp.update(examples, sgd=optimizer)
+    with counted_bilm_tokens() as bilm_tokens:
+        for _ in range(2):  # the upstream's update lags one step behind (spaCy's update order)
+            nlp.update(examples, sgd=optimizer)
     changed = [k for k, v in bilm_state(nlp).items() if not torch.equal(v, before[k])]
     assert "forward_lstm.layers.1.recurrent_weight" in changed
     assert "char_cnn.char_embedding.weight" in changed
     # No cache when fine-tuning: every pass runs the biLM.
-    tokens = sum(len(eg.predicted) for eg in examples)
-    assert nlp.get_pipe("elmo").model.attrs["bilm_tokens"] == 2 * tokens
+    assert bilm_tokens == [2 * sum(len(eg.predicted) for eg in examples)]
 
 
 def test_listener_with_frozen_annotating_upstream(bilm_dir, data):

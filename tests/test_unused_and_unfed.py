@@ -12,7 +12,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import load_model_from_config
 
-from spacy_elmo.layers.listener import ElmoListener, ElmoListenerWarning
+from spacy_elmo.layers.listener import ElmoLayersListener, ElmoListenerWarning
 from spacy_elmo.pipeline import ElmoUnusedWarning
 
 from .pipeline_util import TINY_WIDTH, synthetic_docs, tiny_nlp, tiny_training_config
@@ -47,7 +47,9 @@ def test_elmo_that_nobody_uses_warns_at_initialize(bilm_dir):
 def test_listener_without_upstream_output_gives_zeros_at_inference(trained):
     nlp, _ = trained
     words = ["Anna", "visited", "Paris", "."]
-    (listener,) = [n for n in nlp.get_pipe("tagger").model.walk() if isinstance(n, ElmoListener)]
+    (listener,) = [
+        n for n in nlp.get_pipe("tagger").model.walk() if isinstance(n, ElmoLayersListener)
+    ]
     with pytest.warns(ElmoListenerWarning, match="uses zeros: the 'elmo' component did not run"):
         (zeros,) = listener.predict([Doc(nlp.vocab, words=words)])
     assert zeros.shape == (3, 4, TINY_WIDTH) and not zeros.any()
@@ -100,11 +102,9 @@ def test_spacy_elmo_debug_model_traces_a_listening_component(bilm_dir, tmp_path)
 
     from spacy_elmo.cli import app
 
-    from .pipeline_util import write_docbin
+    from .pipeline_util import write_train_dev
 
-    blank = spacy.blank("en")
-    train = write_docbin(blank, tmp_path / "train.spacy", 10, seed=0)
-    dev = write_docbin(blank, tmp_path / "dev.spacy", 4, seed=1)
+    train, dev = write_train_dev(tmp_path, 10, 4)
     tiny_training_config(bilm_dir, train, dev).to_disk(tmp_path / "config.cfg")
     with warnings.catch_warnings():
         warnings.simplefilter("error", ElmoListenerWarning)  # real layers, never zeros

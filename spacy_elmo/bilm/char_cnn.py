@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import fast
 from .chars import PADDING_CHAR, PADDING_ROW_ID
-from .kernels import records_autograd
 from .options import BiLMOptions
 
-# Run the convolutions only on the columns that decide the max (see `CharCNN._trim`); False
-# runs all 50 (the reference the pretraining benchmark compares against, also chosen by
-# SPACY_ELMO_REFERENCE_TRAINING=1; same results).
-TRIM_COLUMNS = os.environ.get("SPACY_ELMO_REFERENCE_TRAINING", "") in ("", "0")
 CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
 TOP_BLOCK_ROWS = 256
 
@@ -79,8 +73,9 @@ class CharCNN(nn.Module):
         if self.word_embedding is not None:  # rows are 50 char ids and a word id
             words = self.word_embedding(char_ids[:, -1])  # (n, word_dim)
             char_ids = char_ids[:, :-1]
-        if TRIM_COLUMNS:
-            char_ids = self._trim(char_ids)
+        if fast.ENABLED:  # only the columns that decide the max
+            widest = max(width for width, _ in self.options.filters)
+            char_ids = fast.trim_columns(char_ids, self.padding_id, widest)
         max_filters = max(n_filters for _, n_filters in self.options.filters)
         conv_rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
         outputs = []
@@ -95,21 +90,6 @@ class CharCNN(nn.Module):
             outputs.append(self.projection(features))  # (n, P)
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
-    def _trim(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """The first columns of (n, 50) char ids that decide the max-pooled features.
-
-        Past a token's end-of-word every slot holds the padding character, so all windows that
-        lie wholly in the padding give the same convolution value. Keeping every window that
-        touches a real character plus one all-padding window (the longest token's length plus
-        the widest filter) leaves each max unchanged, bit for bit, and the convolutions run
-        on typically half the columns (most tokens are under 15 characters).
-        """
-        widest = max(width for width, _ in self.options.filters)
-        padding = char_ids == self.padding_id
-        longest = int((~padding).sum(dim=-1).max()) if char_ids.shape[0] else 0
-        keep = longest + widest
-        return char_ids[:, :keep] if keep < char_ids.shape[-1] else char_ids
-
     def _features(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(n, 50) character ids -> (n, F) max-pooled filter activations."""
         chars = self.char_embedding(char_ids)  # (n, 50, e)
@@ -120,17 +100,7 @@ class CharCNN(nn.Module):
 
 
 def _conv_max(chars: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """max over positions of conv(chars): (n, length, e) -> (n, filters).
-
-    At inference on the CPU, a 2-d convolution of height 1 in the channels-last layout: oneDNN
-    then writes its output in place, where `conv1d` writes a blocked layout and reorders it
-    into a second buffer of the same size; the sums are the same kernel's (equal to `conv1d`
-    to 1e-6 on the published shapes), and faster.
-    """
-    if chars.device.type != "cpu" or records_autograd(chars, conv.weight):
-        # Training, and other devices: the plain convolution (its gradients have the layout
-        # of the weights).
-        return conv(chars.transpose(1, 2)).amax(dim=-1)
-    x = chars.transpose(1, 2)[:, :, None, :].contiguous(memory_format=torch.channels_last)
-    scores = F.conv2d(x, conv.weight[:, :, None, :], conv.bias)  # (n, filters, 1, positions)
-    return scores.amax(dim=(2, 3))
+    """max over positions of conv(chars): (n, length, e) -> (n, filters)."""
+    if chars.device.type == "cpu" and fast.at_inference(chars, conv.weight):
+        return fast.conv_max(chars, conv)
+    return conv(chars.transpose(1, 2)).amax(dim=-1)

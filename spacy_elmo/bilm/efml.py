@@ -26,7 +26,6 @@ adds it back), the highway gate is negated. The `.pkl` files are read with
 from __future__ import annotations
 
 import json
-import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,7 @@ import torch
 
 from ..outputs import atomic_path
 from .chars import MAX_CHARS_PER_TOKEN, check_sentences
-from .io import MissingFileError, check_finite
+from .io import MissingFileError, check_finite, read_torch_file
 from .options import BiLMOptions
 
 CONFIG_NAME = "config.json"
@@ -271,19 +270,7 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A PyTorch state dict read without running code (`torch.load(weights_only=True)`)."""
     if not path.exists():
         raise MissingFileError(2, "ELMoForManyLangs weights file does not exist", str(path))
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise ValueError(
-            f"refused to load {path}: it is not a plain PyTorch state dict of tensors; it asks "
-            f"to build other objects or run code, which spacy-elmo never does (read with "
-            f"torch.load(weights_only=True): {str(err).splitlines()[0]})"
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError, AttributeError) as err:
-        raise ValueError(
-            f"cannot read {path} as a PyTorch state dict ({err}); it may be truncated or not "
-            f"an ELMoForManyLangs weights file"
-        ) from None
+    state = read_torch_file(path, "ELMoForManyLangs weights file")
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):

@@ -1,9 +1,7 @@
-"""Training (autograd) path of the LSTM cells: the whole sequence in one autograd node.
+"""Training (autograd) path of the LSTM cells: the whole sequence in one autograd node (one
+of the fast paths; why, and when it runs: `fast.py`).
 
-Recorded op by op, a packed LSTM costs per timestep a dozen forward and two dozen backward
-nodes, and every slice of the input gates leaves a zero-filled gradient of the whole block to
-be added up in the backward pass (`fill_` and `add_` were a third of the pretraining step).
-Here the forward pass runs without recording, keeps the gate activations, cell states and
+The forward pass runs without recording, keeps the gate activations, cell states and
 projections in packed buffers, and the backward pass is back-propagation through time written
 out by hand: per step only the recurrent products and the gate algebra, while the weight
 gradients are one GEMM each over all timesteps at the end.

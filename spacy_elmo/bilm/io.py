@@ -7,8 +7,10 @@ function maps (options, state dict) to files or back; `BiLM` builds itself from 
 from __future__ import annotations
 
 import json
+import pickle
+import zipfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy
 import torch
@@ -321,6 +323,30 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"cannot read {path} ({err}); is it truncated?") from None
+
+
+def read_torch_file(path: Path, what: str) -> Any:
+    """A `torch.save` file of plain values and tensors, read with `torch.load(weights_only=True)`
+    onto the CPU, which refuses any other object: a crafted file cannot run code.
+
+    ValueError naming `what` and the file when it holds other objects or cannot be read.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"refusing to load {what} {path}: it holds objects other than tensors and plain "
+            f"values, which could run code when unpickled; spacy-elmo never loads those "
+            f"({_first_line(err)})"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, AttributeError, zipfile.BadZipFile) as err:
+        raise ValueError(
+            f"cannot read {what} {path} ({_first_line(err)}); it may be truncated or corrupted"
+        ) from None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else repr(error)
 
 
 def check_finite(state: dict[str, torch.Tensor], source: str) -> None:

@@ -7,20 +7,20 @@ that are still active (rows are sorted by length, so the active rows are a prefi
 The forward and backward stacks see the same lengths, so their packed sequences have the same
 `batch_sizes`: `run_stacks` steps both directions together, layer by layer, with the gate
 nonlinearities of both directions in one kernel each. That halves the number of small kernels
-per timestep, which is what a batch of one sentence is made of.
+per timestep, which is what a batch of one sentence is made of. Which kernels run the products
+of a step, and where updates happen in place, is decided in `fast.py`.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import fast
 from .fused import fused_cells
-from .kernels import linear, records_autograd, weights_key
 
 # Gate blocks of width D, in the order of the bilm-tf weights: input, candidate, forget, output.
 INPUT_GATE, CANDIDATE, FORGET_GATE, OUTPUT_GATE = range(4)
@@ -33,11 +33,6 @@ State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
 # per direction for the original model, where a batch of 32 sentences of 40 tokens would hold
 # 84 MB per direction.
 GATE_BLOCK_ROWS = 256
-
-# With autograd, the cells run as one autograd node with a hand-written backward pass
-# (`fused.py`); False records them op by op (the reference path of the tests and of
-# `benchmarks/bench_pretrain.py`, also chosen by SPACY_ELMO_REFERENCE_TRAINING=1).
-FUSED_AUTOGRAD = os.environ.get("SPACY_ELMO_REFERENCE_TRAINING", "") in ("", "0")
 
 
 class LstmCellWithProjection(nn.Module):
@@ -93,13 +88,10 @@ def run_cells(
     """
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    if (
-        FUSED_AUTOGRAD
-        and not torch.is_autocast_enabled(inputs[0].device.type)  # mixed precision: op by op
-        and records_autograd(*inputs, *(p for c in cells for p in c.parameters()))
-    ):
+    if fast.fused_training(*inputs, *(p for c in cells for p in c.parameters())):
         return _run_cells_fused(cells, inputs, batch_sizes, states)
-    stacked = _stacked_kernels(cells, inputs[0])
+    # The per-step kernels of all k cells for one batched GEMM, or None: one product per cell.
+    stacked = fast.stacked_kernels(cells, inputs[0])
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
     # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state
@@ -115,7 +107,7 @@ def run_cells(
             block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
             gates_from_input = None  # freed before the next block is allocated
             gates_from_input = [
-                linear(x[block_start:block_end], cell.input_weight, bias)
+                fast.linear(x[block_start:block_end], cell.input_weight, bias)
                 for cell, x, bias in zip(cells, inputs, biases)
             ]  # k x (block rows, 4D)
             if stacked is not None:  # (k, block rows, 4D) for the batched step
@@ -124,7 +116,7 @@ def run_cells(
         if stacked is None:
             z = torch.stack(
                 [
-                    linear(h[d], cell.recurrent_weight, None, gates[start : start + active])
+                    fast.linear(h[d], cell.recurrent_weight, None, gates[start : start + active])
                     for d, (cell, gates) in enumerate(zip(cells, gates_from_input))
                 ]
             )  # (k, active, 4D)
@@ -136,7 +128,7 @@ def run_cells(
         else:
             if stacked is None:
                 h_t = torch.stack(
-                    [linear(m_t[d], cell.projection_weight) for d, cell in enumerate(cells)]
+                    [fast.linear(m_t[d], cell.projection_weight) for d, cell in enumerate(cells)]
                 )  # (k, active, P)
             else:
                 h_t = torch.bmm(m_t, stacked[1])
@@ -180,96 +172,6 @@ def _run_cells_fused(
     return list(output.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
 
 
-# Per-step kernels up to this size (the small published model's (4096, 128)) are multiplied for
-# both directions in one batched GEMM at inference: each core then runs one direction's product
-# without synchronising with the other, 48 us against 131 us for two `F.linear` calls at one
-# row (`benchmarks/bench_kernels.py`). Larger kernels go to oneDNN one direction at a time.
-STACKED_MAX_ELEMENTS = 1 << 19
-
-
-def _stacked_kernels(
-    cells: Sequence[LstmCellWithProjection], x: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(k, hidden, 4D) recurrent and (k, D, P) projection kernels for a batched step, or None.
-
-    Where the weights are laid out as such stacks (`stack_small_kernels`, done when a BiLM is
-    built or loaded) these are views of the weights themselves; otherwise (after `.to()`, or
-    weights replaced) (in, out) copies, cached on the first cell and rebuilt whenever a weight
-    changes (pointer or version).
-    """
-    first = cells[0]
-    weights = [cell.recurrent_weight for cell in cells]
-    projections = [cell.projection_weight for cell in cells if cell.projection_weight is not None]
-    if (
-        len(cells) < 2
-        or first.recurrent_weight.numel() > STACKED_MAX_ELEMENTS
-        or records_autograd(x, *weights, *projections)
-    ):
-        return None
-    key = weights_key(weights + projections)
-    cached = first.__dict__.get("_stacked_kernels")
-    if cached is None or cached[0] != key:
-        stacks = [_as_stack(w) for w in (weights, projections) if w]
-        cached = (key, stacks[0], stacks[1] if len(stacks) > 1 else None)
-        first.__dict__["_stacked_kernels"] = cached
-    return cached[1], cached[2]
-
-
-def _as_stack(weights: Sequence[torch.Tensor]) -> torch.Tensor:
-    """(k, in, out) from k (out, in) weights: a view when they are slices of one, else a copy."""
-    with torch.inference_mode(False), torch.no_grad():
-        first = weights[0].detach()
-        shape, size = first.t().shape, first.numel()
-        if all(
-            w.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
-            and w.storage_offset() == first.storage_offset() + d * size
-            and w.shape == first.shape
-            and w.t().is_contiguous()
-            for d, w in enumerate(weights)
-        ):
-            return torch.as_strided(
-                first, (len(weights), *shape), (size, shape[1], 1), first.storage_offset()
-            )
-        return torch.stack([w.detach().t() for w in weights])
-
-
-def stack_small_kernels(stacks: Sequence[LstmStack]) -> None:
-    """Lay out each layer's recurrent and projection weights, across the stacks, as one
-    (k, in, out) tensor when they are small enough for the batched step: each Parameter
-    becomes a transposed view of its slice, so that the batched step needs no copy of them.
-
-    For freshly built or loaded modules, before an optimiser or DistributedDataParallel takes
-    the Parameters: they are replaced.
-    """
-    for cells in zip(*(stack.layers for stack in stacks)):
-        if cells[0].recurrent_weight.numel() > STACKED_MAX_ELEMENTS:
-            continue
-        for name in ("recurrent_weight", "projection_weight"):
-            if getattr(cells[0], name) is None:
-                continue
-            with torch.no_grad():
-                stacked = torch.stack([getattr(cell, name).detach().t() for cell in cells])
-            for cell, kernel in zip(cells, stacked):
-                old = getattr(cell, name)
-                setattr(cell, name, nn.Parameter(kernel.t(), requires_grad=old.requires_grad))
-
-
-def unstack_small_kernels(stacks: Sequence[LstmStack]) -> None:
-    """Undo `stack_small_kernels`: contiguous (out, in) Parameters again.
-
-    For training under an optimiser that replaces the weights' data with contiguous arrays
-    after each step (thinc's): gradients then keep the layout of the weights.
-    """
-    for stack in stacks:
-        for cell in stack.layers:
-            for name in ("recurrent_weight", "projection_weight"):
-                weight = getattr(cell, name)
-                if weight is not None and not weight.is_contiguous():
-                    with torch.no_grad():
-                        data = weight.detach().contiguous()
-                    setattr(cell, name, nn.Parameter(data, requires_grad=weight.requires_grad))
-
-
 def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) -> int:
     """End row of the block of whole timesteps from `step` on with at most `max_rows` rows."""
     end = offset + batch_sizes[step]  # at least one timestep
@@ -284,24 +186,17 @@ def _cell_update(
     z: torch.Tensor, c: torch.Tensor, cell_clip: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """New cell state c_t and m_t = o * tanh(c_t) from the gate pre-activations z (..., 4D)."""
+    if fast.at_inference(z):
+        return fast.cell_update(z, c, cell_clip)
     i, j, f, o = z.chunk(4, dim=-1)
-    if z.requires_grad:
-        c_t = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
-        if cell_clip is not None:
-            c_t = c_t.clamp(-cell_clip, cell_clip)
-        return c_t, torch.sigmoid(o) * torch.tanh(c_t)
-    # Without autograd: one sigmoid over all four blocks (the candidate block's is unused) and
-    # in-place updates, five kernels fewer per step.
-    gates = torch.sigmoid(z)
-    i, _, f, o = gates.chunk(4, dim=-1)
-    c_t = torch.addcmul(f.mul_(c), i, torch.tanh(j))
+    c_t = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
     if cell_clip is not None:
-        c_t.clamp_(-cell_clip, cell_clip)
-    return c_t, torch.tanh(c_t).mul_(o)
+        c_t = c_t.clamp(-cell_clip, cell_clip)
+    return c_t, torch.sigmoid(o) * torch.tanh(c_t)
 
 
 def _clamp(x: torch.Tensor, clip: float) -> torch.Tensor:
-    return x.clamp(-clip, clip) if x.requires_grad else x.clamp_(-clip, clip)
+    return x.clamp_(-clip, clip) if fast.at_inference(x) else x.clamp(-clip, clip)
 
 
 class LstmStack(nn.Module):
@@ -358,11 +253,11 @@ def run_stacks(
         for d, stack in enumerate(stacks):
             output = layer_outputs[d]
             if index > 0 and stack.use_skip_connections:
-                # The residual is added to the output, not to h (in place without autograd).
-                if records_autograd(output, layer_inputs[d]):
-                    output = output + layer_inputs[d]
-                else:
+                # The residual is added to the output, not to h.
+                if fast.at_inference(output, layer_inputs[d]):
                     output = output.add_(layer_inputs[d])
+                else:
+                    output = output + layer_inputs[d]
             outputs[d].append(output)
             final_states[d].append(layer_finals[d])
             layer_inputs[d] = output

@@ -14,11 +14,11 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from . import fast
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
 from .io import read_allennlp, read_saved, write_allennlp, write_saved
-from .kernels import records_autograd, weights_key
-from .lstm import LstmStack, State, run_stacks, stack_small_kernels
+from .lstm import LstmStack, State, run_stacks
 from .options import BiLMOptions
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class BiLMOutput:
 
 
 @dataclass
-class _PackedRun:
+class PackedRun:
     """What one run of both LSTM stacks leaves, in the packed (length-sorted) layout."""
 
     tokens: torch.Tensor  # (batch, time + 2, P) token vectors with <S>/</S>
@@ -109,7 +109,7 @@ class BiLM(nn.Module):
         # ELMoForManyLangs model carries its dictionaries (`efml.EfmlLexicon`).
         self.lexicon: EfmlLexicon | None = None
         if initialise:
-            stack_small_kernels((self.forward_lstm, self.backward_lstm))
+            fast.lay_out((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
 
     # ------------------------------------------------------------------ construction and I/O
@@ -207,7 +207,7 @@ class BiLM(nn.Module):
         bilm = cls(options, stateful=stateful, initialise=False)
         state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
         bilm.load_state_dict(state_dict, assign=True)
-        stack_small_kernels((bilm.forward_lstm, bilm.backward_lstm))
+        fast.lay_out((bilm.forward_lstm, bilm.backward_lstm))
         return bilm
 
     @torch.no_grad()
@@ -294,10 +294,10 @@ class BiLM(nn.Module):
         )
         if mask.any():
             distinct, inverse = torch.unique(char_ids[mask], dim=0, return_inverse=True)
-            if torch.is_grad_enabled() or self.token_cache_size == 0:
-                vectors = self.char_cnn(distinct)
-            else:
+            if fast.ENABLED and not torch.is_grad_enabled() and self.token_cache_size > 0:
                 vectors = self._cached_char_cnn(distinct)
+            else:
+                vectors = self.char_cnn(distinct)
             output[mask] = vectors[inverse]
         return output
 
@@ -307,7 +307,7 @@ class BiLM(nn.Module):
         The cache is shared by the threads that run this model: it is read and updated under a
         lock, and the char CNN of the tokens it lacks runs outside the lock.
         """
-        weights = weights_key(self.char_cnn.parameters())
+        weights = _weights_key(self.char_cnn.parameters())
         keys = [row.tobytes() for row in distinct.cpu().numpy()]
         with self._token_cache_lock:
             cache = self._token_cache
@@ -345,12 +345,18 @@ class BiLM(nn.Module):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        """After copy and pickle: a new lock, and the weights laid out again (`fast.lay_out`:
+        copying gives every weight its own memory)."""
         super().__setstate__(state)
         self._token_cache_lock = threading.Lock()
+        fast.lay_out((self.forward_lstm, self.backward_lstm))
 
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
         """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
-        run = self._run(char_ids)
+        return self._activations(self._run(char_ids))
+
+    def _activations(self, run: PackedRun) -> BiLMActivations:
+        """Each layer's padded outputs, the backward ones in the original word order."""
         time = run.tokens.shape[1]
         outputs = {}
         for direction, layer_outputs in zip(DIRECTIONS, run.outputs):
@@ -375,7 +381,7 @@ class BiLM(nn.Module):
             lengths=run.lengths,
         )
 
-    def _run(self, char_ids: torch.Tensor) -> _PackedRun:
+    def _run(self, char_ids: torch.Tensor) -> PackedRun:
         """Token vectors and the packed output of every LSTM layer of both directions."""
         bos_ids, eos_ids = self._boundary_ids()
         if char_ids.dim() != 3 or char_ids.shape[-1] != len(bos_ids):
@@ -425,7 +431,7 @@ class BiLM(nn.Module):
         if self.stateful:
             for direction, finals in zip(DIRECTIONS, final_states):
                 self._carry_states(direction, finals, unsorted_indices)
-        return _PackedRun(
+        return PackedRun(
             tokens=tokens,
             outputs=outputs,
             batch_sizes=packed[0].batch_sizes,
@@ -439,51 +445,18 @@ class BiLM(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
-        if not records_autograd(*self.parameters()):
-            return self._forward_inference(char_ids)
-        acts = self.activations(char_ids)
+        run = self._run(char_ids)
+        mask = _token_mask(run.lengths, run.tokens.shape[1] - 2)  # (batch, time)
+        if fast.at_inference(*self.parameters()):
+            layers = fast.scatter_layers(
+                run.tokens, run.outputs, run.lengths, run.cpu_lengths, run.reverse_index, mask
+            )  # the same layers, without the autograd route's copies
+            return BiLMOutput(layers=layers, mask=mask)
+        acts = self._activations(run)
         layers = [torch.cat([acts.token_embeddings, acts.token_embeddings], dim=-1)]
         layers += [torch.cat(pair, dim=-1) for pair in zip(acts.forward, acts.backward)]
         stacked = torch.stack(layers)[:, :, 1:-1]  # (L + 1, batch, time, 2P)
-        mask = _token_mask(acts.lengths, stacked.shape[2])
         return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
-
-    def _forward_inference(self, char_ids: torch.Tensor) -> BiLMOutput:
-        """`forward` without autograd: every packed output row is written once, in place.
-
-        (The autograd path pads each layer and direction, reverses the backward ones and
-        concatenates: four copies of the output, which is most of the memory of a batch.)
-        """
-        run = self._run(char_ids)
-        batch, bounded_time, dim = run.tokens.shape
-        time = bounded_time - 2
-        mask = _token_mask(run.lengths, time)
-        layers = run.tokens.new_zeros((len(run.outputs[0]) + 1, batch, time, 2 * dim))
-        tokens = run.tokens[:, 1:-1].masked_fill(~mask[:, :, None], 0.0)
-        layers[0, :, :, :dim] = tokens
-        layers[0, :, :, dim:] = tokens
-        # Where each position of the bounded sentences goes among the batch * time output
-        # rows (-1 for <S>, </S> and padding); packed like the LSTM inputs, that gives each
-        # packed output row its destination.
-        position = torch.arange(bounded_time, device=mask.device)[None, :]
-        row = torch.arange(batch, device=mask.device)[:, None]
-        places = torch.where(
-            (position >= 1) & (position <= run.lengths[:, None]), row * time + position - 1, -1
-        )  # (batch, time + 2)
-        for half, outputs in enumerate(run.outputs):
-            if half == 1:  # the backward LM ran on the reversed sentences
-                places = places.gather(1, run.reverse_index)
-            packed = pack_padded_sequence(
-                places, run.cpu_lengths, batch_first=True, enforce_sorted=False
-            ).data
-            sources = (packed >= 0).nonzero()[:, 0]
-            targets = packed[sources]
-            for index, output in enumerate(outputs):
-                rows = layers[index + 1].view(batch * time, 2 * dim)
-                rows[:, half * dim : (half + 1) * dim].index_copy_(
-                    0, targets, output.index_select(0, sources)
-                )
-        return BiLMOutput(layers=layers, mask=mask)
 
     def embed(
         self, sentences: Sequence[Sequence[str]], batch_size: int = 64
@@ -510,6 +483,11 @@ class BiLM(nn.Module):
                     results[index] = numpy.ascontiguousarray(layers[:, row, :n])
                 del layers  # not alive while the next batch runs
         return results  # type: ignore[return-value]
+
+
+def _weights_key(weights) -> tuple:
+    """Changes whenever one of the tensors is replaced or modified in place."""
+    return tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
 
 
 def _entry_bytes(key: bytes, vector: torch.Tensor) -> int:

@@ -2,7 +2,8 @@
 
 Serialised as msgpack {options, safetensors weights}: no pickle, and independent of thinc's
 default torch (de)serialiser. Before its weights are known (architecture left to the weights)
-the layer holds a `PendingBiLM`, which `install_bilm` replaces.
+the layer holds a `PendingBiLM`, which `install_bilm` replaces. An optimiser step writes into
+the weights in place (`BiLMShim`), which keeps the memory layout of `bilm.fast.lay_out`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import srsly
 import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
-from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model, Optimizer, PyTorchShim, torch2xp, xp2torch
+from thinc.layers.pytorchwrapper import forward as pytorch_forward
 from thinc.types import Floats4d, Ints3d
 
 from ..bilm import BiLM, BiLMOptions
@@ -41,14 +43,39 @@ class PendingBiLM(torch.nn.Module):
 
 
 def bilm_layer(bilm: torch.nn.Module) -> Model[Ints3d, Floats4d]:
-    """Wrap `bilm`; gradients reach its parameters only through `begin_update`."""
-    return PyTorchWrapper_v3(
-        bilm,
-        convert_inputs=_convert_inputs,
-        convert_outputs=_convert_outputs,
-        serialize_model=serialize_bilm,
-        deserialize_model=deserialize_bilm,
+    """Wrap `bilm`; gradients reach its parameters only through `begin_update`.
+
+    thinc's `PyTorchWrapper.v3`, with a `BiLMShim` in place of its `PyTorchShim`.
+    """
+    shim = BiLMShim(bilm, serialize_model=serialize_bilm, deserialize_model=deserialize_bilm)
+    return Model(
+        "pytorch",
+        pytorch_forward,
+        attrs={"convert_inputs": _convert_inputs, "convert_outputs": _convert_outputs},
+        shims=[shim],
+        dims={"nI": None, "nO": None},
     )
+
+
+class BiLMShim(PyTorchShim):
+    """thinc's `PyTorchShim`, but an optimiser step writes the new values into the weights
+    rather than replacing their tensors, so that the weights keep their memory layout."""
+
+    def finish_update(self, optimizer: Optimizer) -> None:
+        for name, weight in self._model.named_parameters():
+            if weight.grad is None:
+                continue
+            if not self._grad_scaler.found_inf:  # no step when a gradient overflowed
+                # Contiguous (out, in) arrays, whatever the layout: thinc's optimiser then
+                # updates a plain weight in place and sums the gradient norm in row order.
+                data, grad = weight.data.contiguous(), weight.grad.contiguous()
+                values, _ = optimizer((self.id, name), torch2xp(data), torch2xp(grad))
+                new = xp2torch(values, device=weight.device)
+                if new.data_ptr() != weight.data_ptr():  # else updated in place already
+                    with torch.no_grad():
+                        weight.copy_(new)
+            weight.grad.zero_()
+        self._grad_scaler.update()
 
 
 def torch_bilm(layer: Model) -> BiLM:

@@ -13,7 +13,9 @@ unit are kept in a bounded cache keyed by its tokens (at most `cache_tokens` tok
 `cache_mb` is set, that many megabytes of stored layers), so later epochs do not run the biLM.
 
 The architecture may be left (partly) open: then the layer holds no biLM until weights are
-loaded (`set_weights`), which fills the open values and checks the given ones.
+loaded (`set_weights`), which fills the open values and checks the given ones. Weights come in
+at `initialize` (the default weights unless some were loaded), from a saved model, or through
+the `elmo` component; the forward pass only reads them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
 from ..bilm.batching import batches_by_padded_tokens
-from ..bilm.lstm import unstack_small_kernels
 from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
 
 STORE_DTYPES = ("float32", "float16")
@@ -169,6 +170,7 @@ def elmo_model(
     return Model(
         "elmo",
         forward,
+        init=init,
         layers=[bilm_layer(bilm)],
         dims=dims,
         attrs={
@@ -182,7 +184,6 @@ def elmo_model(
             "sentence_punct": sentence_punct,
             "weights_loaded": False,
             "cache": LayerCache(cache_tokens if frozen else 0, max_bytes),
-            "bilm_tokens": 0,  # tokens run through the biLM (for tests and benchmarks)
         },
     )
 
@@ -303,12 +304,25 @@ def batches_by_tokens(units: List[Unit], batch_tokens: int) -> List[List[Unit]]:
     return list(batches_by_padded_tokens(ordered, batch_tokens, length=lambda u: len(u.words)))
 
 
+def init(
+    model: Model[List[Doc], List[Floats3d]],
+    X: Optional[List[Doc]] = None,
+    Y: Optional[List[Floats3d]] = None,
+) -> None:
+    """Load the default weights unless weights were loaded already."""
+    ensure_weights(model)
+
+
 def forward(
     model: Model[List[Doc], List[Floats3d]], docs: List[Doc], is_train: bool
 ) -> Tuple[List[Floats3d], Callable]:
+    if not model.attrs["weights_loaded"]:
+        raise ValueError(
+            "the elmo model has no weights yet: initialize it first (nlp.initialize(), or "
+            "model.initialize() for the Thinc model alone), or load a saved pipeline"
+        )
     ops = model.ops
     layer = model.layers[0]
-    ensure_weights(model)
     options = get_bilm(model).options
     n_layers, width = options.n_layers + 1, options.output_dim
     store_dtype = model.attrs["store_dtype"]
@@ -333,14 +347,9 @@ def forward(
     bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
     for batch in batches_by_tokens(pending, model.attrs["batch_tokens"]):
         char_ids = ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
-        model.attrs["bilm_tokens"] += sum(len(unit.words) for unit in batch)
         if frozen or not is_train:
             layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P), no autograd
         else:
-            # Fine-tuning: thinc's optimiser writes contiguous weights back after each step,
-            # so the weights' gradients must have that layout from the first step on.
-            bilm = get_bilm(model)
-            unstack_small_kernels((bilm.forward_lstm, bilm.backward_lstm))
             layers, backprop_batch = layer.begin_update(char_ids)
             backprops.append((batch, backprop_batch, layers.shape))
         for row, unit in enumerate(batch):

@@ -1,4 +1,8 @@
-"""The listener: a downstream component's view of the `elmo` component's outputs.
+"""The listener: a downstream component's view of the `elmo` component's layers.
+
+`ElmoLayersListener` outputs the upstream's (L + 1, n, width) layers of every doc; the
+registered `spacy_elmo.ElmoListener.v1` (architectures.py) chains it with the component's
+own scalar mix.
 
 In training it receives the layers the `elmo` component computed for the batch (spaCy's
 Tok2Vec listener protocol, with the batch id = sum of token orths); at inference, or when
@@ -20,7 +24,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 
-class ElmoListener(Model):
+class ElmoLayersListener(Model):
     """Outputs one (L + 1, n_tokens, width) array per doc, from the upstream `elmo`."""
 
     name = "elmo-listener"
@@ -74,7 +78,7 @@ class ElmoListenerWarning(UserWarning):
     """An elmo listener ran without the layers of its upstream component."""
 
 
-def listener_init(model: ElmoListener, X=None, Y=None) -> None:
+def listener_init(model: ElmoLayersListener, X=None, Y=None) -> None:
     """Dims come from the config or the upstream; the sample docs have no layers yet."""
     if model.maybe_get_dim("nO") is None or model.maybe_get_dim("n_layers") is None:
         raise ValueError(
@@ -85,7 +89,7 @@ def listener_init(model: ElmoListener, X=None, Y=None) -> None:
     model.attrs["initializing"] = True
 
 
-def set_listener_dims(model: ElmoListener, width: int, n_layers: int) -> None:
+def set_listener_dims(model: ElmoLayersListener, width: int, n_layers: int) -> None:
     """Fill a listener's unknown width and n_layers (known values are kept for the check)."""
     if model.maybe_get_dim("nO") is None:
         model.set_dim("nO", width)
@@ -94,7 +98,7 @@ def set_listener_dims(model: ElmoListener, width: int, n_layers: int) -> None:
 
 
 def listener_forward(
-    model: ElmoListener, docs: List[Doc], is_train: bool
+    model: ElmoLayersListener, docs: List[Doc], is_train: bool
 ) -> Tuple[List[Floats3d], Callable]:
     if model.feed_upstream is not None:
         if is_train and model._batch_id is None:
@@ -141,7 +145,7 @@ def _has_layers(doc: Doc) -> bool:
     return Doc.has_extension("elmo_layers") and doc._.elmo_layers is not None
 
 
-def read_layers(model: ElmoListener, doc: Doc) -> Floats3d:
+def read_layers(model: ElmoLayersListener, doc: Doc) -> Floats3d:
     """`doc._.elmo_layers` as a model.ops array, checked against the listener's dims."""
     layers = doc._.elmo_layers if Doc.has_extension("elmo_layers") else None
     if layers is None:

@@ -2,7 +2,9 @@
 
     ELMo = gamma * sum_j s_j * h_j,   s = softmax(w)
 
-over the L + 1 biLM layers of every token. Differences from AllenNLP's ``ScalarMix`` and
+over the L + 1 biLM layers of every token. w is the layer's parameter ``weights`` (pre-softmax;
+its starting value the argument ``initial_weights``), gamma is ``exp(log_gamma)``;
+`softmax_weights_and_gamma` reads s and gamma. Differences from AllenNLP's ``ScalarMix`` and
 bilm-tf's ``weight_layers``, on purpose:
 
 * gamma is stored as ``log_gamma``: thinc's L2 weight decay pulls every parameter towards 0,
@@ -35,10 +37,10 @@ OutT = List[Floats2d]  # one (n_tokens, D) array per doc, float32 (float64 for f
 def scalar_mix(
     n_layers: Optional[int] = None,
     *,
-    initial_weights: Optional[List[float]] = None,
-    gamma: float = 1.0,
     layer_norm: bool = False,
     layer_dropout: float = 0.0,
+    initial_weights: Optional[List[float]] = None,
+    gamma: float = 1.0,
     trainable: bool = True,
 ) -> Model[InT, OutT]:
     """Mix the biLM layers of every doc into one (n_tokens, D) array: gamma * sum_j s_j h_j.
@@ -79,18 +81,22 @@ def _set_initial_params(
 ) -> None:
     if initial_weights is None:
         initial_weights = [0.0] * n_layers
-    if len(initial_weights) != n_layers:
-        raise ValueError(
-            f"scalar_mix: initial_weights has {len(initial_weights)} values "
-            f"({list(initial_weights)}) but n_layers is {n_layers}"
-        )
+    check_one_per_layer("scalar_mix: initial_weights", initial_weights, n_layers, "the mix")
     model.attrs["n_layers"] = n_layers
     model.set_param("weights", model.ops.asarray1f([float(w) for w in initial_weights]))
     model.set_param("log_gamma", model.ops.asarray1f([math.log(model.attrs["initial_gamma"])]))
 
 
-def mix_weights(model: Model) -> Tuple[List[float], float]:
-    """The current softmax weights s (a list of n_layers floats) and gamma, for reporting."""
+def check_one_per_layer(name: str, values: Sequence[float], n_layers: int, owner: str) -> None:
+    """ValueError unless the setting `name` has one value per layer of `owner`."""
+    if len(values) != n_layers:
+        raise ValueError(
+            f"{name} has {len(values)} values {list(values)} but {owner} has {n_layers} layers"
+        )
+
+
+def softmax_weights_and_gamma(model: Model) -> Tuple[List[float], float]:
+    """A scalar mix's current s = softmax(w) (a list of n_layers floats) and gamma."""
     ops = model.ops
     weights = ops.to_numpy(_softmax(ops, model.get_param("weights"), None))
     log_gamma = ops.to_numpy(model.get_param("log_gamma"))

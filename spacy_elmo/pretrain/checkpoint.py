@@ -8,14 +8,12 @@ code. Checkpoints of earlier versions hold the same types and load the same way.
 
 from __future__ import annotations
 
-import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..bilm.io import check_finite
+from ..bilm.io import check_finite, read_torch_file
 from ..outputs import atomic_path
 
 FORMAT_NAME = "spacy-elmo-pretrain-checkpoint"
@@ -49,19 +47,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         )
     if path.stat().st_size == 0:
         raise ValueError(f"checkpoint {path} is empty (a write that never completed?)")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise ValueError(
-            f"refusing to load checkpoint {path}: it holds objects other than tensors and plain "
-            f"values, which could run code when unpickled; spacy-elmo checkpoints never do "
-            f"({str(err).splitlines()[0]})"
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as err:
-        raise ValueError(
-            f"cannot read checkpoint {path} ({str(err).splitlines()[0] if str(err) else err!r}); "
-            f"it may be truncated or corrupted"
-        ) from None
+    state = read_torch_file(path, "checkpoint")
     if not isinstance(state, dict):
         raise ValueError(f"checkpoint {path} is not a spacy-elmo checkpoint (not a dict)")
     if state.get("format", FORMAT_NAME) != FORMAT_NAME:

@@ -34,11 +34,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": _options([[1, 8], [2, 8], [3, 16]], 1, 32, 16, embedding_dim=4),
     # The bundled English model: sized to train in about 90 minutes on 2 CPU cores.
     "bundled": _options([[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]], 1, 512, 128),
-    # The published AllenNLP shapes (13.6M, 28.0M and 93.6M parameters).
+    # The published AllenNLP shapes (their parameter counts: PUBLISHED_PARAMETERS).
     "small": _options(ELMO_FILTERS, 1, 1024, 128),
     "medium": _options(ELMO_FILTERS, 1, 2048, 256),
     "original": _options(ELMO_FILTERS, 2, 4096, 512),
 }
+
+
+# The parameter counts of the published AllenNLP models of these shapes (their weights files).
+PUBLISHED_PARAMETERS = {"small": 13_593_296, "medium": 28_027_728, "original": 93_600_848}
 
 
 def preset(name: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spacy_elmo.bilm import lstm
+from spacy_elmo.bilm import fast, lstm
 from spacy_elmo.bilm.fused import fused_cells
 from spacy_elmo.bilm.lstm import LstmStack, run_stacks
 
@@ -25,7 +25,7 @@ def _stacks(use_projection: bool, clip: float | None, dim: int) -> list[LstmStac
 
 
 def _run(stacks, inputs, states, fused: bool, monkeypatch):
-    monkeypatch.setattr(lstm, "FUSED_AUTOGRAD", fused)
+    monkeypatch.setattr(fast, "ENABLED", fused)  # off: the cells recorded op by op
     outputs, finals = run_stacks(stacks, inputs, BATCH_SIZES, states)
     weights = [
         torch.arange(o.numel(), dtype=o.dtype).reshape(o.shape).sin() for d in outputs for o in d
@@ -89,20 +89,30 @@ def test_fused_cells_gradients_match_finite_differences():
     assert torch.autograd.gradcheck(outputs, (x, *weights, projection))
 
 
-def test_inference_is_unchanged_by_the_fused_path(monkeypatch):
-    """Without autograd the fused path is never taken: the same outputs bit for bit."""
+def test_the_fused_path_is_taken_only_with_autograd(monkeypatch):
+    """With autograd the cells run fused; without it, or under autocast, never."""
+    monkeypatch.setattr(fast, "ENABLED", True)
     torch.manual_seed(2)
     stacks = _stacks(True, 0.5, 6)
     inputs = [torch.randn(sum(BATCH_SIZES), 6, dtype=torch.float64) for _ in stacks]
     states = [[(torch.zeros(4, 6).double(), torch.zeros(4, 10).double())] * 2 for _ in stacks]
+    calls = []
+
+    def counted(*args):
+        calls.append(len(args))
+        return fused_cells(*args)
+
+    monkeypatch.setattr(lstm, "fused_cells", counted)
     with torch.no_grad():
-        monkeypatch.setattr(lstm, "FUSED_AUTOGRAD", True)
-        first = run_stacks(stacks, inputs, BATCH_SIZES, states)[0]
-        monkeypatch.setattr(lstm, "FUSED_AUTOGRAD", False)
-        second = run_stacks(stacks, inputs, BATCH_SIZES, states)[0]
-    for a, b in zip(first, second):
-        for x, y in zip(a, b):
-            assert torch.equal(x, y)
+        run_stacks(stacks, inputs, BATCH_SIZES, states)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        run_stacks(stacks, inputs, BATCH_SIZES, states)
+    assert calls == []
+    run_stacks(stacks, inputs, BATCH_SIZES, states)
+    assert len(calls) == 2  # one node per layer, both directions together
+    monkeypatch.setattr(fast, "ENABLED", False)
+    run_stacks(stacks, inputs, BATCH_SIZES, states)
+    assert len(calls) == 2
 
 
 def test_char_cnn_on_trimmed_columns_equals_all_fifty():
@@ -114,10 +124,12 @@ def test_char_cnn_on_trimmed_columns_equals_all_fifty():
     torch.manual_seed(3)
     cnn = BiLM(BiLMOptions.from_dict(preset("tiny"))).char_cnn
     ids = batch_to_ids([["a", "river", "bank", "x" * 20, "🙂"]])[0]
-    trimmed = cnn._trim(ids)
+    widest = max(width for width, _ in cnn.options.filters)
+    assert widest == 3
+    trimmed = fast.trim_columns(ids, cnn.padding_id, widest)
     assert trimmed.shape[1] == 22 + 3  # the 20-byte token + begin/end of word, widest filter 3
     with torch.no_grad():
         full = cnn.projection(cnn.highways[0](torch.cat([cnn._features(row[None]) for row in ids])))
         torch.testing.assert_close(cnn(ids), full, rtol=0, atol=1e-6)
     long = batch_to_ids([["y" * 60]])[0]  # 48 bytes + 2: nothing to trim
-    assert torch.equal(cnn._trim(long), long)
+    assert torch.equal(fast.trim_columns(long, cnn.padding_id, widest), long)

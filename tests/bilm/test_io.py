@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, BiLMOptions
+from spacy_elmo.pretrain.presets import PUBLISHED_PARAMETERS, preset
 
 from .util import tiny_options, write_random_model
 
@@ -95,16 +96,14 @@ def test_options_round_trip_keeps_unknown_keys():
     assert options.to_dict()["lstm"]["custom"] == 1
 
 
-PUBLISHED = {
-    "small": (1024, 128, 1, 13_593_296),
-    "medium": (2048, 256, 1, 28_027_728),
-    "original": (4096, 512, 2, 93_600_848),
-}
+# The published shapes: LSTM dim, projection dim, highway layers.
+PUBLISHED = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_parameter_counts_of_the_published_shapes(name):
-    dim, projection, highway, count = PUBLISHED[name]
+    dim, projection, highway = PUBLISHED[name]
+    count = PUBLISHED_PARAMETERS[name]
     raw = tiny_options(
         lstm__dim=dim,
         lstm__projection_dim=projection,
@@ -114,6 +113,7 @@ def test_parameter_counts_of_the_published_shapes(name):
     )
     options = BiLMOptions.from_dict(raw)
     assert options.n_parameters() == count
+    assert BiLMOptions.from_dict(preset(name)) == options  # the preset of that name
     if name == "small":  # the module holds the same, plus the zero "no token" embedding row
         module_count = sum(p.numel() for p in BiLM(options).parameters())
         assert module_count == count + 16
@@ -219,3 +219,34 @@ def test_saved_directory_errors(tmp_path, model_files):
     (tmp_path / "saved" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="has shape .* but .*config.json implies"):
         BiLM.load(tmp_path / "saved")
+
+
+# ------------------------------------------------------------------ torch.save files
+class _RunsCode:
+    """Unpickling it would create a file: what a crafted checkpoint or state dict could do."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_read_torch_file_reads_plain_values_and_refuses_other_objects(tmp_path):
+    from spacy_elmo.bilm.io import read_torch_file
+
+    plain = {"step": 3, "weights": torch.arange(4.0), "nested": [{"lr": 0.5}]}
+    torch.save(plain, tmp_path / "plain.pt")
+    state = read_torch_file(tmp_path / "plain.pt", "checkpoint")
+    assert state["step"] == 3 and state["nested"] == [{"lr": 0.5}]
+    assert torch.equal(state["weights"], plain["weights"])
+
+    marker = tmp_path / "marker"
+    torch.save({"step": _RunsCode(marker)}, tmp_path / "crafted.pt")
+    with pytest.raises(ValueError, match=r"refusing to load a thing .*crafted\.pt: it holds"):
+        read_torch_file(tmp_path / "crafted.pt", "a thing")
+    assert not marker.exists()
+    data = (tmp_path / "plain.pt").read_bytes()
+    (tmp_path / "half.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cannot read a thing .*half\.pt .*truncated or corr"):
+        read_torch_file(tmp_path / "half.pt", "a thing")

@@ -10,7 +10,7 @@ import pytest
 from spacy.util import registry
 from thinc.api import Adam, fix_random_seed
 
-from spacy_elmo.layers.scalar_mix import LAYER_NORM_EPS, mix_weights, scalar_mix
+from spacy_elmo.layers.scalar_mix import LAYER_NORM_EPS, scalar_mix, softmax_weights_and_gamma
 
 N_LAYERS = 3
 WIDTH = 6
@@ -63,7 +63,7 @@ def test_forward_matches_numpy(layer_norm):
 
 def test_default_weights_are_equal():
     model = scalar_mix(N_LAYERS)
-    weights, gamma = mix_weights(model)
+    weights, gamma = softmax_weights_and_gamma(model)
     assert weights == pytest.approx([1 / N_LAYERS] * N_LAYERS)
     assert gamma == pytest.approx(1.0)
     (X,) = random_docs([5])
@@ -73,7 +73,7 @@ def test_default_weights_are_equal():
 
 def test_mix_weights_reports_softmax_and_gamma():
     model = scalar_mix(2, initial_weights=[0.0, math.log(3.0)], gamma=2.5)
-    weights, gamma = mix_weights(model)
+    weights, gamma = softmax_weights_and_gamma(model)
     assert weights == pytest.approx([0.25, 0.75])
     assert gamma == pytest.approx(2.5)
     assert all(isinstance(w, float) for w in weights) and isinstance(gamma, float)
@@ -98,29 +98,24 @@ def test_gradients_match_finite_differences(layer_norm):
 
     for X, dX in zip(Xs, dXs):
         assert dX.shape == X.shape and dX.dtype == numpy.float64
-        numeric = numpy.zeros_like(X)
-        for index in numpy.ndindex(*X.shape):
-            original = X[index]
-            X[index] = original + eps
-            plus = loss()
-            X[index] = original - eps
-            minus = loss()
-            X[index] = original
-            numeric[index] = (plus - minus) / (2 * eps)
-        numpy.testing.assert_allclose(dX, numeric, rtol=1e-5, atol=1e-6)
-
+        numpy.testing.assert_allclose(dX, numeric_gradient(X, loss, eps), rtol=1e-5, atol=1e-6)
     for name in ("weights", "log_gamma"):
-        param = model.get_param(name)
-        numeric = numpy.zeros_like(param)
-        for i in range(param.size):
-            original = param[i]
-            param[i] = original + eps
-            plus = loss()
-            param[i] = original - eps
-            minus = loss()
-            param[i] = original
-            numeric[i] = (plus - minus) / (2 * eps)
+        numeric = numeric_gradient(model.get_param(name), loss, eps)
         numpy.testing.assert_allclose(model.get_grad(name), numeric, rtol=1e-5, atol=1e-6)
+
+
+def numeric_gradient(array: numpy.ndarray, loss, eps: float) -> numpy.ndarray:
+    """d loss / d array by central differences, moving one value of `array` (in place) at a time."""
+    numeric = numpy.zeros_like(array)
+    for index in numpy.ndindex(*array.shape):
+        original = array[index]
+        array[index] = original + eps
+        plus = loss()
+        array[index] = original - eps
+        minus = loss()
+        array[index] = original
+        numeric[index] = (plus - minus) / (2 * eps)
+    return numeric
 
 
 def test_gradients_accumulate_over_calls():
@@ -150,11 +145,11 @@ def test_not_trainable_leaves_parameters_unchanged():
 @pytest.mark.parametrize("gamma", [2.0, 0.5])
 def test_weight_decay_pulls_gamma_towards_one(gamma):
     model = scalar_mix(N_LAYERS, initial_weights=[1.0, 0.0, -1.0], gamma=gamma)
-    weights_before, _ = mix_weights(model)
+    weights_before, _ = softmax_weights_and_gamma(model)
     for name in ("weights", "log_gamma"):
         model.inc_grad(name, numpy.zeros_like(model.get_param(name)))
     model.finish_update(Adam(0.1, L2=0.01, L2_is_weight_decay=True))
-    weights, new_gamma = mix_weights(model)
+    weights, new_gamma = softmax_weights_and_gamma(model)
     assert abs(new_gamma - 1.0) < abs(gamma - 1.0)
     assert min(new_gamma, gamma) >= 1.0 or max(new_gamma, gamma) <= 1.0  # no overshoot
     # the pre-softmax weights decay towards 0, i.e. the mix moves towards uniform
@@ -260,8 +255,8 @@ def test_registered_for_configs_and_serialises():
     assert model.attrs["layer_norm"] is True
     assert registry.architectures.get("spacy_elmo.ScalarMix.v1") is scalar_mix
     copy = scalar_mix(3).from_bytes(model.to_bytes())
-    assert mix_weights(copy)[0] == pytest.approx(mix_weights(model)[0])
-    assert mix_weights(copy)[1] == pytest.approx(0.5)
+    assert softmax_weights_and_gamma(copy)[0] == pytest.approx(softmax_weights_and_gamma(model)[0])
+    assert softmax_weights_and_gamma(copy)[1] == pytest.approx(0.5)
     X = numpy.random.default_rng(0).normal(size=(3, 4, WIDTH)).astype("float32")
     expected = reference_mix(X, [1.0, 2.0, 3.0], 0.5, layer_norm=True)
     numpy.testing.assert_allclose(model.predict([X])[0], expected, rtol=1e-5, atol=1e-6)

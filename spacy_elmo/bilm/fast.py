@@ -1,0 +1,275 @@
+"""The biLM's fast paths, the one switch that turns them off, and why each is there.
+
+`char_cnn.py`, `lstm.py` and `model.py` compute ELMo the way ELMO_SPEC.md writes it (§4-6).
+Where a faster route to the same numbers exists, they ask this module whether it applies
+(`ENABLED`, `at_inference`, `fused_training`) and take it from here; nothing else in the
+package chooses kernels or memory layouts, or calls private torch ops.
+
+`ENABLED = False` turns every fast path off: the products run as `F.linear`, one direction at a
+time; the char convolutions as `conv1d` over all 50 columns; the LSTM cells are recorded op by
+op under autograd; every update is out of place; no token vectors are cached; the weights keep
+their plain (out, in) layout. That plain route is the reference of the tests
+(tests/bilm/test_fast.py, tests/bilm/test_fused.py) and of benchmarks/bench_pretrain.py.
+SPACY_ELMO_REFERENCE=1 in the environment (or SPACY_ELMO_REFERENCE_TRAINING=1, its older name)
+sets it at import.
+
+With `ENABLED` (the default), timed in benchmarks/results/ (kernels_cpu.md for the per-step
+products, bilm_cpu.md for inference, pretrain_cpu.md for training):
+
+Training, where autograd records:
+
+* Fused LSTM cells (`fused.py`). Recorded op by op, every timestep of a packed LSTM costs a
+  dozen forward and two dozen backward nodes, and every slice of the input gates leaves a
+  zero-filled gradient of the whole block to be added up. As one autograd node with a
+  hand-written backward pass, a step is only its recurrent products and gate algebra. Values
+  and gradients equal the op-by-op ones up to float rounding. Not under `torch.autocast`,
+  which needs the ops recorded one by one.
+* Trimmed character columns (at inference too). After a token's end-of-word every slot holds
+  the padding character, so all windows wholly in the padding give one and the same value:
+  convolving up to the longest token plus the widest filter keeps every max, bit for bit, on
+  typically half the columns (most tokens are under 15 characters).
+
+Inference, where autograd does not record:
+
+* Token cache: a `BiLM` keeps the char-CNN vectors of the tokens it saw last (`model.py`).
+* Channels-last char convolutions, on the CPU: a 2-d convolution of height 1 in the
+  channels-last layout, whose output oneDNN writes in place, where `conv1d` writes a blocked
+  layout and reorders it into a second buffer of the same size. The same kernel's sums.
+* The per-step products, by the size of the kernel:
+  - up to STACKED_MAX_ELEMENTS elements (the bundled and small models): one batched GEMM for
+    both directions, so that each core runs one direction without waiting for the other. It
+    needs a layer's kernels of both directions as one (2, in, out) tensor: `lay_out` stores
+    the weights so when a BiLM is built, loaded or copied, each Parameter being a transposed
+    view of its slice, so that the batched step reads the weights themselves (no copy, no
+    memory; `layers/bilm_wrapper.py` keeps the layout through thinc's optimiser). Where the
+    layout is lost (weights moved to another device or dtype, or replaced), each call stacks
+    a copy.
+  - larger (the medium and original models): oneDNN's inner product, one direction at a time.
+    For the few rows of one timestep and a kernel larger than the cache it beats `F.linear`
+    (MKL); its fixed cost per call loses on small kernels. It is a private op of torch
+    (`torch.ops.mkldnn._linear_pointwise`): SPACY_ELMO_DISABLE_ONEDNN=1 leaves it out, as do
+    torch builds without it.
+  Both are float32 throughout; only the order of the additions differs from `F.linear`.
+* In-place updates: the gates through one sigmoid over all four blocks, and the cell state,
+  clipping and residual connections written in place: fewer kernels and allocations per step,
+  which is what a batch of one sentence is made of.
+* The output written in place: `BiLM.forward` puts every packed output row straight into its
+  place in the (L + 1, batch, time, 2P) result, where the autograd route pads each layer and
+  direction, reverses the backward ones and concatenates them (four copies of the output,
+  most of the memory of a batch).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.utils.rnn import pack_padded_sequence
+
+
+def _environment_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+# The one switch (see above).
+ENABLED = not (
+    _environment_flag("SPACY_ELMO_REFERENCE") or _environment_flag("SPACY_ELMO_REFERENCE_TRAINING")
+)
+ONEDNN = (
+    torch.backends.mkldnn.is_available()
+    and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    and not _environment_flag("SPACY_ELMO_DISABLE_ONEDNN")
+)
+# Per-step kernels of up to this many elements are multiplied for both directions at once (the
+# bundled model's (2048, 128) and the small model's (4096, 128) recurrent kernels) ...
+STACKED_MAX_ELEMENTS = 1 << 19
+# ... and products with kernels of at least this many go to oneDNN (the medium and original
+# models' kernels, and the small model's (4096, 128) input kernel).
+ONEDNN_MIN_ELEMENTS = 1 << 19
+
+
+def records_autograd(*tensors: torch.Tensor) -> bool:
+    """Whether an op on these tensors would be recorded for backward."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def at_inference(*tensors: torch.Tensor) -> bool:
+    """Whether the inference fast paths apply to an op on these tensors (no autograd)."""
+    return ENABLED and not records_autograd(*tensors)
+
+
+def fused_training(*tensors: torch.Tensor) -> bool:
+    """Whether LSTM cells over these tensors run as one autograd node (`fused.py`)."""
+    return (
+        ENABLED
+        and records_autograd(*tensors)
+        and not torch.is_autocast_enabled(tensors[0].device.type)
+    )
+
+
+# ---------------------------------------------------------------------- char CNN
+def trim_columns(char_ids: torch.Tensor, padding_id: int, widest_filter: int) -> torch.Tensor:
+    """The first columns of (n, 50) char ids that decide the max-pooled features: those up to
+    the longest token's end, plus the widest filter's (one all-padding window)."""
+    padding = char_ids == padding_id
+    longest = int((~padding).sum(dim=-1).max()) if char_ids.shape[0] else 0
+    keep = longest + widest_filter
+    return char_ids[:, :keep] if keep < char_ids.shape[-1] else char_ids
+
+
+def conv_max(chars: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """max over positions of conv(chars), (n, length, e) -> (n, filters), as a channels-last
+    2-d convolution of height 1 (on the CPU, without autograd)."""
+    x = chars.transpose(1, 2)[:, :, None, :].contiguous(memory_format=torch.channels_last)
+    scores = F.conv2d(x, conv.weight[:, :, None, :], conv.bias)  # (n, filters, 1, positions)
+    return scores.amax(dim=(2, 3))
+
+
+# ---------------------------------------------------------------------- LSTM products
+def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `linear(x, weight)` goes through oneDNN."""
+    return (
+        ONEDNN
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and weight.numel() >= ONEDNN_MIN_ELEMENTS
+        and at_inference(x, weight)
+    )
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    add: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x @ weight.T + bias + add for 2-d `x` (rows, in), `weight` (out, in), `add` (rows, out):
+    through oneDNN where it applies, else `F.linear`."""
+    if uses_onednn(x, weight):
+        x = x.contiguous()
+        if add is None:
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise.binary(x, add.contiguous(), weight, bias, "add")
+    y = F.linear(x, weight, bias)
+    if add is None:
+        return y
+    return y.add_(add) if at_inference(y) else y + add
+
+
+def stacked_kernels(
+    cells: Sequence[nn.Module], x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The (k, hidden, 4D) recurrent and (k, D, P) projection kernels of k cells
+    (`lstm.LstmCellWithProjection`) for one batched GEMM per step, or None where that step
+    does not apply.
+
+    Views of the weights where `lay_out` stored them so, else (in, out) copies.
+    """
+    recurrent = [cell.recurrent_weight for cell in cells]
+    projection = [cell.projection_weight for cell in cells if cell.projection_weight is not None]
+    if (
+        len(cells) < 2
+        or recurrent[0].numel() > STACKED_MAX_ELEMENTS
+        or not at_inference(x, *recurrent, *projection)
+    ):
+        return None
+    return _as_stack(recurrent), _as_stack(projection) if projection else None
+
+
+def _as_stack(weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(k, in, out) from k (out, in) weights: a view when they are slices of one, else a copy."""
+    first = weights[0]
+    shape, size = first.t().shape, first.numel()
+    if all(
+        w.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and w.storage_offset() == first.storage_offset() + d * size
+        and w.shape == first.shape
+        and w.t().is_contiguous()
+        for d, w in enumerate(weights)
+    ):
+        return torch.as_strided(
+            first, (len(weights), *shape), (size, shape[1], 1), first.storage_offset()
+        )
+    return torch.stack([w.t() for w in weights])
+
+
+def lay_out(stacks: Sequence[nn.Module]) -> None:
+    """Store each layer's recurrent and projection weights, across the `lstm.LstmStack`s, as one
+    (k, in, out) tensor where the batched step applies to them: each Parameter becomes a
+    transposed view of its slice (the same Parameter objects, with new memory).
+
+    For weights that no autograd graph or optimiser state refers to by memory: a BiLM that is
+    being built, loaded or copied.
+    """
+    if not ENABLED:
+        return
+    for cells in zip(*(stack.layers for stack in stacks)):
+        if cells[0].recurrent_weight.numel() > STACKED_MAX_ELEMENTS:
+            continue
+        for name in ("recurrent_weight", "projection_weight"):
+            weights = [getattr(cell, name) for cell in cells]
+            if weights[0] is None:
+                continue
+            with torch.no_grad():
+                stacked = torch.stack([weight.detach().t() for weight in weights])
+            for weight, kernel in zip(weights, stacked):
+                weight.data = kernel.t()
+
+
+def cell_update(
+    z: torch.Tensor, c: torch.Tensor, cell_clip: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LSTM cell update (lstm.py) without autograd: one sigmoid over all four gate blocks of z
+    (..., 4D), in bilm-tf order (input, candidate, forget, output; the candidate's sigmoid is
+    unused), and the products in place."""
+    gates = torch.sigmoid(z)
+    i, _, f, o = gates.chunk(4, dim=-1)
+    j = z.chunk(4, dim=-1)[1]
+    c_t = torch.addcmul(f.mul_(c), i, torch.tanh(j))
+    if cell_clip is not None:
+        c_t.clamp_(-cell_clip, cell_clip)
+    return c_t, torch.tanh(c_t).mul_(o)
+
+
+# ---------------------------------------------------------------------- output
+def scatter_layers(
+    tokens: torch.Tensor,
+    outputs: Sequence[Sequence[torch.Tensor]],
+    lengths: torch.Tensor,
+    cpu_lengths: torch.Tensor,
+    reverse_index: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """`BiLM.forward`'s (L + 1, batch, time, 2P) layers from a run of both LSTM stacks
+    (`model.PackedRun`), without autograd: every packed output row copied once, straight into
+    its place; zero where `mask` (batch, time) has no token."""
+    batch, bounded_time, dim = tokens.shape  # tokens (batch, time + 2, P), boundaries included
+    time = bounded_time - 2
+    layers = tokens.new_zeros((len(outputs[0]) + 1, batch, time, 2 * dim))
+    tokens = tokens[:, 1:-1].masked_fill(~mask[:, :, None], 0.0)
+    layers[0, :, :, :dim] = tokens
+    layers[0, :, :, dim:] = tokens
+    # Where each position of the bounded sentences goes among the batch * time output rows (-1
+    # for <S>, </S> and padding); packed like the LSTM inputs, that gives each packed output
+    # row its destination.
+    position = torch.arange(bounded_time, device=mask.device)[None, :]
+    row = torch.arange(batch, device=mask.device)[:, None]
+    places = torch.where(
+        (position >= 1) & (position <= lengths[:, None]), row * time + position - 1, -1
+    )  # (batch, time + 2)
+    for half, layer_outputs in enumerate(outputs):
+        if half == 1:  # the backward LM ran on the reversed sentences
+            places = places.gather(1, reverse_index)
+        packed = pack_padded_sequence(places, cpu_lengths, batch_first=True, enforce_sorted=False)
+        sources = (packed.data >= 0).nonzero()[:, 0]
+        targets = packed.data[sources]
+        for index, output in enumerate(layer_outputs):
+            rows = layers[index + 1].view(batch * time, 2 * dim)
+            rows[:, half * dim : (half + 1) * dim].index_copy_(
+                0, targets, output.index_select(0, sources)
+            )
+    return layers

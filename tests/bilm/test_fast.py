@@ -1,0 +1,296 @@
+"""The fast paths (`bilm/fast.py`: oneDNN products, batched GEMMs over both directions on
+weights laid out for them, in-place updates and output, blocked input projections and char CNN)
+and the plain route of `fast.ENABLED = False`, against NumPy and against each other."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM
+from spacy_elmo.bilm import batch_to_ids, char_cnn, fast, lstm
+
+from .numpy_reference import NumpyBiLM
+from .test_reference import SENTENCES
+from .util import tiny_options, write_random_model
+
+NEVER, ALWAYS = 1 << 62, 0
+
+# kernel thresholds and block sizes per path; "plain" is F.linear and one GEMM per direction;
+# "reference" has every fast path off.
+PATHS = {
+    "reference": dict(onednn=NEVER, stacked=-1, enabled=False),
+    "plain": dict(onednn=NEVER, stacked=-1),
+    "onednn": dict(onednn=ALWAYS, stacked=-1),
+    "stacked": dict(onednn=NEVER, stacked=NEVER),
+    "onednn_stacked": dict(onednn=ALWAYS, stacked=NEVER),
+    "one_step_blocks": dict(onednn=ALWAYS, stacked=-1, gate_block=1, cnn_block=1),
+}
+
+
+def use_path(monkeypatch, onednn, stacked, gate_block=None, cnn_block=None, enabled=True):
+    """Choose a path (before the BiLM is built: `fast.lay_out` follows the switch)."""
+    if onednn == ALWAYS and not fast.ONEDNN:
+        pytest.skip("oneDNN is not available in this torch build")
+    monkeypatch.setattr(fast, "ENABLED", enabled)
+    monkeypatch.setattr(fast, "ONEDNN_MIN_ELEMENTS", onednn)
+    monkeypatch.setattr(fast, "STACKED_MAX_ELEMENTS", stacked)
+    if gate_block is not None:
+        monkeypatch.setattr(lstm, "GATE_BLOCK_ROWS", gate_block)
+    if cnn_block is not None:
+        monkeypatch.setattr(char_cnn, "CNN_BLOCK_BYTES", cnn_block)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return write_random_model(tmp_path_factory.mktemp("model"), tiny_options(), seed=3)
+
+
+@pytest.fixture(scope="module")
+def reference(files):
+    return NumpyBiLM(*files)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_every_path_matches_numpy(monkeypatch, files, reference, path):
+    use_path(monkeypatch, **PATHS[path])
+    bilm = BiLM.from_allennlp(*files)
+    for batch_size in (1, 3):
+        outputs = bilm.embed(SENTENCES, batch_size=batch_size)
+        for tokens, got in zip(SENTENCES, outputs):
+            np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("path", ["stacked", "onednn"])
+def test_stateful_paths_agree_with_plain(monkeypatch, files, path):
+    """Carried states go through the same kernels: three stateful calls, each path alike."""
+    batches = [SENTENCES[:3], SENTENCES[1:], SENTENCES[::-1][:3]]
+    results = {}
+    for name in ("plain", path):
+        use_path(monkeypatch, **PATHS[name])
+        bilm = BiLM.from_allennlp(*files, stateful=True)
+        results[name] = [bilm.embed(batch, batch_size=3) for batch in batches]
+    for plain, chosen in zip(results["plain"], results[path]):
+        for a, b in zip(plain, chosen):
+            np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
+
+
+def test_stacked_kernels_follow_weight_changes(monkeypatch, files, tmp_path):
+    """An in-place change of a weight reaches the batched step (its kernels are the weights)."""
+    use_path(monkeypatch, **PATHS["stacked"])
+    bilm = BiLM.from_allennlp(*files)
+    before = bilm.embed(SENTENCES[:1])[0]
+    with torch.no_grad():
+        bilm.backward_lstm.layers[1].recurrent_weight.mul_(-0.5)
+        bilm.forward_lstm.layers[0].projection_weight.add_(0.25)
+    after = bilm.embed(SENTENCES[:1])[0]
+    assert np.abs(after[1:] - before[1:]).max() > 1e-3
+    bilm.to_allennlp(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    expected = NumpyBiLM(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    np.testing.assert_allclose(after, expected.sentence(SENTENCES[0])[0], atol=1e-5, rtol=0)
+
+
+def test_one_direction_stack_equals_the_lockstep_run(files):
+    """LstmStack.forward (one direction alone) gives what run_stacks gives for it."""
+    bilm = BiLM.from_allennlp(*files)
+    rng = torch.Generator().manual_seed(0)
+    batch_sizes = [3, 3, 2, 1]
+    inputs = [torch.randn(sum(batch_sizes), 8, generator=rng) for _ in range(2)]
+    states = [
+        [(torch.randn(3, 8, generator=rng), torch.randn(3, 24, generator=rng)) for _ in range(2)]
+        for _ in range(2)
+    ]
+    stacks = [bilm.forward_lstm, bilm.backward_lstm]
+    with torch.inference_mode():
+        together, together_final = lstm.run_stacks(stacks, inputs, batch_sizes, states)
+        for d, stack in enumerate(stacks):
+            alone, alone_final = stack(inputs[d], batch_sizes, states[d])
+            # The two runs use different GEMM kernels (batched against per direction): equal up
+            # to float32 rounding, amplified a little by the recurrence.
+            for a, b in zip(alone, together[d]):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+            for (h1, c1), (h2, c2) in zip(alone_final, together_final[d]):
+                torch.testing.assert_close(h1, h2, atol=1e-5, rtol=0)
+                torch.testing.assert_close(c1, c2, atol=1e-5, rtol=0)
+
+
+def test_stacked_kernels_share_the_weights_storage(monkeypatch, files, reference):
+    """The batched step's (k, in, out) kernels are the weights themselves (laid out so when the
+    model is loaded), not copies; the weights stay ordinary Parameters: same values through
+    inference, trainable, saved and reloaded exactly."""
+    use_path(monkeypatch, **PATHS["stacked"])
+    bilm = BiLM.from_allennlp(*files)
+    before = {k: v.clone() for k, v in bilm.state_dict().items()}
+    parameters = list(bilm.parameters())
+    bilm.embed(SENTENCES[:2])
+    assert list(bilm.parameters()) == parameters  # the same Parameter objects
+    for key, value in bilm.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert_stacked_views(bilm)
+    # Training through the shared weights: the gradient of a weight in a view is its own.
+    loss = bilm(batch_to_ids([SENTENCES[0]])).layers.sum()
+    loss.backward()
+    weight = bilm.backward_lstm.layers[1].recurrent_weight
+    assert weight.grad is not None and weight.grad.shape == weight.shape
+    assert weight.grad.abs().sum() > 0
+    # Saved and reloaded: still the reference's outputs.
+    bilm.zero_grad()
+    reloaded = BiLM.load(_saved(bilm, files[0].parent / "saved"))
+    for tokens, got in zip(SENTENCES, reloaded.embed(SENTENCES)):
+        np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
+
+
+def _saved(bilm, directory):
+    bilm.save(directory)
+    return directory
+
+
+def layer_cells(bilm, layer):
+    return [stack.layers[layer] for stack in (bilm.forward_lstm, bilm.backward_lstm)]
+
+
+def assert_stacked_views(bilm):
+    """Each layer's batched-step kernels are views of its weights' memory, not copies."""
+    for layer in range(bilm.options.n_layers):
+        cells = layer_cells(bilm, layer)
+        with torch.no_grad():
+            recurrent, projection = fast.stacked_kernels(cells, torch.zeros(1))
+        for name, stacked in (("recurrent_weight", recurrent), ("projection_weight", projection)):
+            for d, cell in enumerate(cells):
+                weight = getattr(cell, name)
+                assert weight.untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
+                assert weight.data_ptr() == stacked[d].data_ptr()
+                assert torch.equal(weight, stacked[d].t())
+
+
+def test_copies_are_laid_out_again_and_keep_no_hidden_state(monkeypatch, files):
+    """A deep copy or a pickled and loaded BiLM has its weights laid out for the batched step
+    again and gives the same outputs bit for bit; running leaves nothing in the cells."""
+    use_path(monkeypatch, **PATHS["stacked"])
+    bilm = BiLM.from_allennlp(*files)
+    attributes = [set(vars(cell)) for stack in (bilm.forward_lstm, bilm.backward_lstm)
+                  for cell in stack.layers]  # fmt: skip
+    expected = bilm.embed(SENTENCES)
+    assert attributes == [set(vars(cell)) for stack in (bilm.forward_lstm, bilm.backward_lstm)
+                          for cell in stack.layers]  # fmt: skip
+    for other in (copy.deepcopy(bilm), pickle.loads(pickle.dumps(bilm))):
+        assert_stacked_views(other)
+        for a, b in zip(other.embed(SENTENCES), expected):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, reference):
+    """Weights given their own memory (as `.to()` another dtype or device does): the batched
+    step multiplies copies of them, and follows later changes."""
+    use_path(monkeypatch, **PATHS["stacked"])
+    bilm = BiLM.from_allennlp(*files)
+    expected = bilm.embed(SENTENCES)
+    for stack in (bilm.forward_lstm, bilm.backward_lstm):
+        for cell in stack.layers:
+            for weight in (cell.recurrent_weight, cell.projection_weight):
+                weight.data = weight.detach().clone(memory_format=torch.contiguous_format)
+    cells = layer_cells(bilm, 0)
+    with torch.no_grad():
+        recurrent, _ = fast.stacked_kernels(cells, torch.zeros(1))
+    assert recurrent.data_ptr() not in {cell.recurrent_weight.data_ptr() for cell in cells}
+    assert torch.equal(recurrent[1], cells[1].recurrent_weight.t())
+    for a, b in zip(bilm.embed(SENTENCES), expected):
+        np.testing.assert_array_equal(a, b)  # the same (in, out) GEMM on the same values
+    with torch.no_grad():
+        cells[1].recurrent_weight.mul_(-0.5)
+    changed = bilm.embed(SENTENCES[:1])[0]
+    assert np.abs(changed[1:] - expected[0][1:]).max() > 1e-3
+
+
+def test_the_switch_turns_every_fast_path_off(monkeypatch, files, reference):
+    """`fast.ENABLED = False`: plain (out, in) weights, no batched step, no oneDNN, no token
+    cache, conv1d over all columns; still the reference's numbers."""
+    use_path(monkeypatch, onednn=ALWAYS if fast.ONEDNN else NEVER, stacked=NEVER, enabled=False)
+    bilm = BiLM.from_allennlp(*files)
+    for name, parameter in bilm.named_parameters():
+        assert parameter.is_contiguous(), name
+    cells = layer_cells(bilm, 0)
+    with torch.inference_mode():
+        assert fast.stacked_kernels(cells, torch.zeros(1)) is None
+        assert not fast.uses_onednn(torch.zeros(1, 8), cells[0].recurrent_weight)
+    trimmed = []
+    monkeypatch.setattr(fast, "trim_columns", lambda *args: trimmed.append(args))
+    channels_last = []
+    monkeypatch.setattr(fast, "conv_max", lambda *args: channels_last.append(args))
+    for tokens, got in zip(SENTENCES, bilm.embed(SENTENCES)):
+        np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
+    assert not bilm._token_cache and not trimmed and not channels_last
+
+
+@pytest.mark.parametrize(
+    "environment, enabled",
+    [({}, True), ({"SPACY_ELMO_REFERENCE": "1"}, False),
+     ({"SPACY_ELMO_REFERENCE_TRAINING": "1"}, False), ({"SPACY_ELMO_REFERENCE": "0"}, True)],
+)  # fmt: skip
+def test_the_environment_sets_the_switch(monkeypatch, environment, enabled):
+    names = ("SPACY_ELMO_REFERENCE", "SPACY_ELMO_REFERENCE_TRAINING", "SPACY_ELMO_DISABLE_ONEDNN")
+    try:
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in environment.items():
+            monkeypatch.setenv(name, value)
+        importlib.reload(fast)
+        assert fast.ENABLED is enabled
+        assert fast.ONEDNN == torch.backends.mkldnn.is_available()
+        monkeypatch.setenv("SPACY_ELMO_DISABLE_ONEDNN", "1")
+        importlib.reload(fast)
+        assert fast.ENABLED is enabled and fast.ONEDNN is False
+    finally:
+        monkeypatch.undo()
+        importlib.reload(fast)
+
+
+@pytest.mark.parametrize("path", ["reference", "plain", "stacked", "onednn"])
+def test_inference_forward_equals_the_autograd_forward(monkeypatch, files, path):
+    """Without autograd `forward` writes packed rows in place; with it, it pads and stacks."""
+    use_path(monkeypatch, **PATHS[path])
+    bilm = BiLM.from_allennlp(*files)
+    char_ids = batch_to_ids([SENTENCES[2], SENTENCES[0], [], SENTENCES[1]])
+    with torch.inference_mode():
+        inference = bilm(char_ids)
+    slow = bilm(char_ids)
+    assert slow.layers.requires_grad and not inference.layers.requires_grad
+    torch.testing.assert_close(inference.layers, slow.layers.detach(), atol=1e-6, rtol=0)
+    assert torch.equal(inference.mask, slow.mask)
+    assert not inference.layers[:, ~inference.mask].any()  # padding is exactly zero
+
+
+@pytest.mark.skipif(not fast.ONEDNN, reason="oneDNN is not available in this torch build")
+@pytest.mark.parametrize("rows", [1, 5, 33])
+def test_onednn_linear_matches_float64(monkeypatch, rows):
+    monkeypatch.setattr(fast, "ENABLED", True)
+    monkeypatch.setattr(fast, "ONEDNN_MIN_ELEMENTS", ALWAYS)
+    rng = np.random.default_rng(rows)
+    x, w = rng.standard_normal((rows, 48)), rng.standard_normal((64, 48)) / 7
+    bias, add = rng.standard_normal(64), rng.standard_normal((rows, 64))
+    t = {
+        name: torch.tensor(a, dtype=torch.float32)
+        for name, a in dict(x=x, w=w, b=bias, a=add).items()
+    }
+    with torch.inference_mode():
+        assert fast.uses_onednn(t["x"], t["w"])
+        plain = fast.linear(t["x"], t["w"])
+        full = fast.linear(t["x"], t["w"], t["b"], t["a"])
+    np.testing.assert_allclose(plain.numpy(), x @ w.T, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(full.numpy(), x @ w.T + bias + add, atol=1e-5, rtol=0)
+
+
+def test_onednn_is_not_used_with_autograd_or_other_dtypes(monkeypatch):
+    monkeypatch.setattr(fast, "ENABLED", True)
+    monkeypatch.setattr(fast, "ONEDNN_MIN_ELEMENTS", ALWAYS)
+    x, w = torch.randn(4, 6), torch.randn(5, 6, requires_grad=True)
+    assert not fast.uses_onednn(x, w)  # autograd: F.linear, differentiable
+    y = fast.linear(x, w, add=torch.ones(4, 5))
+    y.sum().backward()
+    torch.testing.assert_close(w.grad, x.sum(0).expand(5, 6))
+    assert not fast.uses_onednn(x.double(), w.detach().double())

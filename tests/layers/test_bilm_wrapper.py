@@ -1,0 +1,52 @@
+"""The biLM's Thinc layer: an optimiser step keeps the weights' layout (`BiLMShim`) and updates
+them as thinc's own `PyTorchShim` updates plain weights."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+from thinc.api import Adam, PyTorchShim
+
+from spacy_elmo import BiLM
+from spacy_elmo.bilm import batch_to_ids, fast
+from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.layers.bilm_wrapper import BiLMShim
+
+from ..bilm.util import tiny_options
+
+
+def plain_copy(bilm: BiLM) -> BiLM:
+    """The same weights, each in its own contiguous (out, in) memory."""
+    plain = copy.deepcopy(bilm)
+    for parameter in plain.parameters():
+        parameter.data = parameter.detach().clone(memory_format=torch.contiguous_format)
+    return plain
+
+
+def test_an_optimiser_step_keeps_the_layout_and_matches_thinc(monkeypatch):
+    monkeypatch.setattr(fast, "ENABLED", True)
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMOptions.from_dict(tiny_options()))
+    plain = plain_copy(bilm)
+    initial = {name: weight.detach().clone() for name, weight in bilm.named_parameters()}
+    cells = [stack.layers[1] for stack in (bilm.forward_lstm, bilm.backward_lstm)]
+    assert not cells[0].recurrent_weight.is_contiguous()  # laid out by `fast.lay_out`
+    shims = {"laid out": BiLMShim(bilm), "thinc": PyTorchShim(plain)}
+    optimisers = {name: Adam(0.01, grad_clip=1.0) for name in shims}
+    char_ids = batch_to_ids([["the", "river", "bank"], ["a", "bank"]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "grad and param do not obey the layout contract"
+        for _ in range(3):
+            for name, shim in shims.items():
+                (shim._model(char_ids).layers ** 2).sum().backward()
+                shim.finish_update(optimisers[name])
+    for (name, got), (_, want) in zip(bilm.named_parameters(), plain.named_parameters()):
+        assert torch.equal(got, want), name
+        assert not torch.equal(got, initial[name]), name  # the step changed it
+    with torch.no_grad():
+        recurrent, projection = fast.stacked_kernels(cells, torch.zeros(1))
+    for d, cell in enumerate(cells):  # still views of one (2, in, out) tensor
+        assert cell.recurrent_weight.data_ptr() == recurrent[d].data_ptr()
+        assert cell.projection_weight.data_ptr() == projection[d].data_ptr()

