@@ -3,9 +3,9 @@
 
 Run with the benchmark venv (see setup_allennlp_venv.sh), from the repository root:
 
-    /work/bench-venv/bin/python benchmarks/bench_bilm.py              # small, medium, original
-    /work/bench-venv/bin/python benchmarks/bench_bilm.py --bundled    # + the bundled model
-    /work/bench-venv/bin/python benchmarks/bench_bilm.py --quick      # smoke run (small, 24 sents)
+    ../bench-venv/bin/python benchmarks/bench_bilm.py              # small, medium, original
+    ../bench-venv/bin/python benchmarks/bench_bilm.py --bundled    # + the bundled model
+    ../bench-venv/bin/python benchmarks/bench_bilm.py --quick      # smoke run (small, 24 sents)
 
 For every architecture, random weights are written once in the bilm-tf hdf5 layout
 (`BiLM.to_allennlp`) to a cache folder outside git; both implementations load that same file.

@@ -2,12 +2,13 @@
 # Builds the benchmark-only virtual environment with AllenNLP 2.10.1 next to this project.
 # AllenNLP is never a dependency of spacy-elmo: it lives in its own venv, outside the repo.
 #
-#   bash benchmarks/setup_allennlp_venv.sh [VENV_DIR]     # default /work/bench-venv
+#   bash benchmarks/setup_allennlp_venv.sh [VENV_DIR]     # default ../bench-venv (beside the repository)
 #
 # Then: VENV_DIR/bin/python benchmarks/bench_bilm.py
 set -euo pipefail
 
-VENV="${1:-${BENCH_VENV:-/work/bench-venv}}"
+REPO_PARENT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${1:-${BENCH_VENV:-$REPO_PARENT/bench-venv}}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 

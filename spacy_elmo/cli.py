@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .cli_common import fail, load_bilm  # noqa: F401 (load_bilm: kept importable from here)
 from .pretrain.trainer import DEFAULT_MAX_STEPS, PretrainConfig
 
 # The defaults of `spacy-elmo pretrain` are those of the run's settings.
@@ -21,29 +22,6 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """ELMo contextual word vectors for spaCy."""
-
-
-def load_bilm(
-    model: Optional[Path], options: Optional[Path], weights: Optional[Path], stateful: bool = False
-):
-    """A biLM from a saved directory, an ELMoForManyLangs model directory (char.dic +
-    encoder.pkl) or options.json + weights hdf5."""
-    from .bilm import BiLM
-    from .bilm.efml import is_elmoformanylangs_dir
-
-    if model is not None and (options is not None or weights is not None):
-        raise ValueError("give either --model or --options/--weights, not both")
-    if model is not None:
-        if is_elmoformanylangs_dir(model):
-            return BiLM.from_elmoformanylangs(model, stateful=stateful)
-        return BiLM.load(model, stateful=stateful)
-    if options is not None and weights is not None:
-        return BiLM.from_allennlp(options, weights, stateful=stateful)
-    if options is not None or weights is not None:
-        raise ValueError("--options and --weights must be given together")
-    from .loaders import bundled_bilm
-
-    return bundled_bilm(stateful=stateful)
 
 
 @app.command()
@@ -85,7 +63,7 @@ def embed(
     from .outputs import check_output
 
     if top and average:
-        _fail("choose at most one of --top and --average")
+        fail("choose at most one of --top and --average")
     try:
         model_files = sorted(model.iterdir()) if model is not None and model.is_dir() else []
         check_output(output_file, [input_file, *model_files, *filter(None, [options, weights])])
@@ -101,7 +79,7 @@ def embed(
             **({"max_tokens": max_tokens} if max_tokens is not None else {}),
         )
     except (ValueError, OSError) as err:
-        _fail(str(err))
+        fail(str(err))
     typer.echo(f"wrote {count} sentences to {output_file}")
 
 
@@ -229,7 +207,7 @@ def pretrain(
         )
         summary = run_pretraining(config, resume=resume, overwrite=overwrite, explicit=explicit)
     except (ValueError, OSError) as err:
-        _fail(str(err))
+        fail(str(err))
     if summary.get("interrupted"):
         typer.echo(f"interrupted at step {summary['step']}; continue with --resume")
         raise typer.Exit(code=130)
@@ -267,7 +245,7 @@ def perplexity(
         if output is not None:
             write_text(output, text + "\n")
     except (ValueError, OSError) as err:
-        _fail(str(err))
+        fail(str(err))
     typer.echo(text)
 
 
@@ -295,11 +273,6 @@ def _read_json(path: Path, what: str):
         return json.loads(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code=1)
 
 
 def main() -> None:

@@ -17,12 +17,14 @@ from typing import Any, Dict, List, Optional
 
 from thinc.api import Config
 
-from .architectures import LISTENER, TOK2VEC
+from .architectures import LISTENER, TOK2VEC, ElmoListener, architecture_defaults
 from .bilm import BiLMOptions
 from .loaders import BUNDLED_MODEL
 from .pipeline import DEFAULT_CONFIG
 
-LISTENER_DROPOUT = 0.1  # layer dropout of every component's mix (as in configs/ner_tagger_elmo.cfg)
+# Every component's mix, as in configs/ner_tagger_elmo.cfg: the listener's defaults but for
+# these (layer norm: +0.8 NER F1 at 1,000 CoNLL sentences, README "Learning curves").
+LISTENER_SETTINGS = {"upstream": "elmo", "layer_norm": True, "layer_dropout": 0.1}
 TOK2VEC_WIDTH = 96
 ENCODER_DEPTH = 4
 GPU_BATCH_TOKENS = 16384  # padded tokens per biLM batch in a `--gpu` config
@@ -233,14 +235,8 @@ def _tok2vec_block(include_static_vectors: bool) -> Dict[str, Any]:
         "@architectures": TOK2VEC,
         "elmo": {
             "@architectures": LISTENER,
-            "width": None,
-            "n_layers": None,
-            "upstream": "elmo",
-            "layer_norm": False,
-            "layer_dropout": LISTENER_DROPOUT,
-            "initial_weights": None,
-            "gamma": 1.0,
-            "trainable": True,
+            **architecture_defaults(ElmoListener),
+            **LISTENER_SETTINGS,
         },
         "embed": {
             "@architectures": "spacy.MultiHashEmbed.v2",

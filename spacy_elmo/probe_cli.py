@@ -32,7 +32,7 @@ def probe(
     """Linear POS and 1-NN WSD probes per biLM layer, next to their context-free baselines."""
     import torch
 
-    from .cli import _fail, load_bilm
+    from .cli_common import fail, load_bilm
     from .probe import ProbeSettings, parse_tasks, run_probes, write_report
 
     torch.set_num_threads(threads)
@@ -50,6 +50,6 @@ def probe(
         result["seconds"] = round(time.perf_counter() - started, 1)
         written = write_report(result, output)
     except (ValueError, OSError) as err:
-        _fail(str(err))
+        fail(str(err))
     typer.echo(Path(written[1]).read_text(encoding="utf-8"))
     typer.echo(f"wrote {', '.join(str(p) for p in written)} in {result['seconds']} s")
