@@ -6,8 +6,9 @@
 Copies config.json, model.safetensors, lm_head.safetensors, vocab.txt and pretrain.json
 (with the held-out perplexity from perplexity.json), checks that the copy loads and that the
 files stay within the size budget, and copies the perplexity plot to docs/. With
-`--first-stage` (the run the bundled run was initialised from, `--init-from`), pretrain.json
-records both stages and the totals over them: tokens seen, steps and training time.
+`--first-stage` (the run the bundled run was initialised from, `--init-from`, or the bundled
+pretrain.json of that model, which lists its own stages), pretrain.json records every stage
+and the totals over them: tokens seen, steps and training time.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ def first_stage_summary(path: Path) -> dict:
 
 
 def with_first_stage(summary: dict, first: dict) -> dict:
-    """Totals over both stages at the top level, each stage's own figures under "stages"."""
+    """Totals over all stages at the top level, each stage's own figures under "stages".
+
+    `first` is the summary of the run this one continued from; when it lists stages itself
+    (a bundled pretrain.json), those are the earlier stages.
+    """
     keys = ("steps", "tokens_seen", "train_seconds", "world_size", "static_vectors")
-    stages = [
-        {k: first.get(k) for k in keys if k in first},
-        {k: summary.get(k) for k in keys if k in summary},
-    ]
+    earlier = first.get("stages") or [{k: first.get(k) for k in keys if k in first}]
+    stages = [*earlier, {k: summary.get(k) for k in keys if k in summary}]
     total = {
         "steps": sum(stage["steps"] for stage in stages),
         "tokens_seen": sum(stage["tokens_seen"] for stage in stages),
