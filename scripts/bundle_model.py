@@ -54,7 +54,9 @@ def main() -> None:
     parser.add_argument(
         "--first-stage",
         type=Path,
-        help="run (or model directory) the bundled run continued from: its pretrain.json",
+        action="append",
+        help="a run (or model directory) that the bundled run continued from: its "
+        "pretrain.json; repeat it for each earlier stage, the earliest first",
     )
     args = parser.parse_args()
     model = args.run / "model"
@@ -73,8 +75,12 @@ def main() -> None:
     held_out = args.run / "perplexity.json"
     if held_out.exists():
         summary["held_out"] = json.loads(held_out.read_text())
-    if args.first_stage is not None:
-        summary = with_first_stage(summary, first_stage_summary(args.first_stage))
+    earlier = None
+    for path in args.first_stage or []:
+        stage = first_stage_summary(path)
+        earlier = stage if earlier is None else with_first_stage(stage, earlier)
+    if earlier is not None:
+        summary = with_first_stage(summary, earlier)
     (args.target / "pretrain.json").write_text(json.dumps(summary, indent=2) + "\n")
     args.docs.mkdir(parents=True, exist_ok=True)
     if (args.run / "perplexity.png").exists():
