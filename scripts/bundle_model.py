@@ -4,7 +4,8 @@
         --first-stage training/bundled
 
 Copies config.json, model.safetensors, lm_head.safetensors, vocab.txt and pretrain.json
-(with the held-out perplexity from perplexity.json), checks that the copy loads and that the
+(with the perplexities that `evaluate-lm` wrote: held-out, held-out without the CoNLL
+lines, CoNLL-2003 dev), checks that the copy loads and that the
 files stay within the size budget, and copies the perplexity plot to docs/. With
 `--first-stage` (the run the bundled run was initialised from, `--init-from`, or the bundled
 pretrain.json of that model, which lists its own stages), pretrain.json records every stage
@@ -20,6 +21,13 @@ import sys
 from pathlib import Path
 
 from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MAX_BYTES
+
+# pretrain.json key: the perplexity file of the run (spacy-elmo perplexity --output)
+PERPLEXITY_FILES = {
+    "held_out": "perplexity.json",
+    "held_out_general": "perplexity_general.json",
+    "conll_dev": "perplexity_conll_dev.json",
+}
 
 
 def first_stage_summary(path: Path) -> dict:
@@ -72,9 +80,9 @@ def main() -> None:
     for name in BUNDLED_FILES:
         shutil.copyfile(model / name, args.target / name)
     summary = json.loads((model / "pretrain.json").read_text())
-    held_out = args.run / "perplexity.json"
-    if held_out.exists():
-        summary["held_out"] = json.loads(held_out.read_text())
+    for key, name in PERPLEXITY_FILES.items():  # written by `spacy project run evaluate-lm`
+        if (args.run / name).exists():
+            summary[key] = json.loads((args.run / name).read_text())
     earlier = None
     for path in args.first_stage or []:
         stage = first_stage_summary(path)

@@ -11,12 +11,36 @@ from pathlib import Path
 
 from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MODEL
 
+# What each stage of the bundled recipe (project.yml workflow `pretrain-default`) did.
+STAGES = (
+    "language modelling, 2 threads",
+    "+ static-vector targets, 1 thread beside other jobs",
+    "+ the CoNLL-2003 training sentences 9 more times (in-domain), static-vector targets kept, "
+    "1 thread beside other jobs",
+)
+# Perplexities that bundle_model.py copies into pretrain.json: key, what was measured.
+PERPLEXITIES = (
+    ("held_out", "held-out perplexity"),
+    ("held_out_general", "held-out, without the CoNLL-2003 lines that stage 3 reads"),
+    ("conll_dev", "CoNLL-2003 dev sentences (in-domain, read by no stage)"),
+)
+
+
+def perplexity_row(result: dict) -> str:
+    return (
+        f"forward {result['ppl_forward']:.1f}, backward {result['ppl_backward']:.1f}, "
+        f"average {result['ppl']:.1f} ({result['tokens']:,} tokens)"
+    )
+
+
+def stage_notes(stages: list) -> str:
+    return "; ".join(f"stage {i}: {note}" for i, note in enumerate(STAGES[: len(stages)], 1))
+
 
 def main() -> None:
     directory = Path(sys.argv[1]) if len(sys.argv) > 1 else BUNDLED_MODEL
     s = json.loads((directory / "pretrain.json").read_text())
     cnn, lstm = s["options"]["char_cnn"], s["options"]["lstm"]
-    held_out = s.get("held_out", {})
     stages = s.get("stages", [])
     size = sum((directory / f).stat().st_size for f in BUNDLED_FILES)
     rows = [
@@ -36,19 +60,16 @@ def main() -> None:
          "republishing (nlp-corpus), Reuters RCV1 research licence (CoNLL-2003: its training "
          "sentences are read, not redistributed); none of the text ships in the package"),
         ("static vectors", "en_core_web_md 3.8.0 vectors (20k x 300, 684,830 keys; CC0) as "
-         "auxiliary targets of the second stage (`--static-vectors`)" if stages else "none"),
+         "auxiliary targets from the second stage on (`--static-vectors`)" if stages else "none"),
         ("tokens seen", f"{s['tokens_seen']:,} ({s['steps']:,} steps)" + (
             " = " + " + ".join(f"{st['tokens_seen']:,}" for st in stages)
-            + " (stage 1: language modelling; stage 2: + static-vector targets)"
-            if stages else "")),
+            + f" ({stage_notes(stages)})" if stages else "")),
         ("training time", f"{s['train_seconds'] / 60:.0f} min" + (
             " = " + " + ".join(f"{st['train_seconds'] / 60:.0f}" for st in stages)
-            + " (stage 1 on 2 threads, stage 2 on 1 thread beside other jobs)"
+            + " (stages in order)"
             if stages else f" on {s['world_size']} process(es), 2 CPU cores")),
-        ("held-out perplexity", f"forward {held_out.get('ppl_forward', float('nan')):.1f}, "
-         f"backward {held_out.get('ppl_backward', float('nan')):.1f}, average "
-         f"{held_out.get('ppl', float('nan')):.1f} ({held_out.get('tokens', 0):,} tokens)"),
     ]  # fmt: skip
+    rows += [(name, perplexity_row(s[key])) for key, name in PERPLEXITIES if key in s]
     print("| | |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
