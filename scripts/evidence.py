@@ -603,8 +603,10 @@ def bilm_line(card: dict) -> str:
         parts.append(f"held-out perplexity {card['held_out']['ppl']:.1f}")
     elif "dev_ppl" in card:
         parts.append(f"held-out perplexity {card['dev_ppl']:.1f}")
+    if "ppl" in card.get("conll_dev", {}):
+        parts.append(f"CoNLL-2003 dev text perplexity {card['conll_dev']['ppl']:.1f}")
     if card.get("stages"):
-        parts.append("stage 2 with static-vector targets")
+        parts.append(f"{len(card['stages'])} pretraining stages, see the model card")
     return "ELMo: the bundled biLM (" + ", ".join(parts) + ")." if parts else ""
 
 

@@ -361,3 +361,20 @@ def test_report_leaves_a_readme_without_markers(tmp_path: Path):
 def test_report_without_runs_is_an_error(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match="no run.json"):
         ev.report(tmp_path, tmp_path / "e.json", tmp_path / "e.md", tmp_path / "e.png", None)
+
+
+def test_the_bilm_line_states_the_card_figures():
+    card = {
+        "n_parameters": 2_998_480,
+        "steps": 9_900,
+        "tokens_seen": 18_250_529,
+        "held_out": {"ppl": 135.64},
+        "conll_dev": {"ppl": 150.16},
+        "stages": [{}, {}, {}],
+    }
+    assert ev.bilm_line(card) == (
+        "ELMo: the bundled biLM (3.0 M parameters, 9,900 pretraining steps, 18.3 M tokens "
+        "seen, held-out perplexity 135.6, CoNLL-2003 dev text perplexity 150.2, 3 pretraining "
+        "stages, see the model card)."
+    )
+    assert ev.bilm_line({}) == ""
