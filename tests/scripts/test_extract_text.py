@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
-import io
 import json
 import struct
-import tarfile
 import zlib
 from pathlib import Path
 
@@ -320,37 +317,6 @@ def test_split_is_deterministic_and_complete(tmp_path):
     assert all(sc.is_dev(line, 0.1, 0) for line in dev_lines)
     other = {line for line in lines if sc.is_dev(line, 0.1, 1)}
     assert other != set(dev_lines)
-
-
-def test_fetch_checks_md5_and_unpacks(tmp_path, monkeypatch):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        payload = b"hello\n"
-        info = tarfile.TarInfo("package/data/a.txt")
-        info.size = len(payload)
-        tar.addfile(info, io.BytesIO(payload))
-    archive_bytes = buf.getvalue()
-
-    def fake_npm(src, tmp):
-        path = tmp / "pkg-1.0.0.tgz"
-        path.write_bytes(archive_bytes)
-        return path
-
-    monkeypatch.setattr(fa, "download_npm", fake_npm)
-    good = fa.Source("demo", "npm", "pkg", "1.0.0", hashlib.md5(archive_bytes).hexdigest())
-    dest = fa.fetch(good, tmp_path)
-    assert (dest / "package" / "data" / "a.txt").read_bytes() == b"hello\n"
-    assert fa.is_complete(good, dest)
-    calls = []
-    monkeypatch.setattr(fa, "download_npm", lambda src, tmp: calls.append(src))
-    fa.fetch(good, tmp_path)  # marker present: no download
-    assert calls == []
-
-    monkeypatch.setattr(fa, "download_npm", fake_npm)
-    bad = fa.Source("demo2", "npm", "pkg", "1.0.0", "0" * 32)
-    with pytest.raises(fa.FetchError, match=r"pkg-1\.0\.0\.tgz.*expected 0{32}, got [0-9a-f]{32}"):
-        fa.fetch(bad, tmp_path)
-    assert not fa.is_complete(bad, tmp_path / "demo2")
 
 
 def test_every_text_source_has_an_extractor():

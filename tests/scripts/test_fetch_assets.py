@@ -291,3 +291,28 @@ def test_download_debian_fails_clearly_when_the_pinned_build_is_gone(tmp_path, m
     )
     with pytest.raises(fa.FetchError, match=r"linux-doc-6\.1_6\.1\.176-1_all\.deb.*allow-newer"):
         fa.download_debian(src, tmp_path, allow_newer=False)
+
+
+def test_fetch_checks_md5_and_unpacks(tmp_path, monkeypatch):
+    archive_bytes = _npm_tarball()
+
+    def fake_npm(src, tmp):
+        path = tmp / "pkg-1.0.0.tgz"
+        path.write_bytes(archive_bytes)
+        return path
+
+    monkeypatch.setattr(fa, "download_npm", fake_npm)
+    good = fa.Source("demo", "npm", "pkg", "1.0.0", hashlib.md5(archive_bytes).hexdigest())
+    dest = fa.fetch(good, tmp_path)
+    assert (dest / "package" / "data" / "a.txt").read_bytes() == b"hello\n"
+    assert fa.is_complete(good, dest)
+    calls = []
+    monkeypatch.setattr(fa, "download_npm", lambda src, tmp: calls.append(src))
+    fa.fetch(good, tmp_path)  # marker present: no download
+    assert calls == []
+
+    monkeypatch.setattr(fa, "download_npm", fake_npm)
+    bad = fa.Source("demo2", "npm", "pkg", "1.0.0", "0" * 32)
+    with pytest.raises(fa.FetchError, match=r"pkg-1\.0\.0\.tgz.*expected 0{32}, got [0-9a-f]{32}"):
+        fa.fetch(bad, tmp_path)
+    assert not fa.is_complete(bad, tmp_path / "demo2")
