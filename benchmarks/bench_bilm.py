@@ -17,7 +17,7 @@ Each (implementation, architecture) runs in its own subprocess with `torch.set_n
   </S>, no padding). spacy-elmo: `BiLM.embed(sentences, batch_size=32)` (stateless mode; it
   batches longest first). AllenNLP: `batch_to_ids` + `_ElmoBiLm` + `remove_sentence_boundaries`
   per batch of 32 in input order, as `ElmoEmbedder` does, with `reset_states()` before every
-  batch, which is bitwise a freshly built module (ELMO_SPEC §7), so both are stateless.
+  batch, which is bitwise a freshly built module (docs/MODEL.md §8), so both are stateless.
   One untimed warm-up batch first. Times include token -> char ids and the copy of every
   sentence's layers into its own float32 numpy array (3, n, 2P), for both. The pass runs
   --repeats times (3), spacy-elmo's token-vector cache cleared before each; the fastest counts.
@@ -226,7 +226,7 @@ class Runner:
             for start in range(0, len(batch), batch_size):
                 indices = order[start : start + batch_size]
                 sentences = [batch[i] for i in indices]
-                # Stateless: equal to a freshly constructed module (ELMO_SPEC §7).
+                # Stateless: equal to a freshly constructed module (docs/MODEL.md §8).
                 self.model._elmo_lstm.reset_states()
                 char_ids = self._batch_to_ids(sentences).to(self.device)
                 output = self.model(char_ids)

@@ -1,7 +1,9 @@
-"""docs/API.md is what scripts/api_docs.py writes from the code (regenerate it when it differs)."""
+"""docs/API.md is what scripts/api_docs.py writes from the code (regenerate it when it differs);
+the docs and docstrings cite only what ships with the repository (docs/MODEL.md)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .scripts.script_loader import load_script
@@ -22,3 +24,63 @@ def test_api_reference_is_up_to_date():
     assert expected.count("Mix the biLM layers of every doc") == 1
     assert "`spacy_elmo.layers.scalar_mix:scalar_mix`: an alias" in expected
     assert "`doc._.elmo_mix_coefficients`: c = gamma * s" in expected
+
+
+# What users never see: files outside the repository and the wheel.
+OUTSIDE_REFERENCES = ("ELMO_SPEC", "../shared", "/work/")
+TEXT_SUFFIXES = {".py", ".md", ".json", ".txt", ".cfg", ".toml", ".yml", ".yaml"}
+CITATION = re.compile(r"docs/MODEL\.md §(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?")
+SECTION = re.compile(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", re.MULTILINE)
+
+
+def text_files(root: Path, folders: tuple[str, ...]) -> list[Path]:
+    """README.md and the text files under `folders` of `root`."""
+    files = [root / "README.md"]
+    for folder in folders:
+        files += sorted(
+            path
+            for path in (root / folder).rglob("*")
+            if path.is_file() and path.suffix in TEXT_SUFFIXES
+        )
+    return files
+
+
+def outside_references(root: Path) -> list[str]:
+    """`file:line: marker` for every mention of a file outside the repository in what ships."""
+    found = []
+    for path in text_files(root, ("spacy_elmo", "docs")):
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines, 1):
+            found += [
+                f"{path.relative_to(root)}:{number}: {marker}"
+                for marker in OUTSIDE_REFERENCES
+                if marker in line
+            ]
+    return found
+
+
+def test_docs_and_docstrings_point_only_inside_the_repository(tmp_path):
+    assert outside_references(REPO) == [], (
+        "cite docs/MODEL.md (or another file of the repository), not files outside it"
+    )
+    # The check itself finds such a mention.
+    (tmp_path / "README.md").write_text("as the spec says (ELMO_SPEC.md §7)\n", encoding="utf-8")
+    (tmp_path / "spacy_elmo").mkdir()
+    (tmp_path / "spacy_elmo" / "m.py").write_text('"""See ../shared/x."""\n', encoding="utf-8")
+    assert outside_references(tmp_path) == [
+        "README.md:1: ELMO_SPEC",
+        "spacy_elmo/m.py:1: ../shared",
+    ]
+
+
+def test_model_md_citations_name_existing_sections():
+    sections = set(SECTION.findall((REPO / "docs" / "MODEL.md").read_text(encoding="utf-8")))
+    assert {"1", "3.1", "6.1", "9"} <= sections
+    cited = {}
+    for path in text_files(REPO, ("spacy_elmo", "docs", "tests", "benchmarks", "scripts")):
+        for match in CITATION.finditer(path.read_text(encoding="utf-8", errors="replace")):
+            for number in filter(None, match.groups()):
+                cited.setdefault(number, str(path.relative_to(REPO)))
+    assert {"3", "8", "9"} <= set(cited)
+    missing = {number: path for number, path in cited.items() if number not in sections}
+    assert not missing, f"docs/MODEL.md has no such sections: {missing}"

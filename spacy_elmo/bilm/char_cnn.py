@@ -1,4 +1,4 @@
-"""Context-insensitive token layer: char CNN -> highway -> projection (ELMO_SPEC.md §4)."""
+"""Context-insensitive token layer: char CNN -> highway -> projection (docs/MODEL.md §5)."""
 
 from __future__ import annotations
 

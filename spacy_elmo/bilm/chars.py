@@ -1,4 +1,4 @@
-"""Tokens to ELMo character ids (ELMO_SPEC.md §3).
+"""Tokens to ELMo character ids (docs/MODEL.md §4).
 
 Raw alphabet: bytes 0-255 are UTF-8 bytes, 256..260 are the special characters below. Every
 raw id is shifted by +1 before the embedding lookup so that id 0 means "no token here".

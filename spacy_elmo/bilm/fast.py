@@ -1,6 +1,6 @@
 """The biLM's fast paths, the one switch that turns them off, and why each is there.
 
-`char_cnn.py`, `lstm.py` and `model.py` compute ELMo the way ELMO_SPEC.md writes it (§4-6).
+`char_cnn.py`, `lstm.py` and `model.py` compute ELMo the way docs/MODEL.md writes it (§5-7).
 Where a faster route to the same numbers exists, they ask this module whether it applies
 (`ENABLED`, `at_inference`, `fused_training`) and take it from here; nothing else in the
 package chooses kernels or memory layouts, or calls private torch ops.

@@ -6,7 +6,7 @@ projections in packed buffers, and the backward pass is back-propagation through
 out by hand: per step only the recurrent products and the gate algebra, while the weight
 gradients are one GEMM each over all timesteps at the end.
 
-The maths is TF's LSTMCell with projection and clipping (ELMO_SPEC.md §5.1-5.2), the same as
+The maths is TF's LSTMCell with projection and clipping (docs/MODEL.md §6), the same as
 `lstm.run_cells`; tests compare values and gradients with that path and with finite
 differences. Gradients flow to the inputs and the weights, not to the initial states (they
 are zeros, or carried states that are detached anyway), and final states are returned

@@ -1,4 +1,4 @@
-"""Weights on disk: the bilm-tf/AllenNLP hdf5 layout (ELMO_SPEC.md §2) and our own format.
+"""Weights on disk: the bilm-tf/AllenNLP hdf5 layout (docs/MODEL.md §3) and our own format.
 
 Our format is a directory with `config.json` (the options) and `model.safetensors`. Every
 function maps (options, state dict) to files or back; `BiLM` builds itself from them.

@@ -1,4 +1,4 @@
-"""LSTM with projection and clipping, TF LSTMCell semantics (ELMO_SPEC.md §5.1-5.2).
+"""LSTM with projection and clipping, TF LSTMCell semantics (docs/MODEL.md §6).
 
 Each direction of the biLM is a stack of these cells run over packed sequences: one GEMM for
 the input projections of all timesteps, then one recurrent GEMM per timestep over the rows

@@ -1,4 +1,4 @@
-"""The ELMo biLM: char CNN token layer plus forward and backward LSTM stacks (ELMO_SPEC.md §3-7)."""
+"""The ELMo biLM: char CNN token layer, forward and backward LSTM stacks (docs/MODEL.md §4-8)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class BiLM(nn.Module):
 
     With `stateful=False` (the default) every sentence starts from a zero LSTM state, so its
     vectors do not depend on the batch. `stateful=True` carries each batch row's final state
-    into the same row of the next call, as AllenNLP and bilm-tf do (ELMO_SPEC.md §7).
+    into the same row of the next call, as AllenNLP and bilm-tf do (docs/MODEL.md §8).
     """
 
     def __init__(

@@ -12,14 +12,14 @@ from typing import Any
 from .chars import MAX_CHARS_PER_TOKEN, N_CHARACTERS
 
 ACTIVATIONS = ("relu", "tanh")
-# How tokens become character ids: ELMo's UTF-8 bytes (ELMO_SPEC.md §3), or the character (and
+# How tokens become character ids: ELMo's UTF-8 bytes (docs/MODEL.md §4), or the character (and
 # word) dictionaries of an ELMoForManyLangs model (`efml.py`), which the biLM then carries.
 CHAR_VOCABULARIES = ("bytes", "dictionary")
 
 
 @dataclass(frozen=True)
 class BiLMOptions:
-    """Hyper-parameters of an ELMo biLM (ELMO_SPEC.md §1)."""
+    """Hyper-parameters of an ELMo biLM (docs/MODEL.md §2)."""
 
     char_embedding_dim: int
     filters: tuple[tuple[int, int], ...]
@@ -290,7 +290,7 @@ class BiLMOptions:
         return cls.from_dict(options, source=f"options file {path}")
 
     def n_parameters(self) -> int:
-        """Number of parameters in the bilm-tf weights file (ELMO_SPEC.md §2)."""
+        """Number of parameters in the bilm-tf weights file (docs/MODEL.md §3.4)."""
         e, f, p, d = self.char_embedding_dim, self.n_filters, self.projection_dim, self.lstm_dim
         count = (self.n_characters - 1) * e + sum(w * e * n + n for w, n in self.filters)
         count += self.n_highway * 2 * (f * f + f)

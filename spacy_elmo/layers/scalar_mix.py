@@ -1,4 +1,4 @@
-"""ELMo's task-specific layer mix as a Thinc layer (ELMO_SPEC.md §6).
+"""ELMo's task-specific layer mix as a Thinc layer (docs/MODEL.md §9).
 
     ELMo = gamma * sum_j s_j * h_j,   s = softmax(w)
 

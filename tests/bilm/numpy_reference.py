@@ -1,4 +1,4 @@
-"""An independent NumPy ELMo biLM written from ELMO_SPEC.md, reading the hdf5 directly.
+"""An independent NumPy ELMo biLM following docs/MODEL.md, reading the hdf5 directly.
 
 It shares no code with spacy_elmo (char ids are rebuilt here too) and runs one sentence at a
 time from an explicit initial state, in float64 unless told otherwise.

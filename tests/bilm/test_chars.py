@@ -1,4 +1,4 @@
-"""Character ids against hand-written rows from ELMO_SPEC.md §3."""
+"""Character ids against hand-written rows (docs/MODEL.md §4)."""
 
 from __future__ import annotations
 

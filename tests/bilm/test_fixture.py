@@ -1,4 +1,4 @@
-"""Exactness against the outputs of the original TensorFlow biLM (ELMO_SPEC.md §10)."""
+"""Exactness against the outputs of the original TensorFlow biLM (docs/MODEL.md §11)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_reset_states_equals_a_fresh_model(allennlp_fixture, sentences):
 
 
 def test_stateful_rows_beyond_a_smaller_batch_keep_their_state(allennlp_fixture, sentences):
-    """A batch of 1 after a batch of 3 leaves rows 1 and 2 as they were (ELMO_SPEC.md §7)."""
+    """A batch of 1 after a batch of 3 leaves rows 1 and 2 as they were (docs/MODEL.md §8)."""
     a = load(allennlp_fixture, stateful=True)
     b = load(allennlp_fixture, stateful=True)
     a.embed([sentences[k][0] for k in range(3)])

@@ -1,4 +1,4 @@
-"""All layers against an independent NumPy implementation of the spec, for several shapes."""
+"""All layers against an independent NumPy implementation (docs/MODEL.md), for several shapes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Random models written straight into the bilm-tf hdf5 layout (ELMO_SPEC.md §2) by h5py."""
+"""Random models written straight into the bilm-tf hdf5 layout (docs/MODEL.md §3) by h5py."""
 
 from __future__ import annotations
 
