@@ -22,11 +22,18 @@ from pathlib import Path
 
 from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MAX_BYTES
 
-# pretrain.json key: the perplexity file of the run (spacy-elmo perplexity --output)
-PERPLEXITY_FILES = {
-    "held_out": "perplexity.json",
-    "held_out_general": "perplexity_general.json",
-    "conll_dev": "perplexity_conll_dev.json",
+# pretrain.json key: (the run's perplexity file, from `spacy-elmo perplexity --output`; what
+# it measured, as the model card says it)
+PERPLEXITIES = {
+    "held_out": ("perplexity.json", "held-out perplexity"),
+    "held_out_general": (
+        "perplexity_general.json",
+        "held-out, without the CoNLL-2003 lines that stage 3 reads",
+    ),
+    "conll_dev": (
+        "perplexity_conll_dev.json",
+        "CoNLL-2003 dev sentences (in-domain, read by no stage)",
+    ),
 }
 
 
@@ -80,7 +87,7 @@ def main() -> None:
     for name in BUNDLED_FILES:
         shutil.copyfile(model / name, args.target / name)
     summary = json.loads((model / "pretrain.json").read_text())
-    for key, name in PERPLEXITY_FILES.items():  # written by `spacy project run evaluate-lm`
+    for key, (name, _) in PERPLEXITIES.items():  # written by `spacy project run evaluate-lm`
         if (args.run / name).exists():
             summary[key] = json.loads((args.run / name).read_text())
     earlier = None

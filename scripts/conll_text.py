@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conll import sentence_words
+from conll import read_words
 
 
 def main() -> None:
@@ -19,8 +19,7 @@ def main() -> None:
     parser.add_argument("conll_file", type=Path)
     parser.add_argument("output", type=Path)
     args = parser.parse_args()
-    with args.conll_file.open(encoding="utf-8") as lines:
-        sentences = [" ".join(words) for words in sentence_words(lines)]
+    sentences = [" ".join(words) for words in read_words(args.conll_file)]
     args.output.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     print(f"{args.output}: {len(sentences)} sentences")
 

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from bundle_model import PERPLEXITIES
+
 from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MODEL
 
 # What each stage of the bundled recipe (project.yml workflow `pretrain-default`) did.
@@ -17,12 +19,6 @@ STAGES = (
     "+ static-vector targets, 1 thread beside other jobs",
     "+ the CoNLL-2003 training sentences 9 more times (in-domain), static-vector targets kept, "
     "1 thread beside other jobs",
-)
-# Perplexities that bundle_model.py copies into pretrain.json: key, what was measured.
-PERPLEXITIES = (
-    ("held_out", "held-out perplexity"),
-    ("held_out_general", "held-out, without the CoNLL-2003 lines that stage 3 reads"),
-    ("conll_dev", "CoNLL-2003 dev sentences (in-domain, read by no stage)"),
 )
 
 
@@ -69,7 +65,9 @@ def main() -> None:
             + " (stages in order)"
             if stages else f" on {s['world_size']} process(es), 2 CPU cores")),
     ]  # fmt: skip
-    rows += [(name, perplexity_row(s[key])) for key, name in PERPLEXITIES if key in s]
+    for key, (_, label) in PERPLEXITIES.items():
+        if key in s:
+            rows.append((label, perplexity_row(s[key])))
     print("| | |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
