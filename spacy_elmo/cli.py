@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .cli_common import fail, load_bilm  # noqa: F401 (load_bilm: kept importable from here)
+from .cli_common import fail, load_bilm
 from .pretrain.trainer import DEFAULT_MAX_STEPS, PretrainConfig
 
 # The defaults of `spacy-elmo pretrain` are those of the run's settings.
