@@ -213,8 +213,6 @@ class Elmo(TrainablePipe):
         if weights is not None:
             source = getattr(weights, "source", "the weights loader")
             set_weights(self.model, weights(), source)
-        else:
-            ensure_weights(self.model)  # the bundled biLM unless weights are already loaded
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
         self.model.initialize(X=doc_sample)
         width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")

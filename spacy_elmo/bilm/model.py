@@ -351,6 +351,13 @@ class BiLM(nn.Module):
         self._token_cache_lock = threading.Lock()
         fast.lay_out((self.forward_lstm, self.backward_lstm))
 
+    def _apply(self, fn, recurse: bool = True) -> BiLM:
+        """After `.to()` another device or dtype (`nn.Module._apply` gives every weight its own
+        memory): the weights laid out again, so the batched step keeps using views of them."""
+        super()._apply(fn, recurse)
+        fast.lay_out((self.forward_lstm, self.backward_lstm))
+        return self
+
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
         """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
         return self._activations(self._run(char_ids))

@@ -184,8 +184,26 @@ def test_copies_are_laid_out_again_and_keep_no_hidden_state(monkeypatch, files):
             np.testing.assert_array_equal(a, b)
 
 
+def test_moved_models_are_laid_out_again(monkeypatch, files, reference):
+    """`.to()` another dtype (as another device does) gives every weight its own memory; the BiLM
+    lays them out again, so the batched step still multiplies views, and the outputs stay the
+    reference's (float64 there and back)."""
+    use_path(monkeypatch, **PATHS["stacked"])
+    bilm = BiLM.from_allennlp(*files)
+    parameters = list(bilm.parameters())
+    expected = bilm.embed(SENTENCES)
+    for dtype in (torch.float64, torch.float32):
+        assert bilm.to(dtype) is bilm
+        assert list(bilm.parameters()) == parameters
+        assert all(p.dtype == dtype for p in parameters)
+        assert_stacked_views(bilm)
+    for tokens, got, before in zip(SENTENCES, bilm.embed(SENTENCES), expected):
+        np.testing.assert_array_equal(got, before)
+        np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
+
+
 def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, reference):
-    """Weights given their own memory (as `.to()` another dtype or device does): the batched
+    """Weights given their own memory (assigned to `.data`): the batched
     step multiplies copies of them, and follows later changes."""
     use_path(monkeypatch, **PATHS["stacked"])
     bilm = BiLM.from_allennlp(*files)
