@@ -47,6 +47,7 @@ DEV = Path("corpus/conll/dev.spacy")
 TEST = Path("corpus/conll/test.spacy")
 SUBSETS = Path("corpus/conll/subsets")
 ROOT = Path("training/evidence")
+BILM_NAME = "the bundled biLM"
 BILM_CARD = Path("spacy_elmo/data/en_elmo_bundled/pretrain.json")
 FULL = "all"  # the size label of the whole training set
 
@@ -590,8 +591,8 @@ def markdown_table(runs: Sequence[dict], metric: str, title: str) -> str:
     return "\n".join(lines)
 
 
-def bilm_line(card: dict) -> str:
-    """One sentence on the pretrained biLM from its card (pretrain.json)."""
+def bilm_line(card: dict, name: str = BILM_NAME) -> str:
+    """One sentence on the pretrained biLM (`name`) from its card (pretrain.json)."""
     parts = []
     if "n_parameters" in card:
         parts.append(f"{card['n_parameters'] / 1e6:.1f} M parameters")
@@ -607,10 +608,12 @@ def bilm_line(card: dict) -> str:
         parts.append(f"CoNLL-2003 dev text perplexity {card['conll_dev']['ppl']:.1f}")
     if card.get("stages"):
         parts.append(f"{len(card['stages'])} pretraining stages, see the model card")
-    return "ELMo: the bundled biLM (" + ", ".join(parts) + ")." if parts else ""
+    return f"ELMo: {name} (" + ", ".join(parts) + ")." if parts else ""
 
 
-def render_markdown(runs: Sequence[dict], card: dict | None, plot: str | None = None) -> str:
+def render_markdown(
+    runs: Sequence[dict], card: dict | None, plot: str | None = None, bilm_name: str = BILM_NAME
+) -> str:
     """The evidence section: both tables, the biLM it used and the plot (a relative path)."""
     n_seeds = sorted({run["seed"] for run in runs})
     blocks = [
@@ -626,7 +629,7 @@ def render_markdown(runs: Sequence[dict], card: dict | None, plot: str | None = 
         "run.json files."
     )
     if card:
-        line = bilm_line(card)
+        line = bilm_line(card, bilm_name)
         if line:
             notes.append(line)
     blocks.append(" ".join(notes))
@@ -713,6 +716,7 @@ def report(
     plot_path: Path,
     bilm_card: Path | None = BILM_CARD,
     readme: Path | None = None,
+    bilm_name: str = BILM_NAME,
 ) -> dict:
     """Write the JSON, the Markdown, the plot and (if given) the README section; return the JSON."""
     runs = load_runs(root)
@@ -725,14 +729,15 @@ def report(
     for path in (json_path, markdown_path):
         path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(result, indent=2) + "\n")
-    markdown_path.write_text(render_markdown(runs, card, relative_to(plot_path, markdown_path)))
+    markdown = render_markdown(runs, card, relative_to(plot_path, markdown_path), bilm_name)
+    markdown_path.write_text(markdown)
     plot_curves(runs, plot_path)
-    print(render_markdown(runs, card))
+    print(render_markdown(runs, card, bilm_name=bilm_name))
     if readme is not None:
         if not readme.exists():
             raise FileNotFoundError(f"no README {readme}")
         if replace_between_markers(
-            readme, render_markdown(runs, card, relative_to(plot_path, readme))
+            readme, render_markdown(runs, card, relative_to(plot_path, readme), bilm_name)
         ):
             print(f"[report] updated the evidence section of {readme}")
     print(f"[report] wrote {json_path}, {markdown_path}, {plot_path}")
@@ -806,6 +811,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = commands.add_parser("report", help="JSON, Markdown tables and plot of all runs")
     rep.add_argument("--root", type=Path, default=ROOT)
     rep.add_argument("--bilm-card", type=Path, default=BILM_CARD)
+    rep.add_argument(
+        "--bilm-name", default=BILM_NAME, help=f"what the card describes ({BILM_NAME!r})"
+    )
     rep.add_argument("--json", type=Path, required=True)
     rep.add_argument("--markdown", type=Path, required=True)
     rep.add_argument("--plot", type=Path, required=True)
@@ -837,7 +845,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[runs] failed: {', '.join(failed)}", file=sys.stderr)
             return 1
     elif args.command == "report":
-        report(args.root, args.json, args.markdown, args.plot, args.bilm_card, args.readme)
+        report(
+            args.root,
+            args.json,
+            args.markdown,
+            args.plot,
+            args.bilm_card,
+            args.readme,
+            args.bilm_name,
+        )
     return 0
 
 
