@@ -17,23 +17,30 @@ from spacy_elmo.layers.bilm_wrapper import BiLMShim
 from ..bilm.util import tiny_options
 
 
-def plain_copy(bilm: BiLM) -> BiLM:
-    """The same weights, each in its own contiguous (out, in) memory."""
+def plain_shim(bilm: BiLM) -> tuple[PyTorchShim, BiLM]:
+    """Thinc's own shim around a copy with the same weights, each in its own contiguous
+    (out, in) memory (given after the shim is made: its `.to()` would lay them out again)."""
     plain = copy.deepcopy(bilm)
+    shim = PyTorchShim(plain)
     for parameter in plain.parameters():
         parameter.data = parameter.detach().clone(memory_format=torch.contiguous_format)
-    return plain
+    return shim, plain
 
 
 def test_an_optimiser_step_keeps_the_layout_and_matches_thinc(monkeypatch):
     monkeypatch.setattr(fast, "ENABLED", True)
     torch.manual_seed(0)
     bilm = BiLM(BiLMOptions.from_dict(tiny_options()))
-    plain = plain_copy(bilm)
+    thinc_shim, plain = plain_shim(bilm)
     initial = {name: weight.detach().clone() for name, weight in bilm.named_parameters()}
     cells = [stack.layers[1] for stack in (bilm.forward_lstm, bilm.backward_lstm)]
     assert not cells[0].recurrent_weight.is_contiguous()  # laid out by `fast.lay_out`
-    shims = {"laid out": BiLMShim(bilm), "thinc": PyTorchShim(plain)}
+    assert (
+        cells[0].recurrent_weight.data_ptr()
+        != plain.forward_lstm.layers[1].recurrent_weight.data_ptr()
+    )
+    assert plain.forward_lstm.layers[1].recurrent_weight.is_contiguous()
+    shims = {"laid out": BiLMShim(bilm), "thinc": thinc_shim}
     optimisers = {name: Adam(0.01, grad_clip=1.0) for name in shims}
     char_ids = batch_to_ids([["the", "river", "bank"], ["a", "bank"]])
     with warnings.catch_warnings():
