@@ -180,17 +180,25 @@ def stacked_kernels(
     return _as_stack(recurrent), _as_stack(projection) if projection else None
 
 
-def _as_stack(weights: Sequence[torch.Tensor]) -> torch.Tensor:
-    """(k, in, out) from k (out, in) weights: a view when they are slices of one, else a copy."""
+def _is_stack(weights: Sequence[torch.Tensor]) -> bool:
+    """Whether k (out, in) weights are the consecutive (in, out) slices of one (k, in, out)
+    tensor, as `lay_out` stores them."""
     first = weights[0]
-    shape, size = first.t().shape, first.numel()
-    if all(
+    size = first.numel()
+    return all(
         w.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
         and w.storage_offset() == first.storage_offset() + d * size
         and w.shape == first.shape
         and w.t().is_contiguous()
         for d, w in enumerate(weights)
-    ):
+    )
+
+
+def _as_stack(weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(k, in, out) from k (out, in) weights: a view when they are slices of one, else a copy."""
+    first = weights[0]
+    shape, size = first.t().shape, first.numel()
+    if _is_stack(weights):
         return torch.as_strided(
             first, (len(weights), *shape), (size, shape[1], 1), first.storage_offset()
         )
@@ -203,7 +211,8 @@ def lay_out(stacks: Sequence[nn.Module]) -> None:
     transposed view of its slice (the same Parameter objects, with new memory).
 
     For weights that no autograd graph or optimiser state refers to by memory: a BiLM that is
-    being built, loaded or copied.
+    being built, loaded, copied or moved. Weights laid out already keep their memory (so
+    `share_memory()` and a `.to()` that changes nothing leave them where they are).
     """
     if not ENABLED:
         return
@@ -212,7 +221,7 @@ def lay_out(stacks: Sequence[nn.Module]) -> None:
             continue
         for name in ("recurrent_weight", "projection_weight"):
             weights = [getattr(cell, name) for cell in cells]
-            if weights[0] is None:
+            if weights[0] is None or _is_stack(weights):  # none, or laid out already
                 continue
             with torch.no_grad():
                 stacked = torch.stack([weight.detach().t() for weight in weights])

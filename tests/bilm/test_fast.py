@@ -200,6 +200,14 @@ def test_moved_models_are_laid_out_again(monkeypatch, files, reference):
     for tokens, got, before in zip(SENTENCES, bilm.embed(SENTENCES), expected):
         np.testing.assert_array_equal(got, before)
         np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
+    # A move that changes nothing keeps the weights where they are; shared memory keeps the
+    # layout (the laid-out weights are not copied out of it again).
+    where = [p.data_ptr() for p in parameters]
+    bilm.to(torch.float32)
+    assert [p.data_ptr() for p in parameters] == where
+    bilm.share_memory()
+    assert all(p.is_shared() for p in parameters)
+    assert_stacked_views(bilm)
 
 
 def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, reference):
