@@ -321,6 +321,7 @@ def test_report_aggregates_every_run(tmp_path: Path):
         f1 = by_key[key]["test"]["ents_f"]
         assert by_key[key]["n"] == len(values)
         assert f1["mean"] == pytest.approx(np.mean(values))
+        assert by_key[key]["dev"]["ents_f"]["mean"] == pytest.approx(np.mean(values) + 0.01)
         if len(values) > 1:
             assert f1["std"] == pytest.approx(np.std(values, ddof=1))
         else:
