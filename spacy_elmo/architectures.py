@@ -1,6 +1,7 @@
 """Every registered architecture of spacy-elmo (versioned; never change a released version)."""
 
 import inspect
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional
 
 from spacy.tokens import Doc
@@ -16,6 +17,9 @@ from .loaders import bundled_bilm
 MODEL = "spacy_elmo.ElmoModel.v1"
 LISTENER = "spacy_elmo.ElmoListener.v1"
 TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
+TOK2VEC_V2 = "spacy_elmo.ElmoTok2Vec.v2"
+# the tok2vec architectures whose `elmo` argument is a listener (nlp.replace_listeners)
+TOK2VECS = (TOK2VEC, TOK2VEC_V2)
 MIX = "spacy_elmo.ElmoMix.v1"
 
 
@@ -180,6 +184,66 @@ def ElmoTok2Vec(
     return model
 
 
+@registry.architectures(TOK2VEC_V2)
+def ElmoTok2Vec_v2(
+    elmo: Model[List[Doc], List[Floats2d]],
+    embed: Model[List[Doc], List[Floats2d]],
+    encode: Model[Floats2d, Floats2d],
+    elmo_at_output: bool = False,
+) -> Model[List[Doc], List[Floats2d]]:
+    """ElmoTok2Vec.v1, with the mixed ELMo vector optionally at the encoder's output too.
+
+    elmo_at_output=False is v1: encode(Maxout([x_k; ELMo_k])). True also concatenates the same
+    mixed vector to what the encoder returns, [encode(...); ELMo_k] (the paper's section 3.3,
+    "ELMo at the output"), so the tagger or parser reads the contextual vector directly rather
+    than through the encoder's narrower width. Its width is then the encoder's plus ELMo's.
+    """
+    if not elmo_at_output:
+        return ElmoTok2Vec(elmo, embed, encode)
+    width = encode.get_dim("nO")
+    encoder = chain(Maxout(width, nP=3, normalize=True), encode)
+    model = chain(
+        concatenate(elmo, embed),
+        with_array(concatenate(encoder, leading_columns(elmo))),
+    )
+    if elmo.has_dim("nO"):
+        model.set_dim("nO", width + elmo.get_dim("nO"))
+    return model
+
+
+def leading_columns(source: Model) -> Model[Floats2d, Floats2d]:
+    """The first nO columns of the input, nO being `source`'s width; their gradient, zero-padded.
+
+    nO is read from `source` when the layer is initialized, so it may be inferred then.
+    """
+    width = source.get_dim("nO") if source.has_dim("nO") else None
+    return Model(
+        "leading_columns",
+        _leading_columns_forward,
+        init=partial(_init_leading_columns, source),
+        dims={"nO": width},
+    )
+
+
+def _init_leading_columns(source: Model, model: Model, X=None, Y=None) -> None:
+    if not model.has_dim("nO"):
+        model.set_dim("nO", source.get_dim("nO"))
+
+
+def _leading_columns_forward(model: Model, X: Floats2d, is_train: bool):
+    n_columns = model.get_dim("nO")
+    total = X.shape[1]
+    if total < n_columns:
+        raise ValueError(f"leading_columns: the input has {total} columns, fewer than {n_columns}")
+
+    def backprop(dY: Floats2d) -> Floats2d:
+        dX = model.ops.alloc2f(dY.shape[0], total)
+        dX[:, :n_columns] = dY
+        return dX
+
+    return X[:, :n_columns], backprop
+
+
 # An alias: the scalar mix is a Thinc layer (`@layers = "spacy_elmo.ScalarMix.v1"`); configs
 # that name it as an architecture resolve to the same function.
 registry.architectures(SCALAR_MIX)(scalar_mix)
@@ -194,7 +258,7 @@ def _replace_listener(model: Model) -> Model:
 def _replace_listener_cfg(elmo_cfg: Dict[str, Any], tok2vec_cfg: Dict[str, Any]) -> Dict:
     """The config of an inline ElmoMix.v1 that keeps the listener's own mix settings."""
     listener_cfg = tok2vec_cfg
-    if tok2vec_cfg.get("@architectures") == TOK2VEC:
+    if tok2vec_cfg.get("@architectures") in TOK2VECS:
         listener_cfg = tok2vec_cfg["elmo"]
     if listener_cfg.get("@architectures") != LISTENER:
         raise ValueError(
