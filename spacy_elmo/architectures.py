@@ -190,25 +190,51 @@ def ElmoTok2Vec_v2(
     embed: Model[List[Doc], List[Floats2d]],
     encode: Model[Floats2d, Floats2d],
     elmo_at_output: bool = False,
+    elmo_dropout: float = 0.0,
 ) -> Model[List[Doc], List[Floats2d]]:
-    """ElmoTok2Vec.v1, with the mixed ELMo vector optionally at the encoder's output too.
+    """ElmoTok2Vec.v1 with two options of the paper's section 3.3.
 
-    elmo_at_output=False is v1: encode(Maxout([x_k; ELMo_k])). True also concatenates the same
-    mixed vector to what the encoder returns, [encode(...); ELMo_k] (the paper's section 3.3,
-    "ELMo at the output"), so the tagger or parser reads the contextual vector directly rather
-    than through the encoder's narrower width. Its width is then the encoder's plus ELMo's.
+    elmo_dropout: dropout on the mixed ELMo vector in training ("a moderate amount of dropout
+    to ELMo"), its own rate: spaCy's `--training.dropout` does not change it.
+    elmo_at_output: also concatenate the mixed vector to what the encoder returns,
+    [encode(Maxout([x_k; ELMo_k])); ELMo_k], so the tagger or parser reads the contextual vector
+    directly rather than through the encoder's narrower width; the width is then the encoder's
+    plus ELMo's. With neither, this is v1.
     """
-    if not elmo_at_output:
+    if not 0.0 <= elmo_dropout < 1.0:
+        raise ValueError(f"ElmoTok2Vec.v2: elmo_dropout must be in [0, 1), got {elmo_dropout}")
+    if not elmo_at_output and elmo_dropout == 0.0:
         return ElmoTok2Vec(elmo, embed, encode)
     width = encode.get_dim("nO")
+    features = elmo
+    if elmo_dropout > 0.0:
+        features = chain(elmo, with_array(own_dropout(elmo_dropout)))
     encoder = chain(Maxout(width, nP=3, normalize=True), encode)
+    if not elmo_at_output:
+        model = chain(concatenate(features, embed), with_array(encoder))
+        model.set_dim("nO", width)
+        return model
     model = chain(
-        concatenate(elmo, embed),
+        concatenate(features, embed),
         with_array(concatenate(encoder, leading_columns(elmo))),
     )
     if elmo.has_dim("nO"):
         model.set_dim("nO", width + elmo.get_dim("nO"))
     return model
+
+
+def own_dropout(rate: float) -> Model[Floats2d, Floats2d]:
+    """Inverted dropout at `rate` in training, identity at inference. The rate is kept in
+    attrs["own_dropout_rate"]: spaCy's update sets every "dropout_rate" to --training.dropout."""
+    return Model("own_dropout", _own_dropout_forward, attrs={"own_dropout_rate": rate})
+
+
+def _own_dropout_forward(model: Model, X: Floats2d, is_train: bool):
+    rate = model.attrs["own_dropout_rate"]
+    if not is_train or rate == 0.0:
+        return X, lambda dY: dY
+    mask = model.ops.get_dropout_mask(X.shape, rate)
+    return X * mask, lambda dY: dY * mask
 
 
 def leading_columns(source: Model) -> Model[Floats2d, Floats2d]:

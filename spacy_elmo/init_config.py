@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from thinc.api import Config
 
-from .architectures import LISTENER, TOK2VEC, ElmoListener, architecture_defaults
+from .architectures import LISTENER, TOK2VEC, TOK2VEC_V2, ElmoListener, architecture_defaults
 from .bilm import BiLMOptions
 from .loaders import BUNDLED_MODEL
 from .pipeline import DEFAULT_CONFIG
@@ -179,6 +179,7 @@ def elmo_training_config(
     gpu: bool = False,
     fine_tune: bool = False,
     split_sentences: bool = True,
+    elmo_at_output: bool = False,
 ) -> Config:
     """The filled training config: `elmo` first, then `components` with their listeners."""
     unknown = [name for name in components if name not in COMPONENTS]
@@ -209,7 +210,7 @@ def elmo_training_config(
         "initialize": {"vectors": "${paths.vectors}", "components": {}},
     }
     for name in components:
-        tok2vec = _tok2vec_block(include_static_vectors=vectors is not None)
+        tok2vec = _tok2vec_block(vectors is not None, elmo_at_output)
         config["components"][name] = {"factory": name, "model": COMPONENTS[name](tok2vec)}
     weights = source.weights_config()
     if weights is not None:
@@ -230,9 +231,13 @@ def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, 
     return block
 
 
-def _tok2vec_block(include_static_vectors: bool) -> Dict[str, Any]:
+def _tok2vec_block(include_static_vectors: bool, elmo_at_output: bool) -> Dict[str, Any]:
+    """ElmoTok2Vec.v1, or v2 with the mixed ELMo vector at the encoder's output too."""
+    architecture = {"@architectures": TOK2VEC}
+    if elmo_at_output:
+        architecture = {"@architectures": TOK2VEC_V2, "elmo_at_output": True}
     return {
-        "@architectures": TOK2VEC,
+        **architecture,
         "elmo": {
             "@architectures": LISTENER,
             **architecture_defaults(ElmoListener),

@@ -54,6 +54,12 @@ def init_config(
         help="Run the biLM on the sentences of spaCy's rule-based sentencizer when a doc has "
         "no sentence boundaries (the same units in training and on raw text).",
     ),
+    elmo_at_output: bool = typer.Option(
+        False,
+        "--elmo-at-output",
+        help="Also concatenate each component's mixed ELMo vector to its encoder's output "
+        "(spacy_elmo.ElmoTok2Vec.v2), not only to the encoder's input.",
+    ),
     force: bool = typer.Option(False, "--force", "-F", help="Overwrite an existing file."),
 ) -> None:
     """Write a complete training config: `elmo` and the components that listen to it."""
@@ -76,6 +82,7 @@ def init_config(
             gpu=gpu,
             fine_tune=fine_tune,
             split_sentences=split_sentences,
+            elmo_at_output=elmo_at_output,
         )
     except (ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)

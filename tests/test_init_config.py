@@ -98,8 +98,12 @@ def debug_config(path, corpus):
     return CliRunner().invoke(spacy_app, ["debug", "config", str(path), *overrides])
 
 
-def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, corpus):
-    path = init_config(tmp_path / "config.cfg", "--pipeline", ",".join(ALL), "--model", bilm_dir)
+@pytest.mark.parametrize("at_output", [False, True], ids=["elmo-at-input", "elmo-at-output"])
+def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, corpus, at_output):
+    extra = ["--elmo-at-output"] if at_output else []
+    path = init_config(
+        tmp_path / "config.cfg", "--pipeline", ",".join(ALL), "--model", bilm_dir, *extra
+    )
     result = debug_config(path, corpus)
     assert result.exit_code == 0, result.output
     assert "Config is valid" in result.output
@@ -108,6 +112,9 @@ def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, co
     assert config["initialize"]["components"]["elmo"]["weights"]["path"] == "${paths.elmo_model}"
     for name in ALL:  # each component has its own listener and so its own mix
         tok2vec = config["components"][name]["model"]["tok2vec"]
+        version = "v2" if at_output else "v1"
+        assert tok2vec["@architectures"] == f"spacy_elmo.ElmoTok2Vec.{version}"
+        assert tok2vec.get("elmo_at_output", False) is at_output
         assert tok2vec["elmo"]["@architectures"] == "spacy_elmo.ElmoListener.v1"
         assert tok2vec["elmo"]["width"] is None
         # Small widths keep the test fast; the structure is the generated one.
