@@ -1,5 +1,5 @@
 """ElmoTok2Vec.v2: the mixed ELMo vector at the encoder's input and, with elmo_at_output, at
-its output too ([encode(Maxout([x_k; ELMo_k])); ELMo_k])."""
+its output too ([encode(Maxout([x_k; ELMo_k])); ELMo_k]); elmo_dropout on the mixed vector."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import spacy
 from spacy.training import Example
 from spacy.util import load_model_from_config, registry
-from thinc.api import Linear, concatenate
+from thinc.api import Linear, concatenate, set_dropout_rate
 
-from spacy_elmo.architectures import ElmoTok2Vec, ElmoTok2Vec_v2, leading_columns
+from spacy_elmo.architectures import ElmoTok2Vec, ElmoTok2Vec_v2, leading_columns, own_dropout
 from spacy_elmo.layers.scalar_mix import softmax_weights_and_gamma
 
 from .pipeline_util import TINY_WIDTH, synthetic_docs, tiny_training_config, write_train_dev
@@ -21,7 +21,7 @@ def data(tmp_path_factory):
     return write_train_dev(tmp_path_factory.mktemp("data"), 40, 10)
 
 
-def make_nlp(bilm_dir, data, elmo_at_output=True):
+def make_nlp(bilm_dir, data, elmo_at_output=True, elmo_dropout=0.0):
     """The tiny training pipeline with both tok2vecs ElmoTok2Vec.v2; the tagger's mix without
     layer norm or dropout, so that a NumPy mix of doc._.elmo_layers is its reference."""
     config = tiny_training_config(bilm_dir, *data)
@@ -29,6 +29,7 @@ def make_nlp(bilm_dir, data, elmo_at_output=True):
         tok2vec = config["components"][name]["model"]["tok2vec"]
         tok2vec["@architectures"] = "spacy_elmo.ElmoTok2Vec.v2"
         tok2vec["elmo_at_output"] = elmo_at_output
+        tok2vec["elmo_dropout"] = elmo_dropout
     config["components"]["tagger"]["model"]["tok2vec"]["elmo"].update(
         {"layer_norm": False, "layer_dropout": 0.0, "initial_weights": [0.3, -0.2, 0.5]}
     )
@@ -163,3 +164,45 @@ def test_encoder_and_elmo_both_reach_the_tagger(bilm_dir, data):
     assert softmax_layer.get_dim("nI") == encoder_width + TINY_WIDTH
     plain, _ = make_nlp(bilm_dir, data, elmo_at_output=False)
     assert plain.get_pipe("tagger").model.layers[-1].get_dim("nI") == encoder_width
+
+
+def test_own_dropout_keeps_its_rate_and_scales_what_it_keeps():
+    layer = own_dropout(0.25)
+    set_dropout_rate(layer, 0.1)  # what spaCy's update does with --training.dropout
+    assert layer.attrs["own_dropout_rate"] == 0.25
+    X = np.ones((400, 50), dtype="f")
+    np.testing.assert_array_equal(layer.predict(X), X)
+    Y, backprop = layer(X, is_train=True)
+    assert set(np.unique(Y)) == {0.0, np.float32(1 / 0.75)}
+    assert abs((Y == 0).mean() - 0.25) < 0.02
+    dY = np.arange(X.size, dtype="f").reshape(X.shape)
+    np.testing.assert_allclose(backprop(dY), dY * Y)  # the same mask, the same scale
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0])
+def test_elmo_dropout_out_of_range_is_a_clear_error(rate):
+    with pytest.raises(ValueError, match=f"elmo_dropout must be in \\[0, 1\\), got {rate}"):
+        ElmoTok2Vec_v2(Linear(4), Linear(4), Linear(8, 8), elmo_dropout=rate)
+
+
+def test_elmo_dropout_reaches_only_the_elmo_columns_in_training(bilm_dir, data):
+    nlp, examples = make_nlp(bilm_dir, data, elmo_at_output=False, elmo_dropout=0.5)
+    tok2vec = nlp.get_pipe("tagger").model.get_ref("tok2vec")
+    dropouts = [node for node in tok2vec.walk() if node.name == "own_dropout"]
+    assert len(dropouts) == 1 and dropouts[0].attrs["own_dropout_rate"] == 0.5
+    docs = [eg.predicted for eg in examples[:3]]
+    docs = list(nlp.get_pipe("elmo").pipe(docs))
+    assert [a.tolist() for a in tok2vec.predict(docs)] == [
+        a.tolist() for a in tok2vec.predict(docs)
+    ]
+    first, _ = tok2vec(docs, is_train=True)
+    second, _ = tok2vec(docs, is_train=True)
+    assert any(not np.allclose(a, b) for a, b in zip(first, second))  # new masks each time
+    dropouts[0].attrs["own_dropout_rate"] = 0.0  # then nothing else in it is random
+    first, _ = tok2vec(docs, is_train=True)
+    second, _ = tok2vec(docs, is_train=True)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    dropouts[0].attrs["own_dropout_rate"] = 0.5
+    losses = {}
+    nlp.update(examples, sgd=nlp.create_optimizer(), losses=losses)
+    assert np.isfinite(losses["tagger"]) and np.isfinite(losses["ner"])
