@@ -231,6 +231,8 @@ class RunSpec:
     max_steps: int | None = None
     eval_frequency: int | None = None
     patience: int | None = None
+    # config settings in spaCy's override form (("components.ner.model...", "0.5"), ...)
+    settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -278,6 +280,8 @@ class RunSpec:
             for setting in STATIC_VECTOR_SETTINGS:
                 argv += [f"--{setting}", "true"]
             argv += ["--initialize.vectors", str(self.vectors)]
+        for key, value in self.settings:
+            argv += [f"--{key}", value]
         return argv
 
     def evaluate_command(self) -> list[str]:
@@ -765,6 +769,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="max_steps for every size")
     parser.add_argument("--eval-frequency", type=int, default=None, help="for every size")
     parser.add_argument("--patience", type=int, default=None, help="for every size")
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config setting for spacy train, e.g. "
+        "components.ner.model.tok2vec.elmo_dropout=0.5 (repeatable; a variant goes in its "
+        "own --root)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
 
 
@@ -781,7 +795,17 @@ def run_options(args: argparse.Namespace) -> dict:
         "max_steps": args.steps,
         "eval_frequency": args.eval_frequency,
         "patience": args.patience,
+        "settings": tuple(parse_setting(text) for text in args.settings),
     }
+
+
+def parse_setting(text: str) -> tuple[str, str]:
+    """ "section.key=value" -> ("section.key", "value"); a clear error otherwise."""
+    key, equals, value = text.partition("=")
+    key = key.strip().removeprefix("--")
+    if not equals or not key or not value.strip():
+        raise ValueError(f"--set {text!r}: expected KEY=VALUE, e.g. training.dropout=0.2")
+    return key, value.strip()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -863,4 +887,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (ValueError, FileNotFoundError) as error:
+        sys.exit(f"evidence.py: {error}")

@@ -218,6 +218,19 @@ def test_dry_run_full_size_and_step_overrides(capsys, tmp_path: Path):
     assert option(train, "--gpu-id") == "0"
 
 
+def test_set_adds_config_settings_to_the_train_command(capsys, tmp_path: Path):
+    key = "components.ner.model.tok2vec.elmo_dropout"
+    train, evaluate = dry_run(
+        capsys, tmp_path, "--pipeline", "elmo", "--size", "1000", "--seed", "0",
+        "--set", f"{key}=0.5", "--set", "training.dropout = 0.2",
+    )  # fmt: skip
+    assert option(train, f"--{key}") == "0.5"
+    assert option(train, "--training.dropout") == "0.2"
+    assert not any(arg.startswith("--components") for arg in evaluate)
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        ev.main(["run", "--pipeline", "elmo", "--size", "1000", "--seed", "0", "--set", key])
+
+
 def test_a_size_without_step_settings_needs_them(tmp_path: Path):
     with pytest.raises(ValueError, match="--steps"):
         ev.make_spec("baseline", 500, 0, root=tmp_path)
