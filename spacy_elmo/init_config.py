@@ -180,6 +180,7 @@ def elmo_training_config(
     fine_tune: bool = False,
     split_sentences: bool = True,
     elmo_at_output: bool = False,
+    elmo_dropout: float = 0.0,
 ) -> Config:
     """The filled training config: `elmo` first, then `components` with their listeners."""
     unknown = [name for name in components if name not in COMPONENTS]
@@ -210,7 +211,7 @@ def elmo_training_config(
         "initialize": {"vectors": "${paths.vectors}", "components": {}},
     }
     for name in components:
-        tok2vec = _tok2vec_block(vectors is not None, elmo_at_output)
+        tok2vec = _tok2vec_block(vectors is not None, elmo_at_output, elmo_dropout)
         config["components"][name] = {"factory": name, "model": COMPONENTS[name](tok2vec)}
     weights = source.weights_config()
     if weights is not None:
@@ -231,11 +232,17 @@ def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, 
     return block
 
 
-def _tok2vec_block(include_static_vectors: bool, elmo_at_output: bool) -> Dict[str, Any]:
-    """ElmoTok2Vec.v1, or v2 with the mixed ELMo vector at the encoder's output too."""
-    architecture = {"@architectures": TOK2VEC}
-    if elmo_at_output:
-        architecture = {"@architectures": TOK2VEC_V2, "elmo_at_output": True}
+def _tok2vec_block(
+    include_static_vectors: bool, elmo_at_output: bool, elmo_dropout: float
+) -> Dict[str, Any]:
+    """ElmoTok2Vec.v1, or v2 where ELMo goes to the encoder's output too or has its dropout."""
+    architecture: Dict[str, Any] = {"@architectures": TOK2VEC}
+    if elmo_at_output or elmo_dropout:
+        architecture = {
+            "@architectures": TOK2VEC_V2,
+            "elmo_at_output": elmo_at_output,
+            "elmo_dropout": elmo_dropout,
+        }
     return {
         **architecture,
         "elmo": {

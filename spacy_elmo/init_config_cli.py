@@ -60,6 +60,12 @@ def init_config(
         help="Also concatenate each component's mixed ELMo vector to its encoder's output "
         "(spacy_elmo.ElmoTok2Vec.v2), not only to the encoder's input.",
     ),
+    elmo_dropout: float = typer.Option(
+        0.0,
+        "--elmo-dropout",
+        help="Dropout on each component's mixed ELMo vector in training, in [0, 1) "
+        "(spacy_elmo.ElmoTok2Vec.v2; the paper's 'moderate amount of dropout to ELMo').",
+    ),
     force: bool = typer.Option(False, "--force", "-F", help="Overwrite an existing file."),
 ) -> None:
     """Write a complete training config: `elmo` and the components that listen to it."""
@@ -83,6 +89,7 @@ def init_config(
             fine_tune=fine_tune,
             split_sentences=split_sentences,
             elmo_at_output=elmo_at_output,
+            elmo_dropout=elmo_dropout,
         )
     except (ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)

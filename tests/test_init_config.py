@@ -152,6 +152,7 @@ def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, co
         ["--gpu", "--fine-tune"],
         ["--vectors", "en_core_web_md", "--no-split-sentences"],
         ["--allennlp"],
+        ["--elmo-dropout", "0.3"],
     ],
 )
 def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fixture, extra):
@@ -166,8 +167,13 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
     assert elmo["frozen"] is ("--fine-tune" not in extra)
     assert elmo["split_sentences"] is ("--no-split-sentences" not in extra)
     assert config["system"]["gpu_allocator"] == ("pytorch" if "--gpu" in extra else None)
-    embed = config["components"]["ner"]["model"]["tok2vec"]["embed"]
-    assert embed["include_static_vectors"] is ("--vectors" in extra)
+    tok2vec = config["components"]["ner"]["model"]["tok2vec"]
+    assert tok2vec["embed"]["include_static_vectors"] is ("--vectors" in extra)
+    if "--elmo-dropout" in extra:
+        assert tok2vec["@architectures"] == "spacy_elmo.ElmoTok2Vec.v2"
+        assert (tok2vec["elmo_dropout"], tok2vec["elmo_at_output"]) == (0.3, False)
+    else:
+        assert tok2vec["@architectures"] == "spacy_elmo.ElmoTok2Vec.v1"
     if "--vectors" in extra:
         assert config["paths"]["vectors"] == "en_core_web_md"
     if "--options" in extra:
@@ -184,6 +190,7 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
         (["-p", "tagger,sentiment"], "unknown components ['sentiment']"),
         (["--options", "x.json"], "--options and --weights must be given together"),
         (["--model", "/nonexistent"], "is not a saved biLM directory"),
+        (["--elmo-dropout", "1.5"], "elmo_dropout must be in [0, 1), got 1.5"),
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path, args, message):
