@@ -203,17 +203,13 @@ def ElmoTok2Vec_v2(
     """
     if not 0.0 <= elmo_dropout < 1.0:
         raise ValueError(f"ElmoTok2Vec.v2: elmo_dropout must be in [0, 1), got {elmo_dropout}")
-    if not elmo_at_output and elmo_dropout == 0.0:
-        return ElmoTok2Vec(elmo, embed, encode)
-    width = encode.get_dim("nO")
     features = elmo
     if elmo_dropout > 0.0:
         features = chain(elmo, with_array(own_dropout(elmo_dropout)))
-    encoder = chain(Maxout(width, nP=3, normalize=True), encode)
     if not elmo_at_output:
-        model = chain(concatenate(features, embed), with_array(encoder))
-        model.set_dim("nO", width)
-        return model
+        return ElmoTok2Vec(features, embed, encode)
+    width = encode.get_dim("nO")
+    encoder = chain(Maxout(width, nP=3, normalize=True), encode)
     model = chain(
         concatenate(features, embed),
         with_array(concatenate(encoder, leading_columns(elmo))),
