@@ -3,7 +3,8 @@
 # learning curves (`spacy project run evidence-downstream`; results/downstream/README.md):
 # ELMo at the encoder's output too, dropout 0.5 on ELMo, and a fine-tuned biLM. Each variant's
 # runs go in training/downstream/VARIANT (finished runs are kept), the baseline runs of the
-# evidence workflow with the same seeds are linked in, and the report goes to results/downstream/.
+# evidence workflow with the same seeds are linked in, and the report goes to results/downstream/;
+# so does the same report of the evidence workflow's elmo runs of those seeds (reference).
 # Needs the evidence workflow's corpus, subsets and baseline runs (seeds 0-2 at 1,000, 0-1 at all).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,6 +18,17 @@ declare -A SETTINGS=(
 )
 declare -A FULL_SEEDS=([at_output]="0 1" [elmo_dropout]="0 1" [fine_tune]="0")
 mkdir -p results/downstream
+# the reference: the evidence workflow's own elmo runs (frozen, ELMo at the input) of the same
+# seeds, linked in and reported alike
+reference=training/downstream/reference
+mkdir -p "$reference"
+for run in elmo_1000_s0 elmo_1000_s1 elmo_1000_s2 elmo_all_s0 elmo_all_s1 \
+    baseline_1000_s0 baseline_1000_s1 baseline_1000_s2 baseline_all_s0 baseline_all_s1; do
+    ln -sfn "../../evidence/$run" "$reference/$run"
+done
+python scripts/evidence.py report --root "$reference" --bilm-name "the bundled biLM" \
+    --json results/downstream/reference.json --markdown results/downstream/reference.md \
+    --plot results/downstream/reference.png
 for variant in at_output elmo_dropout fine_tune; do
     root="training/downstream/$variant"
     # shellcheck disable=SC2086  # the settings and seeds are lists of words
