@@ -40,6 +40,7 @@ from common import git_commit, machine_info
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spacy_elmo.bilm import BiLMOptions
+from spacy_elmo.bilm.lm_head import DEFAULT_CUTOFFS
 from spacy_elmo.pretrain.corpus import iter_batches, read_sentences
 from spacy_elmo.pretrain.presets import preset
 from spacy_elmo.pretrain.vocab import Vocab
@@ -93,17 +94,19 @@ def lstm_floor_flops(options: BiLMOptions) -> float:
     return 3 * forward * options.n_layers * 2
 
 
-def gemm_shapes(options: BiLMOptions, rows: int) -> dict[str, tuple[int, int, int]]:
-    """(m, k, n) of the step's main products for a batch of `rows` sentences."""
+def gemm_shapes(options: BiLMOptions, rows: int, positions: int) -> dict[str, tuple[int, int, int]]:
+    """(m, k, n) of the step's main products: `rows` sentences a step, `positions` a batch."""
     lstm, proj, filters = options.lstm_dim, options.projection_dim, options.n_filters
-    return {
-        f"recurrent h @ W ({rows} x {proj} x {4 * lstm})": (rows, proj, 4 * lstm),
-        f"projection c @ P ({rows} x {lstm} x {proj})": (rows, lstm, proj),
-        f"inputs of all steps (2048 x {proj} x {4 * lstm})": (2048, proj, 4 * lstm),
-        f"highway (1024 x {filters} x {2 * filters})": (1024, filters, 2 * filters),
-        "softmax head (2048 x 128 x 2002)": (2048, proj, 2002),
-        "square (1024 x 1024 x 1024)": (1024, 1024, 1024),
+    head = DEFAULT_CUTOFFS[0] + len(DEFAULT_CUTOFFS)  # shortlist words + one logit per cluster
+    shapes = {
+        "recurrent h @ W": (rows, proj, 4 * lstm),
+        "projection c @ P": (rows, lstm, proj),
+        "inputs of all steps": (positions, proj, 4 * lstm),
+        "highway": (1024, filters, 2 * filters),
+        "softmax head": (positions, proj, head),
+        "square": (1024, 1024, 1024),
     }
+    return {f"{name} ({m} x {k} x {n})": (m, k, n) for name, (m, k, n) in shapes.items()}
 
 
 def gemm_rate(m: int, k: int, n: int, calls: int = 20) -> float:
@@ -149,7 +152,7 @@ def main() -> None:
         flops[name] = sum(step_flops(model, optimizer, b, vocab) for b in batches[1:]) / tokens
         runs[name] = (model, optimizer, fused)
 
-    shapes = gemm_shapes(options, rows)
+    shapes = gemm_shapes(options, rows, args.batch_tokens)
     step_s: dict[str, float] = {}
     rates: dict[str, float] = {}
     for _ in range(args.rounds):
