@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -513,6 +514,74 @@ class Cell:
         return statistics.stdev(self.values) if self.n > 1 else None
 
 
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    value = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            value *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return value
+
+
+def regularized_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function, for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with `df` (> 0, not necessarily whole) degrees of freedom."""
+    tail = 0.5 * regularized_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def student_t_quantile(q: float, df: float) -> float:
+    """The t with P(T <= t) = q, 0.5 <= q < 1, by bisection on the CDF."""
+    if not 0.5 <= q < 1.0:
+        raise ValueError(f"quantile level must be in [0.5, 1), got {q}")
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, df) < q:
+        high *= 2.0
+    for _ in range(200):
+        middle = (low + high) / 2.0
+        low, high = (middle, high) if student_t_cdf(middle, df) < q else (low, middle)
+    return (low + high) / 2.0
+
+
+def welch_interval(
+    better: Cell, reference: Cell, level: float = 0.95
+) -> tuple[float, float, float] | None:
+    """(low, high, df) of Welch's interval for mean(better) - mean(reference); None unless
+    both have at least two runs and some spread."""
+    if better.n < 2 or reference.n < 2:
+        return None
+    terms = [cell.std**2 / cell.n for cell in (better, reference)]
+    variance = sum(terms)
+    if variance == 0.0:
+        return None
+    df = variance**2 / sum(t**2 / (cell.n - 1) for t, cell in zip(terms, (better, reference)))
+    half = student_t_quantile(0.5 + level / 2.0, df) * math.sqrt(variance)
+    difference = better.mean - reference.mean
+    return difference - half, difference + half, df
+
+
 RUN_KEYS = ("pipeline", "train_sentences", "seed", "test", "dev")
 
 
@@ -594,6 +663,17 @@ def markdown_table(runs: Sequence[dict], metric: str, title: str) -> str:
             continue
         row = ["–" if d is None else f"{100 * d:+.2f}" for d in differences]
         lines.append(f"| *{better} − {reference}* | " + " | ".join(row) + " |")
+        intervals = [
+            welch_interval(cells[better, size], cells[reference, size])
+            if (better, size) in cells and (reference, size) in cells
+            else None
+            for size in labels
+        ]
+        if any(interval is not None for interval in intervals):
+            row = [
+                "–" if i is None else f"[{100 * i[0]:+.2f}, {100 * i[1]:+.2f}]" for i in intervals
+            ]
+            lines.append(f"| *{better} − {reference}, 95% CI* | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -629,7 +709,10 @@ def render_markdown(
     pipelines = {run["pipeline"] for run in runs}
     notes = [f"{len(runs)} runs, seeds {', '.join(map(str, n_seeds))}."]
     if any(better in pipelines and reference in pipelines for better, reference in GAINS):
-        notes.append("Rows in italics are differences of the means.")
+        notes.append(
+            "Rows in italics are differences of the means, and Welch's 95% confidence "
+            "intervals for them (seeds as independent runs)."
+        )
     notes.append(
         "Made by `spacy project run evidence` (`scripts/evidence.py report`) from the "
         "run.json files."
@@ -663,6 +746,30 @@ def summary(runs: Sequence[dict]) -> list[dict]:
                 "dev": {"ents_f": {"mean": dev_f1[key].mean, "std": dev_f1[key].std}},
             }
         )
+    return rows
+
+
+def gains(runs: Sequence[dict]) -> list[dict]:
+    """For the JSON: each GAINS pair's difference of test NER F1 means (0..1) by size, with
+    Welch's 95% interval and its degrees of freedom where both sides have two runs or more."""
+    cells = aggregate(runs, "ents_f")
+    rows = []
+    for better, reference in GAINS:
+        for size in sorted({size for _, size in cells}):
+            if (better, size) not in cells or (reference, size) not in cells:
+                continue
+            interval = welch_interval(cells[better, size], cells[reference, size])
+            rows.append(
+                {
+                    "pipeline": better,
+                    "reference": reference,
+                    "train_sentences": size,
+                    "n": [cells[better, size].n, cells[reference, size].n],
+                    "ents_f_gain": cells[better, size].mean - cells[reference, size].mean,
+                    "ci95": None if interval is None else list(interval[:2]),
+                    "df": None if interval is None else interval[2],
+                }
+            )
     return rows
 
 
@@ -734,7 +841,7 @@ def report(
         if not bilm_card.exists():
             raise FileNotFoundError(f"no biLM card {bilm_card} (give --bilm-card)")
         card = json.loads(bilm_card.read_text())
-    result = {"runs": runs, "bilm": card, "summary": summary(runs)}
+    result = {"runs": runs, "bilm": card, "summary": summary(runs), "gains": gains(runs)}
     for path in (json_path, markdown_path):
         path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(result, indent=2) + "\n")

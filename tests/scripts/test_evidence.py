@@ -350,7 +350,15 @@ def test_report_aggregates_every_run(tmp_path: Path):
     assert lines["| vectors"].endswith(" | – |")
     gain = lines["| *elmo − baseline*"]
     assert f"{100 * (e.mean() - b.mean()):+.2f} | {100 * (0.88 - 0.85):+.2f} |" in gain
+    interval = ev.welch_interval(ev.Cell(list(e)), ev.Cell(list(b)))
+    ci = lines["| *elmo − baseline, 95% CI*"]
+    assert ci.endswith(f"| [{100 * interval[0]:+.2f}, {100 * interval[1]:+.2f}] | – |")
     assert "vectors+elmo − vectors" not in markdown
+    rows = {(g["pipeline"], g["train_sentences"]): g for g in data["gains"]}
+    assert set(rows) == {("elmo", 1000), ("elmo", 14041)}
+    assert rows["elmo", 1000]["ents_f_gain"] == pytest.approx(e.mean() - b.mean())
+    assert rows["elmo", 1000]["ci95"] == pytest.approx(list(interval[:2]))
+    assert rows["elmo", 14041]["ci95"] is None and rows["elmo", 14041]["n"] == [1, 1]
     assert "3.0 M parameters" in markdown and "](../docs/e.png)" in markdown
     assert (tmp_path / "docs" / "e.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -392,3 +400,51 @@ def test_the_bilm_line_states_the_card_figures():
         "stages, see the model card)."
     )
     assert ev.bilm_line({}) == ""
+
+
+# --- confidence intervals --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("q", [0.6, 0.9, 0.95, 0.975, 0.995])
+def test_t_quantile_matches_the_closed_forms_of_one_and_two_degrees(q: float):
+    # df = 1 is the Cauchy distribution; df = 2 has t = (2q - 1) / sqrt(2 q (1 - q)).
+    assert ev.student_t_quantile(q, 1) == pytest.approx(np.tan(np.pi * (q - 0.5)), rel=1e-9)
+    expected = (2 * q - 1) / np.sqrt(2 * q * (1 - q))
+    assert ev.student_t_quantile(q, 2) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "df, expected",  # two-sided 95% critical values of Student's t, from the printed tables
+    [(3, 3.1824), (4, 2.7764), (8, 2.3060), (9, 2.2622), (30, 2.0423), (120, 1.9799)],
+)
+def test_t_quantile_matches_the_table(df: int, expected: float):
+    assert ev.student_t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
+
+
+def test_t_cdf_is_symmetric_and_inverts_the_quantile():
+    for df in (1.5, 4.2, 17.0):
+        for t in (0.3, 1.0, 2.5):
+            assert ev.student_t_cdf(t, df) + ev.student_t_cdf(-t, df) == pytest.approx(1.0)
+            assert ev.student_t_quantile(ev.student_t_cdf(t, df), df) == pytest.approx(t)
+    with pytest.raises(ValueError, match="quantile level"):
+        ev.student_t_quantile(0.2, 3)
+
+
+def test_welch_interval_by_hand():
+    # Equal sizes and spreads: Welch's degrees of freedom are 2 (n - 1) = 8, t = 2.3060.
+    better, reference = (
+        ev.Cell([0.80, 0.82, 0.81, 0.83, 0.79]),
+        ev.Cell([0.78, 0.80, 0.79, 0.81, 0.77]),
+    )
+    low, high, df = ev.welch_interval(better, reference)
+    assert df == pytest.approx(8.0)
+    half = 2.3060 * np.sqrt(2 * np.var(better.values, ddof=1) / 5)
+    assert (low, high) == pytest.approx((0.02 - half, 0.02 + half), abs=1e-5)
+    # Unequal: the Welch-Satterthwaite df from the two variances.
+    better, reference = ev.Cell([0.9, 0.7, 0.8]), ev.Cell([0.60, 0.61, 0.62, 0.63])
+    low, high, df = ev.welch_interval(better, reference)
+    a, c = np.var(better.values, ddof=1) / 3, np.var(reference.values, ddof=1) / 4
+    assert df == pytest.approx((a + c) ** 2 / (a**2 / 2 + c**2 / 3))
+    assert (low + high) / 2 == pytest.approx(np.mean(better.values) - np.mean(reference.values))
+    assert ev.welch_interval(ev.Cell([0.5]), reference) is None
+    assert ev.welch_interval(ev.Cell([0.5, 0.5]), ev.Cell([0.4, 0.4])) is None
