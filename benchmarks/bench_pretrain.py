@@ -121,15 +121,29 @@ def time_trainer(args: argparse.Namespace) -> dict[str, float]:
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def step_parser(description: str, output: str) -> argparse.ArgumentParser:
+    """The options of a benchmark of the training step (this one and bench_roofline.py)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("corpus", type=Path, help="tokenised text, one sentence a line")
     parser.add_argument("--preset", default="bundled")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=6, help="timed batches per round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/pretrain_cpu"))
+    parser.add_argument("--output", type=Path, default=Path(output))
+    return parser
+
+
+def step_inputs(args: argparse.Namespace) -> tuple[Vocab, BiLMOptions, list]:
+    """The vocabulary, architecture and batches (one warm-up, then the timed ones) of `args`."""
+    vocab = Vocab.build(read_sentences(args.corpus), 50000, 3)
+    options = BiLMOptions.from_dict(preset(args.preset))
+    stream = iter_batches(args.corpus, 0, args.batch_tokens)
+    return vocab, options, [next(stream)[1] for _ in range(args.batches + 1)]
+
+
+def main() -> None:
+    parser = step_parser(__doc__.split("\n\n")[0], "benchmarks/results/pretrain_cpu")
     parser.add_argument("--trainer", action="store_true", help="time the whole command")
     parser.add_argument("--steps", type=int, default=60, help="--trainer: steps per run")
     parser.add_argument("--log-every", type=int, default=10, help="--trainer: window size")
@@ -138,11 +152,7 @@ def main() -> None:
         trainer_report(args, time_trainer(args))
         return
     torch.set_num_threads(args.threads)
-
-    vocab = Vocab.build(read_sentences(args.corpus), 50000, 3)
-    options = BiLMOptions.from_dict(preset(args.preset))
-    stream = iter_batches(args.corpus, 0, args.batch_tokens)
-    batches = [next(stream)[1] for _ in range(args.batches + 1)]
+    vocab, options, batches = step_inputs(args)
     difference = gradient_difference(options, vocab, batches[0])
 
     runs = {}

@@ -31,19 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 import torch.utils.flop_counter as flop_counter
-from bench_pretrain import IMPLEMENTATIONS, build_model, train_step, use
+from bench_pretrain import IMPLEMENTATIONS, build_model, step_inputs, step_parser, train_step, use
 from common import git_commit, machine_info
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.bilm.lm_head import DEFAULT_CUTOFFS
-from spacy_elmo.pretrain.corpus import iter_batches, read_sentences
-from spacy_elmo.pretrain.presets import preset
-from spacy_elmo.pretrain.vocab import Vocab
 
 aten = torch.ops.aten
 
@@ -125,21 +121,9 @@ def gemm_rate(m: int, k: int, n: int, calls: int = 20) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("corpus", type=Path, help="tokenised text, one sentence a line")
-    parser.add_argument("--preset", default="bundled")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-tokens", type=int, default=2048)
-    parser.add_argument("--batches", type=int, default=6, help="timed batches per round")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/roofline_cpu"))
-    args = parser.parse_args()
+    args = step_parser(__doc__.split("\n\n")[0], "benchmarks/results/roofline_cpu").parse_args()
     torch.set_num_threads(args.threads)
-
-    vocab = Vocab.build(read_sentences(args.corpus), 50000, 3)
-    options = BiLMOptions.from_dict(preset(args.preset))
-    stream = iter_batches(args.corpus, 0, args.batch_tokens)
-    batches = [next(stream)[1] for _ in range(args.batches + 1)]
+    vocab, options, batches = step_inputs(args)
     tokens = sum(len(s) for batch in batches[1:] for s in batch)
     rows = round(sum(len(batch) for batch in batches[1:]) / args.batches)
 
