@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from spacy.tokens import Doc, DocBin
+from spacy.util import load_config
 from spacy.vocab import Vocab
 
 BASELINE_CONFIG = Path("configs/ner_tagger_baseline.cfg")
@@ -234,6 +235,8 @@ class RunSpec:
     patience: int | None = None
     # config settings in spaCy's override form (("components.ner.model...", "0.5"), ...)
     settings: tuple[tuple[str, str], ...] = ()
+    # another biLM for the elmo component (a `BiLM.save` / `spacy-elmo pretrain` model folder)
+    elmo_model: Path | None = None
 
     @property
     def name(self) -> str:
@@ -268,10 +271,27 @@ class RunSpec:
             )
         return settings
 
+    @property
+    def config(self) -> Path:
+        """The training config: the pipeline's, or with `elmo_model` the run's own copy of it."""
+        if self.elmo_model is not None:
+            return self.directory / "config.cfg"
+        return PIPELINES[self.pipeline].config
+
+    def write_config(self) -> None:
+        """With `elmo_model`: the pipeline's config with that biLM as the elmo component's
+        weights (`spacy_elmo.SavedBiLM.v1`), written to the run directory."""
+        if self.elmo_model is None:
+            return
+        config = load_config(PIPELINES[self.pipeline].config, interpolate=False)
+        weights = {"@misc": "spacy_elmo.SavedBiLM.v1", "path": str(self.elmo_model)}
+        config["initialize"]["components"]["elmo"] = {"weights": weights}
+        config.to_disk(self.config)
+
     def train_command(self) -> list[str]:
         """The `spacy train` argv, starting with "python"."""
         pipeline = PIPELINES[self.pipeline]
-        argv = ["python", "-m", "spacy", "train", str(pipeline.config)]
+        argv = ["python", "-m", "spacy", "train", str(self.config)]
         argv += ["--output", str(self.directory), "--gpu-id", str(self.gpu_id)]
         argv += ["--paths.train", str(self.train_file), "--paths.dev", str(self.dev)]
         argv += ["--system.seed", str(self.seed)]
@@ -311,6 +331,11 @@ def make_spec(pipeline: str, size: str | int, seed: int, **options) -> RunSpec:
         raise ValueError(f"size {size!r} is neither a positive number of sentences nor {FULL!r}")
     spec = RunSpec(pipeline=pipeline, size=size, seed=seed, **options)
     spec.steps()  # raises for a size without step settings
+    if spec.elmo_model is not None and PIPELINES[pipeline].config != ELMO_CONFIG:
+        raise ValueError(
+            f"pipeline {pipeline!r} has no elmo component: --elmo-model applies to "
+            f"{', '.join(name for name, p in PIPELINES.items() if p.config == ELMO_CONFIG)}"
+        )
     return spec
 
 
@@ -402,10 +427,14 @@ def run_one(spec: RunSpec, dry_run: bool = False) -> dict | None:
         print(commands["train"])
         print(commands["evaluate"])
         return None
-    for path in (spec.train_file, spec.dev, spec.test, PIPELINES[spec.pipeline].config):
+    needed = [spec.train_file, spec.dev, spec.test, PIPELINES[spec.pipeline].config]
+    if spec.elmo_model is not None:
+        needed.append(spec.elmo_model / "model.safetensors")
+    for path in needed:
         if not path.exists():
             raise FileNotFoundError(f"run {spec.name} needs {path}, which does not exist")
     spec.directory.mkdir(parents=True, exist_ok=True)
+    spec.write_config()
     log = spec.directory / "run.log"
     log.write_text("")
     env = thread_env(spec.threads)
@@ -886,6 +915,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "components.ner.model.tok2vec.elmo_dropout=0.5 (repeatable; a variant goes in its "
         "own --root)",
     )
+    parser.add_argument(
+        "--elmo-model",
+        type=Path,
+        default=None,
+        help="another biLM (a pretrain run's model/ folder) for the elmo pipelines, in their "
+        "own --root; each run trains from a copy of the config that names it",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
 
 
@@ -903,6 +939,7 @@ def run_options(args: argparse.Namespace) -> dict:
         "eval_frequency": args.eval_frequency,
         "patience": args.patience,
         "settings": tuple(parse_setting(text) for text in args.settings),
+        "elmo_model": args.elmo_model,
     }
 
 

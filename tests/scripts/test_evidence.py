@@ -231,6 +231,34 @@ def test_set_adds_config_settings_to_the_train_command(capsys, tmp_path: Path):
         ev.main(["run", "--pipeline", "elmo", "--size", "1000", "--seed", "0", "--set", key])
 
 
+def test_elmo_model_trains_from_a_config_that_names_it(tmp_path: Path):
+    import torch
+    from spacy.util import registry
+
+    from spacy_elmo.loaders import BUNDLED_MODEL, bundled_bilm
+
+    spec = ev.make_spec("vectors+elmo", 1000, 2, root=tmp_path, elmo_model=BUNDLED_MODEL)
+    assert spec.train_command()[4] == str(tmp_path / "vectors+elmo_1000_s2" / "config.cfg")
+    assert option(spec.train_command(), "--initialize.vectors") == str(ev.VECTORS)
+    spec.directory.mkdir(parents=True)
+    spec.write_config()
+    written = load_config(spec.config, interpolate=False)
+    base = load_config(ev.ELMO_CONFIG, interpolate=False)
+    weights = written["initialize"]["components"].pop("elmo")["weights"]
+    assert weights == {"@misc": "spacy_elmo.SavedBiLM.v1", "path": str(BUNDLED_MODEL)}
+    assert written == base  # nothing else changes
+    # spaCy's registry resolves the block into the loader of that biLM
+    load = registry.resolve({"w": weights})["w"]
+    loaded, reference = load().state_dict(), bundled_bilm().state_dict()
+    assert loaded.keys() == reference.keys()
+    assert all(torch.equal(loaded[k], reference[k]) for k in reference)
+    # without elmo_model the pipeline's own config, and no copy is written
+    plain = ev.make_spec("elmo", 1000, 2, root=tmp_path)
+    assert plain.config == ev.ELMO_CONFIG
+    with pytest.raises(ValueError, match="no elmo component"):
+        ev.make_spec("baseline", 1000, 0, root=tmp_path, elmo_model=BUNDLED_MODEL)
+
+
 def test_a_size_without_step_settings_needs_them(tmp_path: Path):
     with pytest.raises(ValueError, match="--steps"):
         ev.make_spec("baseline", 500, 0, root=tmp_path)

