@@ -476,3 +476,35 @@ def test_welch_interval_by_hand():
     assert (low + high) / 2 == pytest.approx(np.mean(better.values) - np.mean(reference.values))
     assert ev.welch_interval(ev.Cell([0.5]), reference) is None
     assert ev.welch_interval(ev.Cell([0.5, 0.5]), ev.Cell([0.4, 0.4])) is None
+
+
+def test_compare_evidence_rows_and_gains(tmp_path: Path, capsys):
+    compare = _load("compare_evidence")
+
+    def report(path: Path, scores: dict) -> str:
+        runs = [
+            {"pipeline": p, "train_sentences": n, "seed": seed,
+             "test": {"ents_f": f1}, "dev": {"ents_f": f1 + 0.05}}
+            for (p, n), values in scores.items()
+            for seed, f1 in enumerate(values)
+        ]  # fmt: skip
+        path.write_text(json.dumps({"runs": runs}))
+        return str(path)
+
+    first = report(tmp_path / "a.json", {("baseline", 1000): [0.60, 0.62], ("elmo", 1000): [0.70]})
+    second = report(tmp_path / "b.json", {("elmo", 1000): [0.71, 0.75], ("elmo", 14041): [0.8]})
+    out = tmp_path / "t.md"
+    argv = ["--reference", f"base={first}:baseline", f"old={first}:elmo", f"new={second}:elmo"]
+    assert compare.main([*argv, "--output", str(out)]) == 0
+    lines = {line.split(" | ")[0]: line for line in out.read_text().splitlines()}
+    assert lines["| NER F1: test mean (dev mean), runs"].endswith("| 1,000 | 14,041 |")
+    assert lines["| base"] == "| base | 61.00 (66.00), 2 | – |"
+    assert lines["| new"] == "| new | 73.00 (78.00), 2 | 80.00 (85.00), 1 |"
+    low, high, _ = ev.welch_interval(ev.Cell([0.71, 0.75]), ev.Cell([0.60, 0.62]))
+    assert lines["| *new − base, 95% CI*"] == (
+        f"| *new − base, 95% CI* | +12.00 [{100 * low:+.2f}, {100 * high:+.2f}] | – |"
+    )
+    assert lines["| *old − base, 95% CI*"] == "| *old − base, 95% CI* | +9.00 | – |"  # one run
+    assert compare.main(["--reference", f"base={first}:vectors", f"x={first}:elmo"]) == 1
+    assert "no runs of pipeline 'vectors'" in capsys.readouterr().err
+    assert compare.main(["--reference", "nonsense", f"x={first}:elmo"]) == 1

@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""One README table of NER F1 from pipelines of several evidence reports (`evidence.py report`
+JSON files), each row one pipeline of one file, with its gain over a reference row and Welch's
+95% interval for the gain.
+
+    python scripts/compare_evidence.py --reference "baseline=results/evidence.json:baseline" \\
+        "elmo, stage 3 (bundled)=results/evidence.json:elmo" \\
+        "elmo, stage 5=results/stage5/evidence.json:elmo" --output results/stage5/compare.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evidence import Cell, size_labels, welch_interval
+
+
+def parse_row(text: str) -> tuple[str, Path, str]:
+    """ "LABEL=FILE:PIPELINE" -> (label, file, pipeline)."""
+    label, equals, rest = text.partition("=")
+    path, colon, pipeline = rest.rpartition(":")
+    if not (equals and colon and label.strip() and path and pipeline):
+        raise ValueError(f"expected LABEL=FILE:PIPELINE, got {text!r}")
+    return label.strip(), Path(path), pipeline
+
+
+def cells(runs: list[dict], pipeline: str, split: str) -> dict[int, Cell]:
+    """NER F1 on `split` by training sentences for one pipeline's runs."""
+    by_size: dict[int, Cell] = {}
+    for run in runs:
+        if run["pipeline"] == pipeline:
+            by_size.setdefault(run["train_sentences"], Cell([])).values.append(run[split]["ents_f"])
+    return by_size
+
+
+def compare(rows: list[tuple[str, list[dict], str]], reference: tuple[str, list[dict], str]) -> str:
+    """The Markdown table: test F1 mean (dev mean) and runs per row and size, then the gains."""
+    everything = [reference, *rows]
+    sizes = size_labels([run for _, runs, _ in everything for run in runs])
+    test = {label: cells(runs, pipeline, "test") for label, runs, pipeline in everything}
+    dev = {label: cells(runs, pipeline, "dev") for label, runs, pipeline in everything}
+    for label, _, pipeline in everything:
+        if not test[label]:
+            raise ValueError(f"row {label!r}: no runs of pipeline {pipeline!r}")
+    lines = [
+        "| NER F1: test mean (dev mean), runs | " + " | ".join(sizes.values()) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    for label, _, _ in everything:
+        row = [
+            f"{100 * test[label][n].mean:.2f} ({100 * dev[label][n].mean:.2f}), {test[label][n].n}"
+            if n in test[label]
+            else "–"
+            for n in sizes
+        ]
+        lines.append(f"| {label} | " + " | ".join(row) + " |")
+    base = reference[0]
+    for label, _, _ in rows:
+        row = []
+        for n in sizes:
+            if n not in test[label] or n not in test[base]:
+                row.append("–")
+                continue
+            gain = test[label][n].mean - test[base][n].mean
+            interval = welch_interval(test[label][n], test[base][n])
+            ci = (
+                "" if interval is None else f" [{100 * interval[0]:+.2f}, {100 * interval[1]:+.2f}]"
+            )
+            row.append(f"{100 * gain:+.2f}{ci}")
+        lines.append(f"| *{label} − {base}, 95% CI* | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rows", nargs="+", help="LABEL=FILE:PIPELINE (an evidence.py JSON)")
+    parser.add_argument("--reference", required=True, help="LABEL=FILE:PIPELINE of the gains")
+    parser.add_argument("--output", type=Path, default=None, help="also write the table here")
+    args = parser.parse_args(argv)
+    try:
+        loaded = []
+        for text in [args.reference, *args.rows]:
+            label, path, pipeline = parse_row(text)
+            loaded.append((label, json.loads(path.read_text())["runs"], pipeline))
+        table = compare(loaded[1:], loaded[0])
+    except (ValueError, OSError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(table, end="")
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
