@@ -174,7 +174,8 @@ def test_layer_dropout_only_in_training():
         (Y,), backprop = model.begin_update([X])
         value = float(Y[0, 0])
         numpy.testing.assert_allclose(Y, value, rtol=1e-6)
-        match = [subset for mean, subset in subsets.items() if math.isclose(mean, value)]
+        # float32 output: 37 (all three layers) comes out as 37.0000038
+        match = [s for mean, s in subsets.items() if math.isclose(mean, value, rel_tol=1e-6)]
         assert match, f"output {value} is not the mean of any subset of layers"
         kept = match[0]
         seen.add(kept)
