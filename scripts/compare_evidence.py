@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from evidence import Cell, size_labels, welch_interval
+from evidence import Cell, aggregate, size_labels, welch_interval
 
 
 def parse_row(text: str) -> tuple[str, Path, str]:
@@ -29,11 +29,7 @@ def parse_row(text: str) -> tuple[str, Path, str]:
 
 def cells(runs: list[dict], pipeline: str, split: str) -> dict[int, Cell]:
     """NER F1 on `split` by training sentences for one pipeline's runs."""
-    by_size: dict[int, Cell] = {}
-    for run in runs:
-        if run["pipeline"] == pipeline:
-            by_size.setdefault(run["train_sentences"], Cell([])).values.append(run[split]["ents_f"])
-    return by_size
+    return {n: cell for (p, n), cell in aggregate(runs, "ents_f", split).items() if p == pipeline}
 
 
 def compare(rows: list[tuple[str, list[dict], str]], reference: tuple[str, list[dict], str]) -> str:

