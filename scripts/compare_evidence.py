@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from evidence import Cell, aggregate, size_labels, welch_interval
+from evidence import Cell, aggregate, format_interval, size_labels, welch_interval
 
 
 def parse_row(text: str) -> tuple[str, Path, str]:
@@ -62,9 +62,7 @@ def compare(rows: list[tuple[str, list[dict], str]], reference: tuple[str, list[
                 continue
             gain = test[label][n].mean - test[base][n].mean
             interval = welch_interval(test[label][n], test[base][n])
-            ci = (
-                "" if interval is None else f" [{100 * interval[0]:+.2f}, {100 * interval[1]:+.2f}]"
-            )
+            ci = "" if interval is None else " " + format_interval(interval)
             row.append(f"{100 * gain:+.2f}{ci}")
         lines.append(f"| *{label} − {base}, 95% CI* | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

@@ -673,6 +673,20 @@ def gain(cells: dict, better: str, reference: str, size: int) -> float | None:
     return cells[better, size].mean - cells[reference, size].mean
 
 
+def gain_interval(
+    cells: dict, better: str, reference: str, size: int
+) -> tuple[float, float, float] | None:
+    """Welch's 95% interval (low, high, df) for `gain`; None if a side is missing or too small."""
+    if (better, size) not in cells or (reference, size) not in cells:
+        return None
+    return welch_interval(cells[better, size], cells[reference, size])
+
+
+def format_interval(interval: tuple[float, ...]) -> str:
+    """(low, high, ...) in 0..1 as "[+low, +high]" in points."""
+    return f"[{100 * interval[0]:+.2f}, {100 * interval[1]:+.2f}]"
+
+
 def markdown_table(runs: Sequence[dict], metric: str, title: str) -> str:
     cells = aggregate(runs, metric)
     labels = size_labels(runs)
@@ -692,16 +706,9 @@ def markdown_table(runs: Sequence[dict], metric: str, title: str) -> str:
             continue
         row = ["–" if d is None else f"{100 * d:+.2f}" for d in differences]
         lines.append(f"| *{better} − {reference}* | " + " | ".join(row) + " |")
-        intervals = [
-            welch_interval(cells[better, size], cells[reference, size])
-            if (better, size) in cells and (reference, size) in cells
-            else None
-            for size in labels
-        ]
+        intervals = [gain_interval(cells, better, reference, size) for size in labels]
         if any(interval is not None for interval in intervals):
-            row = [
-                "–" if i is None else f"[{100 * i[0]:+.2f}, {100 * i[1]:+.2f}]" for i in intervals
-            ]
+            row = ["–" if i is None else format_interval(i) for i in intervals]
             lines.append(f"| *{better} − {reference}, 95% CI* | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -785,16 +792,17 @@ def gains(runs: Sequence[dict]) -> list[dict]:
     rows = []
     for better, reference in GAINS:
         for size in sorted({size for _, size in cells}):
-            if (better, size) not in cells or (reference, size) not in cells:
+            difference = gain(cells, better, reference, size)
+            if difference is None:
                 continue
-            interval = welch_interval(cells[better, size], cells[reference, size])
+            interval = gain_interval(cells, better, reference, size)
             rows.append(
                 {
                     "pipeline": better,
                     "reference": reference,
                     "train_sentences": size,
                     "n": [cells[better, size].n, cells[reference, size].n],
-                    "ents_f_gain": cells[better, size].mean - cells[reference, size].mean,
+                    "ents_f_gain": difference,
                     "ci95": None if interval is None else list(interval[:2]),
                     "df": None if interval is None else interval[2],
                 }
