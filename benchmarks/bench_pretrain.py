@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from common import git_commit
 
-from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_ids, fast
+from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_ids, fast_paths
 from spacy_elmo.bilm.lm_head import LMHead
 from spacy_elmo.pretrain.corpus import iter_batches, read_sentences
 from spacy_elmo.pretrain.presets import preset
@@ -43,7 +43,7 @@ IMPLEMENTATIONS = {"before: op-by-op LSTM, 50 char columns": False, "fused LSTM,
 
 
 def use(new: bool) -> None:
-    fast.ENABLED = new  # off: every fast path of `spacy_elmo/bilm/fast.py`
+    fast_paths.ENABLED = new  # off: every fast path of `spacy_elmo/bilm/fast_paths.py`
 
 
 def build_model(options: BiLMOptions, vocab_size: int, seed: int) -> LanguageModel:

@@ -59,8 +59,8 @@ def embed(
 
     The output is written under a temporary name and renamed when complete.
     """
+    from .atomic_files import check_output
     from .embed_file import embed_file, spacy_tokenizer, whitespace_tokenizer
-    from .outputs import check_output
 
     if top and average:
         fail("choose at most one of --top and --average")
@@ -233,7 +233,7 @@ def perplexity(
     """Forward, backward and average perplexity of a pretrained biLM on held-out text."""
     import json
 
-    from .outputs import check_output, write_text
+    from .atomic_files import check_output, write_text
     from .pretrain.evaluate import perplexity as compute
 
     try:

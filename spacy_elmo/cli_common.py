@@ -18,7 +18,7 @@ def load_bilm(
     """A biLM from a saved directory, an ELMoForManyLangs model directory (char.dic +
     encoder.pkl) or options.json + weights hdf5."""
     from .bilm import BiLM
-    from .bilm.efml import is_elmoformanylangs_dir
+    from .bilm.elmoformanylangs import is_elmoformanylangs_dir
 
     if model is not None and (options is not None or weights is not None):
         raise ValueError("give either --model or --options/--weights, not both")

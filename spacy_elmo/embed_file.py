@@ -8,8 +8,8 @@ from typing import Callable, Iterator
 
 import numpy
 
+from .atomic_files import atomic_path, check_output
 from .bilm import BiLM
-from .outputs import atomic_path, check_output
 
 OUTPUT_FORMATS = ("all", "top", "average")
 # Longer lines run as consecutive windows of this many tokens (like the spaCy component's

@@ -69,8 +69,8 @@ def init_config(
     force: bool = typer.Option(False, "--force", "-F", help="Overwrite an existing file."),
 ) -> None:
     """Write a complete training config: `elmo` and the components that listen to it."""
+    from .atomic_files import write_text
     from .init_config import ElmoSource, config_header, config_text, elmo_training_config
-    from .outputs import write_text
 
     components = [name.strip() for name in pipeline.split(",") if name.strip()]
     to_stdout = str(output_file) == "-"

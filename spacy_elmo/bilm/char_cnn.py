@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import fast
+from . import fast_paths
 from .chars import PADDING_CHAR, PADDING_ROW_ID
 from .options import BiLMOptions
 
@@ -73,9 +73,9 @@ class CharCNN(nn.Module):
         if self.word_embedding is not None:  # rows are 50 char ids and a word id
             words = self.word_embedding(char_ids[:, -1])  # (n, word_dim)
             char_ids = char_ids[:, :-1]
-        if fast.ENABLED:  # only the columns that decide the max
+        if fast_paths.ENABLED:  # only the columns that decide the max
             widest = max(width for width, _ in self.options.filters)
-            char_ids = fast.trim_columns(char_ids, self.padding_id, widest)
+            char_ids = fast_paths.trim_columns(char_ids, self.padding_id, widest)
         max_filters = max(n_filters for _, n_filters in self.options.filters)
         conv_rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
         outputs = []
@@ -101,6 +101,6 @@ class CharCNN(nn.Module):
 
 def _conv_max(chars: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     """max over positions of conv(chars): (n, length, e) -> (n, filters)."""
-    if chars.device.type == "cpu" and fast.at_inference(chars, conv.weight):
-        return fast.conv_max(chars, conv)
+    if chars.device.type == "cpu" and fast_paths.at_inference(chars, conv.weight):
+        return fast_paths.conv_max(chars, conv)
     return conv(chars.transpose(1, 2)).amax(dim=-1)

@@ -1,5 +1,5 @@
 """Training (autograd) path of the LSTM cells: the whole sequence in one autograd node (one
-of the fast paths; why, and when it runs: `fast.py`).
+of the fast paths; why, and when it runs: `fast_paths.py`).
 
 The forward pass runs without recording, keeps the gate activations, cell states and
 projections in packed buffers, and the backward pass is back-propagation through time written

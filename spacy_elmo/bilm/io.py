@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import numpy
 import torch
 
-from ..outputs import atomic_path
+from ..atomic_files import atomic_path
 from .options import BiLMOptions
 
 CONFIG_NAME = "config.json"

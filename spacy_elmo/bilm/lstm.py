@@ -8,7 +8,7 @@ The forward and backward stacks see the same lengths, so their packed sequences 
 `batch_sizes`: `run_stacks` steps both directions together, layer by layer, with the gate
 nonlinearities of both directions in one kernel each. That halves the number of small kernels
 per timestep, which is what a batch of one sentence is made of. Which kernels run the products
-of a step, and where updates happen in place, is decided in `fast.py`.
+of a step, and where updates happen in place, is decided in `fast_paths.py`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import fast
+from . import fast_paths
 from .fused import fused_cells
 
 # Gate blocks of width D, in the order of the bilm-tf weights: input, candidate, forget, output.
@@ -88,10 +88,10 @@ def run_cells(
     """
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    if fast.fused_training(*inputs, *(p for c in cells for p in c.parameters())):
+    if fast_paths.fused_training(*inputs, *(p for c in cells for p in c.parameters())):
         return _run_cells_fused(cells, inputs, batch_sizes, states)
     # The per-step kernels of all k cells for one batched GEMM, or None: one product per cell.
-    stacked = fast.stacked_kernels(cells, inputs[0])
+    stacked = fast_paths.stacked_kernels(cells, inputs[0])
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
     # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state
@@ -107,7 +107,7 @@ def run_cells(
             block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
             gates_from_input = None  # freed before the next block is allocated
             gates_from_input = [
-                fast.linear(x[block_start:block_end], cell.input_weight, bias)
+                fast_paths.linear(x[block_start:block_end], cell.input_weight, bias)
                 for cell, x, bias in zip(cells, inputs, biases)
             ]  # k x (block rows, 4D)
             if stacked is not None:  # (k, block rows, 4D) for the batched step
@@ -116,7 +116,9 @@ def run_cells(
         if stacked is None:
             z = torch.stack(
                 [
-                    fast.linear(h[d], cell.recurrent_weight, None, gates[start : start + active])
+                    fast_paths.linear(
+                        h[d], cell.recurrent_weight, None, gates[start : start + active]
+                    )
                     for d, (cell, gates) in enumerate(zip(cells, gates_from_input))
                 ]
             )  # (k, active, 4D)
@@ -128,7 +130,10 @@ def run_cells(
         else:
             if stacked is None:
                 h_t = torch.stack(
-                    [fast.linear(m_t[d], cell.projection_weight) for d, cell in enumerate(cells)]
+                    [
+                        fast_paths.linear(m_t[d], cell.projection_weight)
+                        for d, cell in enumerate(cells)
+                    ]
                 )  # (k, active, P)
             else:
                 h_t = torch.bmm(m_t, stacked[1])
@@ -186,8 +191,8 @@ def _cell_update(
     z: torch.Tensor, c: torch.Tensor, cell_clip: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """New cell state c_t and m_t = o * tanh(c_t) from the gate pre-activations z (..., 4D)."""
-    if fast.at_inference(z):
-        return fast.cell_update(z, c, cell_clip)
+    if fast_paths.at_inference(z):
+        return fast_paths.cell_update(z, c, cell_clip)
     i, j, f, o = z.chunk(4, dim=-1)
     c_t = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
     if cell_clip is not None:
@@ -196,7 +201,7 @@ def _cell_update(
 
 
 def _clamp(x: torch.Tensor, clip: float) -> torch.Tensor:
-    return x.clamp_(-clip, clip) if fast.at_inference(x) else x.clamp(-clip, clip)
+    return x.clamp_(-clip, clip) if fast_paths.at_inference(x) else x.clamp(-clip, clip)
 
 
 class LstmStack(nn.Module):
@@ -254,7 +259,7 @@ def run_stacks(
             output = layer_outputs[d]
             if index > 0 and stack.use_skip_connections:
                 # The residual is added to the output, not to h.
-                if fast.at_inference(output, layer_inputs[d]):
+                if fast_paths.at_inference(output, layer_inputs[d]):
                     output = output.add_(layer_inputs[d])
                 else:
                     output = output + layer_inputs[d]

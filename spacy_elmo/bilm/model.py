@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from . import fast
+from . import fast_paths
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
 from .io import read_allennlp, read_saved, write_allennlp, write_saved
@@ -22,7 +22,7 @@ from .lstm import LstmStack, State, run_stacks
 from .options import BiLMOptions
 
 if TYPE_CHECKING:
-    from .efml import EfmlLexicon
+    from .elmoformanylangs import EfmlLexicon
 
 DIRECTIONS = ("forward", "backward")
 TOKEN_CACHE_SIZE = 20000  # distinct tokens whose char-CNN vectors are kept at inference
@@ -109,7 +109,7 @@ class BiLM(nn.Module):
         # ELMoForManyLangs model carries its dictionaries (`efml.EfmlLexicon`).
         self.lexicon: EfmlLexicon | None = None
         if initialise:
-            fast.lay_out((self.forward_lstm, self.backward_lstm))
+            fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
 
     # ------------------------------------------------------------------ construction and I/O
@@ -125,8 +125,8 @@ class BiLM(nn.Module):
     def from_elmoformanylangs(cls, model_dir: str | Path, stateful: bool = False) -> BiLM:
         """Load an ELMoForManyLangs model directory (config.json, architecture JSON, char.dic,
         word.dic, token_embedder.pkl, encoder.pkl); the .pkl files are read without running
-        code (`efml.py`)."""
-        from .efml import read_elmoformanylangs
+        code (`elmoformanylangs.py`)."""
+        from .elmoformanylangs import read_elmoformanylangs
 
         options, state_dict, lexicon = read_elmoformanylangs(model_dir)
         bilm = cls._from_state(options, state_dict, stateful)
@@ -188,7 +188,7 @@ class BiLM(nn.Module):
         options, state_dict = read_saved(directory, cls.state_shapes)
         bilm = cls._from_state(options, state_dict, stateful)
         if options.char_vocabulary == "dictionary":
-            from .efml import EfmlLexicon
+            from .elmoformanylangs import EfmlLexicon
 
             bilm.set_lexicon(EfmlLexicon.load(directory))
         return bilm
@@ -207,7 +207,7 @@ class BiLM(nn.Module):
         bilm = cls(options, stateful=stateful, initialise=False)
         state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
         bilm.load_state_dict(state_dict, assign=True)
-        fast.lay_out((bilm.forward_lstm, bilm.backward_lstm))
+        fast_paths.lay_out((bilm.forward_lstm, bilm.backward_lstm))
         return bilm
 
     @torch.no_grad()
@@ -294,7 +294,7 @@ class BiLM(nn.Module):
         )
         if mask.any():
             distinct, inverse = torch.unique(char_ids[mask], dim=0, return_inverse=True)
-            if fast.ENABLED and not torch.is_grad_enabled() and self.token_cache_size > 0:
+            if fast_paths.ENABLED and not torch.is_grad_enabled() and self.token_cache_size > 0:
                 vectors = self._cached_char_cnn(distinct)
             else:
                 vectors = self.char_cnn(distinct)
@@ -345,17 +345,17 @@ class BiLM(nn.Module):
         return state
 
     def __setstate__(self, state: dict) -> None:
-        """After copy and pickle: a new lock, and the weights laid out again (`fast.lay_out`:
+        """After copy and pickle: a new lock, and the weights laid out again (`fast_paths.lay_out`:
         copying gives every weight its own memory)."""
         super().__setstate__(state)
         self._token_cache_lock = threading.Lock()
-        fast.lay_out((self.forward_lstm, self.backward_lstm))
+        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
 
     def _apply(self, fn, recurse: bool = True) -> BiLM:
         """After `.to()` another device or dtype (`nn.Module._apply` gives every weight its own
         memory): the weights laid out again, so the batched step keeps using views of them."""
         super()._apply(fn, recurse)
-        fast.lay_out((self.forward_lstm, self.backward_lstm))
+        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
         return self
 
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
@@ -454,8 +454,8 @@ class BiLM(nn.Module):
         """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
         run = self._run(char_ids)
         mask = _token_mask(run.lengths, run.tokens.shape[1] - 2)  # (batch, time)
-        if fast.at_inference(*self.parameters()):
-            layers = fast.scatter_layers(
+        if fast_paths.at_inference(*self.parameters()):
+            layers = fast_paths.scatter_layers(
                 run.tokens, run.outputs, run.lengths, run.cpu_lengths, run.reverse_index, mask
             )  # the same layers, without the autograd route's copies
             return BiLMOutput(layers=layers, mask=mask)

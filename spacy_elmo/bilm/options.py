@@ -13,7 +13,8 @@ from .chars import MAX_CHARS_PER_TOKEN, N_CHARACTERS
 
 ACTIVATIONS = ("relu", "tanh")
 # How tokens become character ids: ELMo's UTF-8 bytes (docs/MODEL.md §4), or the character (and
-# word) dictionaries of an ELMoForManyLangs model (`efml.py`), which the biLM then carries.
+# word) dictionaries of an ELMoForManyLangs model (`elmoformanylangs.py`), which the
+# biLM then carries.
 CHAR_VOCABULARIES = ("bytes", "dictionary")
 
 

@@ -3,7 +3,7 @@
 Serialised as msgpack {options, safetensors weights}: no pickle, and independent of thinc's
 default torch (de)serialiser. Before its weights are known (architecture left to the weights)
 the layer holds a `PendingBiLM`, which `install_bilm` replaces. An optimiser step writes into
-the weights in place (`BiLMShim`), which keeps the memory layout of `bilm.fast.lay_out`.
+the weights in place (`BiLMShim`), which keeps the memory layout of `bilm.fast_paths.lay_out`.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
     loaded = BiLM._from_state(options, state, bilm.stateful)
     loaded.token_cache_size = bilm.token_cache_size
     if msg.get("lexicon") is not None:
-        from ..bilm.efml import EfmlLexicon
+        from ..bilm.elmoformanylangs import EfmlLexicon
 
         loaded.set_lexicon(EfmlLexicon.from_json(msg["lexicon"], "serialised elmo model"))
     return loaded.train(bilm.training).to(device)

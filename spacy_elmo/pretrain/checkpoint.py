@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from ..atomic_files import atomic_path
 from ..bilm.io import check_finite, read_torch_file
-from ..outputs import atomic_path
 
 FORMAT_NAME = "spacy-elmo-pretrain-checkpoint"
 FORMAT_VERSION = 1

@@ -13,8 +13,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+from ..atomic_files import atomic_path
 from ..bilm.batching import batches_by_padded_tokens
-from ..outputs import atomic_path
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 

@@ -23,11 +23,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..atomic_files import write_text
 from ..bilm import BiLM, BiLMOptions, batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.io import check_finite, read_safetensors, write_safetensors
 from ..bilm.lm_head import LMHead
-from ..outputs import write_text
 from .checkpoint import load_checkpoint, save_checkpoint
 from .corpus import (
     iter_batches,

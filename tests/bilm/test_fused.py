@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spacy_elmo.bilm import fast, lstm
+from spacy_elmo.bilm import fast_paths, lstm
 from spacy_elmo.bilm.fused import fused_cells
 from spacy_elmo.bilm.lstm import LstmStack, run_stacks
 
@@ -25,7 +25,7 @@ def _stacks(use_projection: bool, clip: float | None, dim: int) -> list[LstmStac
 
 
 def _run(stacks, inputs, states, fused: bool, monkeypatch):
-    monkeypatch.setattr(fast, "ENABLED", fused)  # off: the cells recorded op by op
+    monkeypatch.setattr(fast_paths, "ENABLED", fused)  # off: the cells recorded op by op
     outputs, finals = run_stacks(stacks, inputs, BATCH_SIZES, states)
     weights = [
         torch.arange(o.numel(), dtype=o.dtype).reshape(o.shape).sin() for d in outputs for o in d
@@ -91,7 +91,7 @@ def test_fused_cells_gradients_match_finite_differences():
 
 def test_the_fused_path_is_taken_only_with_autograd(monkeypatch):
     """With autograd the cells run fused; without it, or under autocast, never."""
-    monkeypatch.setattr(fast, "ENABLED", True)
+    monkeypatch.setattr(fast_paths, "ENABLED", True)
     torch.manual_seed(2)
     stacks = _stacks(True, 0.5, 6)
     inputs = [torch.randn(sum(BATCH_SIZES), 6, dtype=torch.float64) for _ in stacks]
@@ -110,7 +110,7 @@ def test_the_fused_path_is_taken_only_with_autograd(monkeypatch):
     assert calls == []
     run_stacks(stacks, inputs, BATCH_SIZES, states)
     assert len(calls) == 2  # one node per layer, both directions together
-    monkeypatch.setattr(fast, "ENABLED", False)
+    monkeypatch.setattr(fast_paths, "ENABLED", False)
     run_stacks(stacks, inputs, BATCH_SIZES, states)
     assert len(calls) == 2
 
@@ -126,10 +126,10 @@ def test_char_cnn_on_trimmed_columns_equals_all_fifty():
     ids = batch_to_ids([["a", "river", "bank", "x" * 20, "🙂"]])[0]
     widest = max(width for width, _ in cnn.options.filters)
     assert widest == 3
-    trimmed = fast.trim_columns(ids, cnn.padding_id, widest)
+    trimmed = fast_paths.trim_columns(ids, cnn.padding_id, widest)
     assert trimmed.shape[1] == 22 + 3  # the 20-byte token + begin/end of word, widest filter 3
     with torch.no_grad():
         full = cnn.projection(cnn.highways[0](torch.cat([cnn._features(row[None]) for row in ids])))
         torch.testing.assert_close(cnn(ids), full, rtol=0, atol=1e-6)
     long = batch_to_ids([["y" * 60]])[0]  # 48 bytes + 2: nothing to trim
-    assert torch.equal(fast.trim_columns(long, cnn.padding_id, widest), long)
+    assert torch.equal(fast_paths.trim_columns(long, cnn.padding_id, widest), long)

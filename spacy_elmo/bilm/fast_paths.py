@@ -9,7 +9,7 @@ package chooses kernels or memory layouts, or calls private torch ops.
 time; the char convolutions as `conv1d` over all 50 columns; the LSTM cells are recorded op by
 op under autograd; every update is out of place; no token vectors are cached; the weights keep
 their plain (out, in) layout. That plain route is the reference of the tests
-(tests/bilm/test_fast.py, tests/bilm/test_fused.py) and of benchmarks/bench_pretrain.py.
+(tests/bilm/test_fast_paths.py, tests/bilm/test_fused.py) and of benchmarks/bench_pretrain.py.
 SPACY_ELMO_REFERENCE=1 in the environment (or SPACY_ELMO_REFERENCE_TRAINING=1, its older name)
 sets it at import.
 

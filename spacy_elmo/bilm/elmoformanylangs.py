@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..outputs import atomic_path
+from ..atomic_files import atomic_path
 from .chars import MAX_CHARS_PER_TOKEN, check_sentences
 from .io import MissingFileError, check_finite, read_torch_file
 from .options import BiLMOptions

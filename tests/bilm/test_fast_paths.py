@@ -1,6 +1,6 @@
-"""The fast paths (`bilm/fast.py`: oneDNN products, batched GEMMs over both directions on
+"""The fast paths (`bilm/fast_paths.py`: oneDNN products, batched GEMMs over both directions on
 weights laid out for them, in-place updates and output, blocked input projections and char CNN)
-and the plain route of `fast.ENABLED = False`, against NumPy and against each other."""
+and the plain route of `fast_paths.ENABLED = False`, against NumPy and against each other."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import batch_to_ids, char_cnn, fast, lstm
+from spacy_elmo.bilm import batch_to_ids, char_cnn, fast_paths, lstm
 
 from .numpy_reference import NumpyBiLM
 from .test_reference import SENTENCES
@@ -34,12 +34,12 @@ PATHS = {
 
 
 def use_path(monkeypatch, onednn, stacked, gate_block=None, cnn_block=None, enabled=True):
-    """Choose a path (before the BiLM is built: `fast.lay_out` follows the switch)."""
-    if onednn == ALWAYS and not fast.ONEDNN:
+    """Choose a path (before the BiLM is built: `fast_paths.lay_out` follows the switch)."""
+    if onednn == ALWAYS and not fast_paths.ONEDNN:
         pytest.skip("oneDNN is not available in this torch build")
-    monkeypatch.setattr(fast, "ENABLED", enabled)
-    monkeypatch.setattr(fast, "ONEDNN_MIN_ELEMENTS", onednn)
-    monkeypatch.setattr(fast, "STACKED_MAX_ELEMENTS", stacked)
+    monkeypatch.setattr(fast_paths, "ENABLED", enabled)
+    monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", onednn)
+    monkeypatch.setattr(fast_paths, "STACKED_MAX_ELEMENTS", stacked)
     if gate_block is not None:
         monkeypatch.setattr(lstm, "GATE_BLOCK_ROWS", gate_block)
     if cnn_block is not None:
@@ -159,7 +159,7 @@ def assert_stacked_views(bilm):
     for layer in range(bilm.options.n_layers):
         cells = layer_cells(bilm, layer)
         with torch.no_grad():
-            recurrent, projection = fast.stacked_kernels(cells, torch.zeros(1))
+            recurrent, projection = fast_paths.stacked_kernels(cells, torch.zeros(1))
         for name, stacked in (("recurrent_weight", recurrent), ("projection_weight", projection)):
             for d, cell in enumerate(cells):
                 weight = getattr(cell, name)
@@ -222,7 +222,7 @@ def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, r
                 weight.data = weight.detach().clone(memory_format=torch.contiguous_format)
     cells = layer_cells(bilm, 0)
     with torch.no_grad():
-        recurrent, _ = fast.stacked_kernels(cells, torch.zeros(1))
+        recurrent, _ = fast_paths.stacked_kernels(cells, torch.zeros(1))
     assert recurrent.data_ptr() not in {cell.recurrent_weight.data_ptr() for cell in cells}
     assert torch.equal(recurrent[1], cells[1].recurrent_weight.t())
     for a, b in zip(bilm.embed(SENTENCES), expected):
@@ -234,20 +234,22 @@ def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, r
 
 
 def test_the_switch_turns_every_fast_path_off(monkeypatch, files, reference):
-    """`fast.ENABLED = False`: plain (out, in) weights, no batched step, no oneDNN, no token
+    """`fast_paths.ENABLED = False`: plain (out, in) weights, no batched step, no oneDNN, no token
     cache, conv1d over all columns; still the reference's numbers."""
-    use_path(monkeypatch, onednn=ALWAYS if fast.ONEDNN else NEVER, stacked=NEVER, enabled=False)
+    use_path(
+        monkeypatch, onednn=ALWAYS if fast_paths.ONEDNN else NEVER, stacked=NEVER, enabled=False
+    )
     bilm = BiLM.from_allennlp(*files)
     for name, parameter in bilm.named_parameters():
         assert parameter.is_contiguous(), name
     cells = layer_cells(bilm, 0)
     with torch.inference_mode():
-        assert fast.stacked_kernels(cells, torch.zeros(1)) is None
-        assert not fast.uses_onednn(torch.zeros(1, 8), cells[0].recurrent_weight)
+        assert fast_paths.stacked_kernels(cells, torch.zeros(1)) is None
+        assert not fast_paths.uses_onednn(torch.zeros(1, 8), cells[0].recurrent_weight)
     trimmed = []
-    monkeypatch.setattr(fast, "trim_columns", lambda *args: trimmed.append(args))
+    monkeypatch.setattr(fast_paths, "trim_columns", lambda *args: trimmed.append(args))
     channels_last = []
-    monkeypatch.setattr(fast, "conv_max", lambda *args: channels_last.append(args))
+    monkeypatch.setattr(fast_paths, "conv_max", lambda *args: channels_last.append(args))
     for tokens, got in zip(SENTENCES, bilm.embed(SENTENCES)):
         np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
     assert not bilm._token_cache and not trimmed and not channels_last
@@ -265,15 +267,15 @@ def test_the_environment_sets_the_switch(monkeypatch, environment, enabled):
             monkeypatch.delenv(name, raising=False)
         for name, value in environment.items():
             monkeypatch.setenv(name, value)
-        importlib.reload(fast)
-        assert fast.ENABLED is enabled
-        assert fast.ONEDNN == torch.backends.mkldnn.is_available()
+        importlib.reload(fast_paths)
+        assert fast_paths.ENABLED is enabled
+        assert fast_paths.ONEDNN == torch.backends.mkldnn.is_available()
         monkeypatch.setenv("SPACY_ELMO_DISABLE_ONEDNN", "1")
-        importlib.reload(fast)
-        assert fast.ENABLED is enabled and fast.ONEDNN is False
+        importlib.reload(fast_paths)
+        assert fast_paths.ENABLED is enabled and fast_paths.ONEDNN is False
     finally:
         monkeypatch.undo()
-        importlib.reload(fast)
+        importlib.reload(fast_paths)
 
 
 @pytest.mark.parametrize("path", ["reference", "plain", "stacked", "onednn"])
@@ -291,11 +293,11 @@ def test_inference_forward_equals_the_autograd_forward(monkeypatch, files, path)
     assert not inference.layers[:, ~inference.mask].any()  # padding is exactly zero
 
 
-@pytest.mark.skipif(not fast.ONEDNN, reason="oneDNN is not available in this torch build")
+@pytest.mark.skipif(not fast_paths.ONEDNN, reason="oneDNN is not available in this torch build")
 @pytest.mark.parametrize("rows", [1, 5, 33])
 def test_onednn_linear_matches_float64(monkeypatch, rows):
-    monkeypatch.setattr(fast, "ENABLED", True)
-    monkeypatch.setattr(fast, "ONEDNN_MIN_ELEMENTS", ALWAYS)
+    monkeypatch.setattr(fast_paths, "ENABLED", True)
+    monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", ALWAYS)
     rng = np.random.default_rng(rows)
     x, w = rng.standard_normal((rows, 48)), rng.standard_normal((64, 48)) / 7
     bias, add = rng.standard_normal(64), rng.standard_normal((rows, 64))
@@ -304,19 +306,19 @@ def test_onednn_linear_matches_float64(monkeypatch, rows):
         for name, a in dict(x=x, w=w, b=bias, a=add).items()
     }
     with torch.inference_mode():
-        assert fast.uses_onednn(t["x"], t["w"])
-        plain = fast.linear(t["x"], t["w"])
-        full = fast.linear(t["x"], t["w"], t["b"], t["a"])
+        assert fast_paths.uses_onednn(t["x"], t["w"])
+        plain = fast_paths.linear(t["x"], t["w"])
+        full = fast_paths.linear(t["x"], t["w"], t["b"], t["a"])
     np.testing.assert_allclose(plain.numpy(), x @ w.T, atol=1e-5, rtol=0)
     np.testing.assert_allclose(full.numpy(), x @ w.T + bias + add, atol=1e-5, rtol=0)
 
 
 def test_onednn_is_not_used_with_autograd_or_other_dtypes(monkeypatch):
-    monkeypatch.setattr(fast, "ENABLED", True)
-    monkeypatch.setattr(fast, "ONEDNN_MIN_ELEMENTS", ALWAYS)
+    monkeypatch.setattr(fast_paths, "ENABLED", True)
+    monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", ALWAYS)
     x, w = torch.randn(4, 6), torch.randn(5, 6, requires_grad=True)
-    assert not fast.uses_onednn(x, w)  # autograd: F.linear, differentiable
-    y = fast.linear(x, w, add=torch.ones(4, 5))
+    assert not fast_paths.uses_onednn(x, w)  # autograd: F.linear, differentiable
+    y = fast_paths.linear(x, w, add=torch.ones(4, 5))
     y.sum().backward()
     torch.testing.assert_close(w.grad, x.sum(0).expand(5, 6))
-    assert not fast.uses_onednn(x.double(), w.detach().double())
+    assert not fast_paths.uses_onednn(x.double(), w.detach().double())

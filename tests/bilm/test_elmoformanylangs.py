@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.efml import is_elmoformanylangs_dir
+from spacy_elmo.bilm.elmoformanylangs import is_elmoformanylangs_dir
 
 from .efml_reference import (
     architecture,
