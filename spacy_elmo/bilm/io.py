@@ -249,18 +249,14 @@ def write_saved(
         tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def read_saved(
-    directory: str | Path, state_shapes: Callable[[BiLMOptions], dict[str, tuple[int, ...]]]
-) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
-    """Options and state dict from a directory written by `write_saved`, checked key by key
-    against `state_shapes(options)`, the shape of every tensor of the model they describe."""
-    directory = Path(directory)
-    config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-    for path in (config_path, weights_path):
-        if not path.exists():
-            raise MissingFileError(
-                2, f"saved biLM directory {directory} has no {path.name}", str(path)
-            )
+def read_saved_options(directory: str | Path) -> BiLMOptions:
+    """The options in the `config.json` of a directory written by `write_saved`, with its format
+    and version checked (the weights are not read)."""
+    config_path = Path(directory) / CONFIG_NAME
+    if not config_path.exists():
+        raise MissingFileError(
+            2, f"saved biLM directory {directory} has no {CONFIG_NAME}", str(config_path)
+        )
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -274,7 +270,22 @@ def read_saved(
             f"{config_path} has format version {config.get('version')!r}; this spacy-elmo "
             f"reads version {FORMAT_VERSION}"
         )
-    options = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
+    return BiLMOptions.from_dict(config.get("options"), source=str(config_path))
+
+
+def read_saved(
+    directory: str | Path, state_shapes: Callable[[BiLMOptions], dict[str, tuple[int, ...]]]
+) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
+    """Options and state dict from a directory written by `write_saved`, checked key by key
+    against `state_shapes(options)`, the shape of every tensor of the model they describe."""
+    directory = Path(directory)
+    config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
+    for path in (config_path, weights_path):
+        if not path.exists():
+            raise MissingFileError(
+                2, f"saved biLM directory {directory} has no {path.name}", str(path)
+            )
+    options = read_saved_options(directory)
     size = weights_path.stat().st_size
     if 2 * options.n_parameters() > size:  # checked before anything of that size is allocated
         raise ValueError(
