@@ -183,8 +183,22 @@ class BiLM(nn.Module):
         write_saved(self.options, self.state_dict(), directory)
 
     @classmethod
-    def load(cls, directory: str | Path, stateful: bool = False) -> BiLM:
-        """Load a directory written by `save`."""
+    def load(cls, source: str | Path = "bundled", stateful: bool = False) -> BiLM:
+        """Load a biLM however it is named: 'bundled', a directory written by `save`, a
+        `spacy-elmo pretrain` run directory, a bilm-tf/AllenNLP folder or an ELMoForManyLangs
+        directory (`sources.resolve_source`)."""
+        from .sources import load_bilm
+
+        return load_bilm(source, stateful=stateful)
+
+    @classmethod
+    def bundled(cls, stateful: bool = False) -> BiLM:
+        """The English biLM that ships in the package."""
+        return cls.load("bundled", stateful=stateful)
+
+    @classmethod
+    def load_saved(cls, directory: str | Path, stateful: bool = False) -> BiLM:
+        """Load a directory written by `save` (no other kind of source)."""
         options, state_dict = read_saved(directory, cls.state_shapes)
         bilm = cls._from_state(options, state_dict, stateful)
         if options.char_vocabulary == "dictionary":

@@ -206,8 +206,15 @@ def test_options_file_not_json(tmp_path, model_files):
 def test_saved_directory_errors(tmp_path, model_files):
     bilm = BiLM.from_allennlp(*model_files)
     bilm.save(tmp_path / "saved")
-    with pytest.raises(ValueError, match="has no config.json"):
+    with pytest.raises(ValueError, match="empty does not exist"):
         BiLM.load(tmp_path / "empty")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty holds no biLM"):
+        BiLM.load(tmp_path / "empty")
+    (tmp_path / "saved" / "config.json").rename(tmp_path / "config.json")
+    with pytest.raises(ValueError, match="has no config.json"):
+        BiLM.load(tmp_path / "saved")
+    (tmp_path / "config.json").rename(tmp_path / "saved" / "config.json")
     weights = tmp_path / "saved" / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
