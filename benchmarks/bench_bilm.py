@@ -3,9 +3,9 @@
 
 Run with the benchmark venv (see setup_allennlp_venv.sh), from the repository root:
 
-    ../bench-venv/bin/python benchmarks/bench_bilm.py              # small, medium, original
-    ../bench-venv/bin/python benchmarks/bench_bilm.py --bundled    # + the bundled model
-    ../bench-venv/bin/python benchmarks/bench_bilm.py --quick      # smoke run (small, 24 sents)
+    ../bench-venv/bin/python -m benchmarks.bench_bilm              # small, medium, original
+    ../bench-venv/bin/python -m benchmarks.bench_bilm --bundled    # + the bundled model
+    ../bench-venv/bin/python -m benchmarks.bench_bilm --quick      # smoke run (small, 24 sents)
 
 For every architecture, random weights are written once in the bilm-tf hdf5 layout
 (`BiLM.to_allennlp`) to a cache folder outside git; both implementations load that same file.
@@ -46,7 +46,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import conll_words, machine_info, tensor_peak
+from benchmarks.common import conll_words, machine_info, tensor_peak
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -159,10 +159,10 @@ def import_impl(impl: str):
         from spacy_elmo import BiLM
 
         return BiLM
-    sys.path.insert(0, str(HERE))
-    import allennlp_compat  # noqa: F401  (before allennlp: torchvision ops)
     from allennlp.modules.elmo import _ElmoBiLm, batch_to_ids
     from allennlp.nn.util import remove_sentence_boundaries
+
+    from benchmarks import allennlp_compat  # noqa: F401  (before allennlp: torchvision ops)
 
     return _ElmoBiLm, batch_to_ids, remove_sentence_boundaries
 
@@ -386,7 +386,7 @@ def run_worker(spec: dict, env_threads: int) -> dict:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(env_threads)
     process = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker-spec", json.dumps(spec)],
+        [sys.executable, "-m", "benchmarks.bench_bilm", "--worker-spec", json.dumps(spec)],
         capture_output=True,
         text=True,
         env=env,
@@ -677,7 +677,7 @@ def new_report(
     args: argparse.Namespace, argv: list[str] | None, impls: list[str], caps: dict[str, int]
 ) -> dict:
     """The report before any result: the machine and the settings."""
-    command = "python benchmarks/bench_bilm.py " + " ".join(
+    command = "python -m benchmarks.bench_bilm " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
     return {

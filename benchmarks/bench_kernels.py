@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The per-timestep products of the biLM, side by side: which kernel wins for which shape.
 
-    python benchmarks/bench_kernels.py            # writes benchmarks/results/kernels_cpu.md
+    python -m benchmarks.bench_kernels            # writes benchmarks/results/kernels_cpu.md
 
 For each architecture's recurrent (4D, P) and projection (P, D) kernels, at 1, 8 and 32 rows
 (the active sentences of one LSTM step), on the CPU with 2 threads: microseconds per step for

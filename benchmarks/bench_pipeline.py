@@ -3,8 +3,8 @@
 
 Run with the project venv, from the repository root:
 
-    .venv/bin/python benchmarks/bench_pipeline.py            # full run (about 5-10 min on 2 cores)
-    .venv/bin/python benchmarks/bench_pipeline.py --quick    # smoke run
+    .venv/bin/python -m benchmarks.bench_pipeline            # full run (about 5-10 min on 2 cores)
+    .venv/bin/python -m benchmarks.bench_pipeline --quick    # smoke run
 
 Pipelines: configs/ner_tagger_elmo.cfg (elmo + tagger + ner, listeners) and
 configs/ner_tagger_baseline.cfg (tagger + ner, no ELMo), built with
@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import conll_sentences, machine_info
+from benchmarks.common import conll_sentences, machine_info
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -189,9 +189,10 @@ def markdown(report: dict) -> str:
 
 def make_examples(sentences, vocab) -> list:
     """One Example per sentence (as `gold_preproc`): gold tokens, tags and entities."""
-    from convert_conll import make_doc
     from spacy.tokens import Doc
     from spacy.training import Example
+
+    from workflow.convert_conll import make_doc
 
     result = []
     for sentence in sentences:
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
             "epochs": args.epochs,
             "elmo_weights": weights_desc,
             "command": (
-                "python benchmarks/bench_pipeline.py "
+                "python -m benchmarks.bench_pipeline "
                 + " ".join(argv if argv is not None else sys.argv[1:])
             ).strip(),
         },

@@ -9,7 +9,7 @@ sentence a line). Rounds alternate between the two (A B A B ...) and each report
 round, so that a busy machine slows both alike; CPU time per token is printed next to wall
 time. Before timing, one batch is run through both and their gradients compared.
 
-    python benchmarks/bench_pretrain.py CORPUS.txt [--preset bundled] [--threads 1]
+    python -m benchmarks.bench_pretrain CORPUS.txt [--preset bundled] [--threads 1]
 
 `--trainer` times the whole `spacy-elmo pretrain` command instead, as a user runs it, one after
 the other on the same corpus and steps: before (SPACY_ELMO_REFERENCE_TRAINING=1, one process
@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 import torch
-from common import git_commit
 
+from benchmarks.common import git_commit
 from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_ids, fast_paths
 from spacy_elmo.bilm.lm_head import LMHead
 from spacy_elmo.pretrain.corpus import iter_batches, read_sentences

@@ -23,7 +23,7 @@ speed of this machine's matrix multiplications, measured in the same process.
 
 Timed parts alternate (step, GEMMs, step, ...) so that a busy machine slows both alike.
 
-    python benchmarks/bench_roofline.py CORPUS.txt [--preset bundled] [--threads 1]
+    python -m benchmarks.bench_roofline CORPUS.txt [--preset bundled] [--threads 1]
 """
 
 from __future__ import annotations
@@ -34,10 +34,17 @@ import time
 
 import torch
 import torch.utils.flop_counter as flop_counter
-from bench_pretrain import IMPLEMENTATIONS, build_model, step_inputs, step_parser, train_step, use
-from common import git_commit, machine_info
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.bench_pretrain import (
+    IMPLEMENTATIONS,
+    build_model,
+    step_inputs,
+    step_parser,
+    train_step,
+    use,
+)
+from benchmarks.common import git_commit, machine_info
 from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.bilm.lm_head import DEFAULT_CUTOFFS
 

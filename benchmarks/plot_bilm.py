@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Grouped bar chart of batch-32 tokens/s per architecture, spacy-elmo vs AllenNLP.
 
-    python benchmarks/plot_bilm.py [benchmarks/results/bilm_cpu.json] [docs/bilm_throughput.png]
+    python -m benchmarks.plot_bilm [benchmarks/results/bilm_cpu.json] [docs/bilm_throughput.png]
 
 Reads the JSON written by bench_bilm.py (project venv: matplotlib is there).
 """

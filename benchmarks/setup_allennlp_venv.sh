@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/setup_allennlp_venv.sh [VENV_DIR]     # default ../bench-venv (beside the repository)
 #
-# Then: VENV_DIR/bin/python benchmarks/bench_bilm.py
+# Then: VENV_DIR/bin/python -m benchmarks.bench_bilm
 set -euo pipefail
 
 REPO_PARENT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,9 +41,7 @@ PIP=("$VENV/bin/python" -m pip install --quiet)
 #    see benchmarks/allennlp_compat.py) and the torch build is still the CPU one.
 cd "$REPO"
 "$VENV/bin/python" - <<'PY'
-import sys
-sys.path.insert(0, "benchmarks")
-import allennlp_compat  # noqa: F401  (declares torchvision::nms/qnms before allennlp imports)
+from benchmarks import allennlp_compat  # noqa: F401  (declares torchvision::nms/qnms before allennlp imports)
 import torch
 from allennlp.modules.elmo import _ElmoBiLm, batch_to_ids  # noqa: F401
 import allennlp, spacy_elmo

@@ -28,7 +28,7 @@ import numpy
 import torch
 
 TASKS = ("pos-wsj", "pos-brown", "wsd")
-# Where each data set lies inside the asset folder, and its `scripts/fetch_assets.py` name.
+# Where each data set lies inside the asset folder, and its `workflow/fetch_assets.py` name.
 ASSETS = {
     "pos-wsj": ("wsj_sample/tagged-en-wsj.txt", "wsj_sample"),
     "pos-brown": ("brown/package", "brown"),
@@ -537,7 +537,7 @@ def asset_path(assets: Path, task: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(
             f"{path} not found for the {task} probe; fetch it with "
-            f"`python scripts/fetch_assets.py {name} --dest {assets}`"
+            f"`python -m workflow.fetch_assets {name} --dest {assets}`"
         )
     return path
 

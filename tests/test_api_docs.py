@@ -1,4 +1,4 @@
-"""docs/API.md is what scripts/api_docs.py writes from the code (regenerate it when it differs);
+"""docs/API.md is what workflow/api_docs.py writes from the code (regenerate it when it differs);
 the docs and docstrings cite only what ships with the repository (docs/MODEL.md)."""
 
 from __future__ import annotations
@@ -6,16 +6,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .scripts.script_loader import load_script
-
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_api_reference_is_up_to_date():
-    api_docs = load_script("api_docs")
+    from workflow import api_docs
+
     expected = api_docs.render()
     assert (REPO / "docs" / "API.md").read_text(encoding="utf-8") == expected, (
-        "docs/API.md is out of date: run `python scripts/api_docs.py`"
+        "docs/API.md is out of date: run `python -m workflow.api_docs`"
     )
     for name in ("elmo", "spacy_elmo.ElmoModel.v1", "spacy_elmo.AllenNLPWeights.v1"):
         assert f"### `{name}`" in expected
@@ -77,7 +76,7 @@ def test_model_md_citations_name_existing_sections():
     sections = set(SECTION.findall((REPO / "docs" / "MODEL.md").read_text(encoding="utf-8")))
     assert {"1", "3.1", "6.1", "9"} <= sections
     cited = {}
-    for path in text_files(REPO, ("spacy_elmo", "docs", "tests", "benchmarks", "scripts")):
+    for path in text_files(REPO, ("spacy_elmo", "docs", "tests", "benchmarks", "workflow")):
         for match in CITATION.finditer(path.read_text(encoding="utf-8", errors="replace")):
             for number in filter(None, match.groups()):
                 cited.setdefault(number, str(path.relative_to(REPO)))

@@ -59,7 +59,7 @@ ADJS = ['00001740 00 s 01 able(a) 0 000 | having the means; "able to swim"; "an 
 
 
 def write_assets(root: Path) -> Path:
-    """Tiny asset folder in the layouts that scripts/fetch_assets.py produces."""
+    """Tiny asset folder in the layouts that workflow/fetch_assets.py produces."""
     (root / "wsj_sample").mkdir(parents=True)
     (root / "wsj_sample" / "tagged-en-wsj.txt").write_text("\n".join(WSJ_LINES) + "\n")
     brown = root / "brown" / "package"

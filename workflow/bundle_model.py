@@ -1,6 +1,6 @@
 """Copy a pretraining run's model into the package as the bundled English biLM.
 
-    python scripts/bundle_model.py training/bundled_v2 spacy_elmo/data/en_elmo_bundled \
+    python -m workflow.bundle_model training/bundled_v2 spacy_elmo/data/en_elmo_bundled \
         --first-stage training/bundled
 
 Copies config.json, model.safetensors, lm_head.safetensors, vocab.txt and pretrain.json

@@ -3,7 +3,7 @@
 JSON files), each row one pipeline of one file, with its gain over a reference row and Welch's
 95% interval for the gain.
 
-    python scripts/compare_evidence.py --reference "baseline=results/evidence.json:baseline" \\
+    python -m workflow.compare_evidence --reference "baseline=results/evidence.json:baseline" \\
         "elmo, stage 3 (bundled)=results/evidence.json:elmo" \\
         "elmo, stage 5=results/stage5/evidence.json:elmo" --output results/stage5/compare.md
 """
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from evidence import Cell, aggregate, format_interval, size_labels, welch_interval
+from workflow.evidence import Cell, aggregate, format_interval, size_labels, welch_interval
 
 
 def parse_row(text: str) -> tuple[str, Path, str]:

@@ -1,6 +1,6 @@
 """One README table from several `spacy-elmo probe` outputs (one column group per model).
 
-python scripts/compare_probes.py NAME=results/probe_stage1/probe.json NAME=results/probe/probe.json
+python -m workflow.compare_probes NAME=results/probe_stage1/probe.json NAME=results/probe/probe.json
 """
 
 from __future__ import annotations

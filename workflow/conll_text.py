@@ -3,7 +3,7 @@
 The dev text measures a biLM's perplexity on in-domain sentences that no pretraining stage
 reads (pretraining reads only the training sentences, `extract_text.py conll2003`).
 
-    python scripts/conll_text.py assets/conll2003/valid.txt corpus/conll_dev_text.txt
+    python -m workflow.conll_text assets/conll2003/valid.txt corpus/conll_dev_text.txt
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conll import read_words
+from workflow.conll import read_words
 
 
 def main() -> None:

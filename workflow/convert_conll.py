@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Convert CoNLL-2003 (train.txt, valid.txt, test.txt) into spaCy DocBin files.
 
-    python scripts/convert_conll.py assets/conll2003 corpus/conll [--n-sents 10] [--limit N]
+    python -m workflow.convert_conll assets/conll2003 corpus/conll [--n-sents 10] [--limit N]
 
 Input lines are ``token POS chunk NER`` with IOB2 NER tags, a blank line after every sentence
 and a ``-DOCSTART- -X- -X- O`` line before every document. Writes ``train.spacy``,
@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from conll import ConllError, Sentence, read_conll
 from spacy.tokens import Doc, DocBin
 from spacy.training.iob_utils import biluo_tags_to_spans, iob_to_biluo
 from spacy.vocab import Vocab
+
+from workflow.conll import ConllError, Sentence, read_conll
 
 SPLITS = (("train", "train.txt"), ("dev", "valid.txt"), ("test", "test.txt"))
 

@@ -26,13 +26,13 @@ for run in elmo_1000_s0 elmo_1000_s1 elmo_1000_s2 elmo_all_s0 elmo_all_s1 \
     baseline_1000_s0 baseline_1000_s1 baseline_1000_s2 baseline_all_s0 baseline_all_s1; do
     ln -sfn "../../evidence/$run" "$reference/$run"
 done
-python scripts/evidence.py report --root "$reference" --bilm-name "the bundled biLM" \
+python -m workflow.evidence report --root "$reference" --bilm-name "the bundled biLM" \
     --json results/downstream/reference.json --markdown results/downstream/reference.md \
     --plot results/downstream/reference.png
 for variant in at_output elmo_dropout fine_tune; do
     root="training/downstream/$variant"
     # shellcheck disable=SC2086  # the settings and seeds are lists of words
-    python scripts/evidence.py runs --pipelines elmo --sizes 1000 all --seeds 0 1 2 \
+    python -m workflow.evidence runs --pipelines elmo --sizes 1000 all --seeds 0 1 2 \
         --full-seeds ${FULL_SEEDS[$variant]} --root "$root" ${SETTINGS[$variant]}
     for run in baseline_1000_s0 baseline_1000_s1 baseline_1000_s2; do
         ln -sfn "../../evidence/$run" "$root/$run"
@@ -40,7 +40,7 @@ for variant in at_output elmo_dropout fine_tune; do
     for seed in ${FULL_SEEDS[$variant]}; do
         ln -sfn "../../evidence/baseline_all_s$seed" "$root/baseline_all_s$seed"
     done
-    python scripts/evidence.py report --root "$root" --bilm-name "the bundled biLM" \
+    python -m workflow.evidence report --root "$root" --bilm-name "the bundled biLM" \
         --json "results/downstream/$variant.json" --markdown "results/downstream/$variant.md" \
         --plot "results/downstream/$variant.png"
 done

@@ -1,6 +1,6 @@
 """Test scores on raw text (spaCy's tokenizer, no gold sentences) next to gold tokens.
 
-    python scripts/evaluate_raw.py training/evidence/baseline_all_s0/model-best \
+    python -m workflow.evaluate_raw training/evidence/baseline_all_s0/model-best \
         training/evidence/elmo_all_s0/model-best --test corpus/conll/test.spacy
 
 For an `elmo` pipeline trained on gold sentences it also scores the same pipeline with

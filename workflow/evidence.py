@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """CoNLL-2003 learning curves of four NER + tagger pipelines (`spacy project run evidence`).
 
-    python scripts/evidence.py subsets --train corpus/conll/train.spacy --sizes 1000 3000 \
+    python -m workflow.evidence subsets --train corpus/conll/train.spacy --sizes 1000 3000 \
         --seeds 0 1 2 --output corpus/conll/subsets
-    python scripts/evidence.py run --pipeline elmo --size 1000 --seed 0 [--dry-run]
-    python scripts/evidence.py runs --pipelines baseline vectors elmo vectors+elmo \
+    python -m workflow.evidence run --pipeline elmo --size 1000 --seed 0 [--dry-run]
+    python -m workflow.evidence runs --pipelines baseline vectors elmo vectors+elmo \
         --sizes 1000 3000 all --seeds 0 1 2 --full-seeds 0 [--jobs 1]
-    python scripts/evidence.py report --json results/evidence.json \
+    python -m workflow.evidence report --json results/evidence.json \
         --markdown results/evidence.md --plot docs/evidence.png [--readme README.md]
 
 `subsets` samples whole sentences (one Doc each, tags and entities kept) without replacement.
@@ -750,7 +750,7 @@ def render_markdown(
             "intervals for them (seeds as independent runs)."
         )
     notes.append(
-        "Made by `spacy project run evidence` (`scripts/evidence.py report`) from the "
+        "Made by `spacy project run evidence` (`python -m workflow.evidence report`) from the "
         "run.json files."
     )
     if card:

@@ -27,8 +27,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from conll import sentence_words
-from rdata import STRSXP, RDataError, RObject, read_lazyload_index, read_lazyload_value
+from workflow.conll import sentence_words
+from workflow.rdata import STRSXP, RDataError, RObject, read_lazyload_index, read_lazyload_value
 
 # ---------------------------------------------------------------------------------------------
 # Shared helpers
@@ -438,7 +438,7 @@ def extract(name: str, assets: Path, output: Path) -> tuple[int, int]:
     """Extract one corpus from ``assets/NAME`` into ``output``; return (lines, words)."""
     root = assets / name
     if not root.is_dir():
-        raise ExtractError(f"{root} does not exist (run: python scripts/fetch_assets.py {name})")
+        raise ExtractError(f"{root} does not exist (run: python -m workflow.fetch_assets {name})")
     return write_lines(EXTRACTORS[name](root), output)
 
 

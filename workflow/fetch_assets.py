@@ -164,7 +164,7 @@ def load_sources(project_file: Path = PROJECT_FILE) -> dict[str, Source]:
         if name not in UNPACK:
             raise FetchError(
                 f"{where}: NAME {name!r} (the folder above the file) is not in "
-                f"UNPACK of scripts/fetch_assets.py: {', '.join(UNPACK)}"
+                f"UNPACK of workflow/fetch_assets.py: {', '.join(UNPACK)}"
             )
         if name in sources:
             raise FetchError(f"{where}: a second asset for {name!r}")

@@ -5,7 +5,7 @@ of stages 1 and 2 holds some of them. Its perplexity is compared across stages o
 sentences that no stage has read: the tokenised sentences (TOKENISED, one a line) that are not
 part of a held-out raw line (RAW_HELD_OUT) which is also a line of EXCLUDED.
 
-    python scripts/filter_heldout.py training/bundled_v2/corpus/dev.txt corpus/dev.txt \
+    python -m workflow.filter_heldout training/bundled_v2/corpus/dev.txt corpus/dev.txt \
         corpus/raw/conll2003_train.txt --output corpus/heldout_general.txt
 """
 

@@ -1,6 +1,6 @@
 """Print the README table of the bundled biLM from its pretrain.json.
 
-python scripts/report_bundled.py [spacy_elmo/data/en_elmo_bundled]
+python -m workflow.report_bundled [spacy_elmo/data/en_elmo_bundled]
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from bundle_model import PERPLEXITIES
-
 from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MODEL
+from workflow.bundle_model import PERPLEXITIES
 
 # What each stage of the bundled recipe (project.yml workflow `pretrain-default`) did.
 STAGES = (
@@ -49,7 +48,7 @@ def main() -> None:
          f"{s['vocab_size']:,} words"),
         ("files", f"{size / 1e6:.1f} MB (biLM, softmax, vocabulary)"),
         ("training data", "SOTU, nlp-corpus, Brown, linux-doc prose, World English Bible, Austen, "
-         "Moby Dick, CoNLL-2003 train sentences (`scripts/fetch_assets.py`); 1% of lines held "
+         "Moby Dick, CoNLL-2003 train sentences (`workflow/fetch_assets.py`); 1% of lines held "
          "out"),
         ("data licences", "public domain (SOTU, World English Bible, Austen, Moby Dick), "
          "redistribution permitted (Brown), GPL-2 (linux-doc), scraped with no commercial "

@@ -1,6 +1,6 @@
 """Print the README table of the CoNLL-2003 runs (`spacy project run conll`).
 
-python scripts/report_conll.py [training]
+python -m workflow.report_conll [training]
 
 Reads `training/conll_{baseline,elmo}/test.json` (written by `spacy evaluate`) and the learned
 layer mix of every component of `training/conll_elmo/model-best`.

@@ -1,6 +1,6 @@
 """Top-layer cosine similarity of "bank" across sentences, with the bundled biLM (or --model).
 
-python scripts/sense_check.py [--model DIR]
+python -m workflow.sense_check [--model DIR]
 """
 
 from __future__ import annotations

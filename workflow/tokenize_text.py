@@ -6,7 +6,7 @@ sentencizer for a language code, sentences longer than --max-tokens cut in piece
 text can be mixed with already tokenised text (the CoNLL-2003 sentences) in one `--pretokenized`
 pretraining run.
 
-    python scripts/tokenize_text.py corpus/raw/reuters21578.txt corpus/reuters21578_tokenized.txt
+    python -m workflow.tokenize_text corpus/raw/reuters21578.txt corpus/reuters21578_tokenized.txt
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""scripts/bundle_model.py: the stages and totals of a bundled model's card."""
+"""workflow/bundle_model.py: the stages and totals of a bundled model's card."""
 
-from .script_loader import load_script
-
-bundle_model = load_script("bundle_model")
+from workflow import bundle_model
 
 
 def stage(steps, tokens, seconds):

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .script_loader import load_script as _load
-
-cp = _load("compare_probes")
+from workflow import compare_probes as cp
 
 
 def probe_result(shift: float) -> dict:

@@ -1,12 +1,10 @@
-"""scripts/conll.py, the one CoNLL-2003 reader of the scripts and benchmarks."""
+"""workflow/conll.py, the one CoNLL-2003 reader of the scripts and benchmarks."""
 
 from __future__ import annotations
 
 import pytest
 
-from .script_loader import load_script as _load
-
-conll = _load("conll")
+from workflow import conll
 
 # two documents: two sentences, then one; blank lines doubled and a trailing sentence
 TEXT = """-DOCSTART- -X- -X- O

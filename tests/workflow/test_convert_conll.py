@@ -8,9 +8,7 @@ import pytest
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
-from .script_loader import load_script as _load
-
-cc = _load("convert_conll")
+from workflow import convert_conll as cc
 
 # two CoNLL documents: 3 sentences, then 2 sentences
 TINY = """-DOCSTART- -X- -X- O

@@ -14,9 +14,8 @@ from spacy.tokens import Doc, DocBin
 from spacy.util import load_config
 from spacy.vocab import Vocab
 
-from .script_loader import load_script as _load
+from workflow import evidence as ev
 
-ev = _load("evidence")
 REPO = Path(__file__).resolve().parents[2]
 
 # (words, tags, IOB entities) of one sentence; the sentence index i makes every sentence unique
@@ -479,7 +478,7 @@ def test_welch_interval_by_hand():
 
 
 def test_compare_evidence_rows_and_gains(tmp_path: Path, capsys):
-    compare = _load("compare_evidence")
+    from workflow import compare_evidence as compare
 
     def report(path: Path, scores: dict) -> str:
         runs = [

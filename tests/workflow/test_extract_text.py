@@ -10,13 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from .script_loader import load_script as _load
-
-ex = _load("extract_text")
-rdata = _load("rdata")
-fa = _load("fetch_assets")
-sc = _load("split_corpus")
-
+from workflow import extract_text as ex
+from workflow import fetch_assets as fa
+from workflow import rdata
+from workflow import split_corpus as sc
 
 # ---------------------------------------------------------------------------------------------
 # Small text helpers
@@ -352,7 +349,8 @@ def test_reuters21578_paragraphs_without_signature_or_symbols(tmp_path):
 def test_tokenize_text_matches_the_pretraining_splitter(tmp_path):
     import spacy
 
-    tokenize = _load("tokenize_text")
+    from workflow import tokenize_text as tokenize
+
     raw = tmp_path / "raw.txt"
     raw.write_text("Dr. Smith's bank rose 5.93 pct. It said so!\n\nPrices fell.\n")
     out = tmp_path / "tokens.txt"

@@ -1,4 +1,4 @@
-"""project.yml's weasel `assets` and scripts/fetch_assets.py: one list of sources, checked.
+"""project.yml's weasel `assets` and workflow/fetch_assets.py: one list of sources, checked.
 
 Offline: archives are synthesised in the tests and no registry client runs.
 """
@@ -18,9 +18,8 @@ import srsly
 from weasel.schemas import ProjectConfigSchema, validate
 from weasel.util import substitute_project_variables, validate_project_commands
 
-from .script_loader import load_script
+from workflow import fetch_assets as fa
 
-fa = load_script("fetch_assets")
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "project.yml"
 # What each asset is, written out here independently of project.yml and the script:
@@ -56,8 +55,8 @@ def _fetched_by(config: dict, workflow: str) -> set[str]:
     for step in config["workflows"][workflow]:
         for line in commands[step]["script"]:
             words = line.split()
-            if words[:2] == ["python", "scripts/fetch_assets.py"]:
-                names |= set(takewhile(lambda w: not w.startswith("--"), words[2:]))
+            if words[:3] == ["python", "-m", "workflow.fetch_assets"]:
+                names |= set(takewhile(lambda w: not w.startswith("--"), words[3:]))
     return names
 
 
@@ -107,7 +106,7 @@ def test_script_sources_are_the_assets():
 
 
 def test_script_holds_no_copy_of_the_asset_urls_or_checksums():
-    text = (ROOT / "scripts" / "fetch_assets.py").read_text()
+    text = (ROOT / "workflow" / "fetch_assets.py").read_text()
     for name, asset in _assets().items():
         assert asset["checksum"] not in text, name
         assert asset["url"] not in text, name

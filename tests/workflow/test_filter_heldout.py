@@ -1,8 +1,6 @@
-"""scripts/filter_heldout.py: held-out sentences that a later stage has not read."""
+"""workflow/filter_heldout.py: held-out sentences that a later stage has not read."""
 
-from .script_loader import load_script
-
-filter_heldout = load_script("filter_heldout")
+from workflow import filter_heldout
 
 
 def test_sentences_of_excluded_raw_lines_are_dropped_and_the_rest_kept_in_order():

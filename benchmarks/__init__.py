@@ -1,0 +1,1 @@
+"""Speed and memory benchmarks; run each from the repository root as `python -m benchmarks.NAME`."""
