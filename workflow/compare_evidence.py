@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""One README table of NER F1 from pipelines of several evidence reports (`evidence.py report`
-JSON files), each row one pipeline of one file, with its gain over a reference row and Welch's
-95% interval for the gain.
+"""One table of NER F1 from pipelines of several evidence reports (`python -m workflow.evidence
+report` JSON files), each row one pipeline of one file, with its gain over a reference row and
+Welch's 95% interval for the gain.
 
     python -m workflow.compare_evidence --reference "baseline=results/evidence.json:baseline" \\
         "elmo, stage 3 (bundled)=results/evidence.json:elmo" \\
@@ -15,7 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from workflow.evidence import Cell, aggregate, format_interval, size_labels, welch_interval
+from workflow.evidence.report import aggregate, format_interval, size_labels
+from workflow.evidence.stats import Cell, welch_interval
 
 
 def parse_row(text: str) -> tuple[str, Path, str]:
@@ -70,7 +71,7 @@ def compare(rows: list[tuple[str, list[dict], str]], reference: tuple[str, list[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("rows", nargs="+", help="LABEL=FILE:PIPELINE (an evidence.py JSON)")
+    parser.add_argument("rows", nargs="+", help="LABEL=FILE:PIPELINE (a workflow.evidence JSON)")
     parser.add_argument("--reference", required=True, help="LABEL=FILE:PIPELINE of the gains")
     parser.add_argument("--output", type=Path, default=None, help="also write the table here")
     args = parser.parse_args(argv)

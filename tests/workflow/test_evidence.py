@@ -1,4 +1,4 @@
-"""evidence.py: subsets, the spaCy commands of each run, and the report, on tiny files."""
+"""workflow.evidence: subsets, the spaCy commands of each run, and the report, on tiny files."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from spacy.tokens import Doc, DocBin
 from spacy.util import load_config
 from spacy.vocab import Vocab
 
-from workflow import evidence as ev
+from workflow.evidence import cli, report, runs, stats, subsets
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def expected_annotation(i: int) -> tuple:
 
 
 def test_subsets_sample_whole_sentences_with_their_annotation(train_file: Path, tmp_path: Path):
-    ev.make_subsets(train_file, [3, 5], [0, 1], tmp_path / "a")
+    subsets.make_subsets(train_file, [3, 5], [0, 1], tmp_path / "a")
     for size in (3, 5):
         for seed in (0, 1):
             docs = read(tmp_path / "a" / f"train_{size}_s{seed}.spacy")
@@ -98,8 +98,8 @@ def test_subsets_sample_whole_sentences_with_their_annotation(train_file: Path, 
 
 
 def test_subsets_are_deterministic_and_differ_by_seed(train_file: Path, tmp_path: Path):
-    ev.make_subsets(train_file, [5], [0, 1], tmp_path / "a")
-    ev.make_subsets(train_file, [5], [0, 1], tmp_path / "b")
+    subsets.make_subsets(train_file, [5], [0, 1], tmp_path / "a")
+    subsets.make_subsets(train_file, [5], [0, 1], tmp_path / "b")
     first = (tmp_path / "a" / "train_5_s0.spacy").read_bytes()
     assert first == (tmp_path / "b" / "train_5_s0.spacy").read_bytes()
     assert first != (tmp_path / "a" / "train_5_s1.spacy").read_bytes()
@@ -107,13 +107,13 @@ def test_subsets_are_deterministic_and_differ_by_seed(train_file: Path, tmp_path
 
 def test_subsets_are_kept_unless_their_source_changes(train_file: Path, tmp_path: Path):
     out = tmp_path / "subsets"
-    ev.make_subsets(train_file, [4], [0], out)
+    subsets.make_subsets(train_file, [4], [0], out)
     path = out / "train_4_s0.spacy"
     path.write_bytes(b"stale")  # an unchanged spec keeps the file as it is
-    ev.make_subsets(train_file, [4], [0], out)
+    subsets.make_subsets(train_file, [4], [0], out)
     assert path.read_bytes() == b"stale"
     DocBin(docs=[make_doc(Vocab(), list(range(20, 26)))]).to_disk(train_file)
-    ev.make_subsets(train_file, [4], [0], out)
+    subsets.make_subsets(train_file, [4], [0], out)
     words = [annotation(doc)[0] for doc in read(path)]
     chosen = sorted(random.Random(0).sample(range(6), 4))
     assert words == [sentence(20 + i)[0] for i in chosen]
@@ -129,19 +129,19 @@ def test_subsets_refuse_an_entity_across_sentences(tmp_path: Path):
     path = tmp_path / "bad.spacy"
     DocBin(docs=[doc]).to_disk(path)
     with pytest.raises(ValueError, match="crosses a sentence boundary"):
-        ev.make_subsets(path, [1], [0], tmp_path / "out")
+        subsets.make_subsets(path, [1], [0], tmp_path / "out")
 
 
 def test_subset_larger_than_the_corpus_is_an_error(train_file: Path, tmp_path: Path):
     with pytest.raises(ValueError, match="13"):
-        ev.make_subsets(train_file, [13], [0], tmp_path / "out")
+        subsets.make_subsets(train_file, [13], [0], tmp_path / "out")
 
 
 # --- the commands of a run -------------------------------------------------------------------
 
 
 def dry_run(capsys, tmp_path: Path, *args: str) -> tuple[list[str], list[str]]:
-    assert ev.main(["run", *args, "--root", str(tmp_path / "runs"), "--dry-run"]) == 0
+    assert cli.main(["run", *args, "--root", str(tmp_path / "runs"), "--dry-run"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("python")]
     assert len(lines) == 2
     return shlex.split(lines[0]), shlex.split(lines[1])
@@ -171,7 +171,7 @@ def test_dry_run_prints_the_spacy_commands(capsys, tmp_path, pipeline, config, v
     assert option(train, "--paths.train") == "corpus/conll/subsets/train_1000_s2.spacy"
     assert option(train, "--paths.dev") == "corpus/conll/dev.spacy"
     assert option(train, "--system.seed") == "2"
-    settings = ev.STEP_SETTINGS["1000"]
+    settings = runs.STEP_SETTINGS["1000"]
     assert option(train, "--training.max_steps") == str(settings["max_steps"])
     assert option(train, "--training.eval_frequency") == str(settings["eval_frequency"])
     assert option(train, "--training.patience") == str(settings["patience"])
@@ -202,7 +202,7 @@ def test_dry_run_prints_the_spacy_commands(capsys, tmp_path, pipeline, config, v
 def test_dry_run_full_size_and_step_overrides(capsys, tmp_path: Path):
     train, _ = dry_run(capsys, tmp_path, "--pipeline", "elmo", "--size", "all", "--seed", "0")
     assert option(train, "--paths.train") == "corpus/conll/train.spacy"
-    full = ev.STEP_SETTINGS[ev.FULL]
+    full = runs.STEP_SETTINGS[subsets.FULL]
     assert [option(train, f"--training.{k}") for k in ("max_steps", "eval_frequency")] == [
         str(full["max_steps"]),
         str(full["eval_frequency"]),
@@ -213,7 +213,7 @@ def test_dry_run_full_size_and_step_overrides(capsys, tmp_path: Path):
     )  # fmt: skip
     assert option(train, "--training.max_steps") == "100"
     assert option(train, "--training.eval_frequency") == "50"
-    assert option(train, "--training.patience") == str(ev.STEP_SETTINGS["3000"]["patience"])
+    assert option(train, "--training.patience") == str(runs.STEP_SETTINGS["3000"]["patience"])
     assert option(train, "--gpu-id") == "0"
 
 
@@ -227,7 +227,7 @@ def test_set_adds_config_settings_to_the_train_command(capsys, tmp_path: Path):
     assert option(train, "--training.dropout") == "0.2"
     assert not any(arg.startswith("--components") for arg in evaluate)
     with pytest.raises(ValueError, match="expected KEY=VALUE"):
-        ev.main(["run", "--pipeline", "elmo", "--size", "1000", "--seed", "0", "--set", key])
+        cli.main(["run", "--pipeline", "elmo", "--size", "1000", "--seed", "0", "--set", key])
 
 
 def test_elmo_model_trains_from_a_config_that_names_it(tmp_path: Path):
@@ -236,13 +236,13 @@ def test_elmo_model_trains_from_a_config_that_names_it(tmp_path: Path):
 
     from spacy_elmo.loaders import BUNDLED_MODEL, bundled_bilm
 
-    spec = ev.make_spec("vectors+elmo", 1000, 2, root=tmp_path, elmo_model=BUNDLED_MODEL)
+    spec = runs.make_spec("vectors+elmo", 1000, 2, root=tmp_path, elmo_model=BUNDLED_MODEL)
     assert spec.train_command()[4] == str(tmp_path / "vectors+elmo_1000_s2" / "config.cfg")
-    assert option(spec.train_command(), "--initialize.vectors") == str(ev.VECTORS)
+    assert option(spec.train_command(), "--initialize.vectors") == str(runs.VECTORS)
     spec.directory.mkdir(parents=True)
     spec.write_config()
     written = load_config(spec.config, interpolate=False)
-    base = load_config(ev.ELMO_CONFIG, interpolate=False)
+    base = load_config(runs.ELMO_CONFIG, interpolate=False)
     weights = written["initialize"]["components"].pop("elmo")["weights"]
     assert weights == {"@misc": "spacy_elmo.SavedBiLM.v1", "path": str(BUNDLED_MODEL)}
     assert written == base  # nothing else changes
@@ -252,23 +252,23 @@ def test_elmo_model_trains_from_a_config_that_names_it(tmp_path: Path):
     assert loaded.keys() == reference.keys()
     assert all(torch.equal(loaded[k], reference[k]) for k in reference)
     # without elmo_model the pipeline's own config, and no copy is written
-    plain = ev.make_spec("elmo", 1000, 2, root=tmp_path)
-    assert plain.config == ev.ELMO_CONFIG
+    plain = runs.make_spec("elmo", 1000, 2, root=tmp_path)
+    assert plain.config == runs.ELMO_CONFIG
     with pytest.raises(ValueError, match="no elmo component"):
-        ev.make_spec("baseline", 1000, 0, root=tmp_path, elmo_model=BUNDLED_MODEL)
+        runs.make_spec("baseline", 1000, 0, root=tmp_path, elmo_model=BUNDLED_MODEL)
 
 
 def test_a_size_without_step_settings_needs_them(tmp_path: Path):
     with pytest.raises(ValueError, match="--steps"):
-        ev.make_spec("baseline", 500, 0, root=tmp_path)
-    spec = ev.make_spec("baseline", 500, 0, root=tmp_path, max_steps=300, eval_frequency=100)
+        runs.make_spec("baseline", 500, 0, root=tmp_path)
+    spec = runs.make_spec("baseline", 500, 0, root=tmp_path, max_steps=300, eval_frequency=100)
     assert spec.steps() == {"max_steps": 300, "eval_frequency": 100, "patience": 300}
 
 
 @pytest.mark.parametrize("config", ["ner_tagger_baseline.cfg", "ner_tagger_elmo.cfg"])
 def test_static_vector_overrides_name_settings_of_both_configs(config):
     cfg = load_config(REPO / "configs" / config, interpolate=False)
-    for setting in ev.STATIC_VECTOR_SETTINGS:
+    for setting in runs.STATIC_VECTOR_SETTINGS:
         node = cfg
         *path, key = setting.split(".")
         for part in path:
@@ -278,7 +278,7 @@ def test_static_vector_overrides_name_settings_of_both_configs(config):
 
 
 def test_plan_fills_comparisons_size_by_size():
-    plan = ev.plan_runs(["baseline", "elmo"], ["1000", "all"], [0, 1], [0])
+    plan = runs.plan_runs(["baseline", "elmo"], ["1000", "all"], [0, 1], [0])
     assert plan == [
         ("baseline", "1000", 0),
         ("elmo", "1000", 0),
@@ -294,7 +294,7 @@ def test_runs_skips_finished_runs(capsys, tmp_path: Path):
     (root / "baseline_1000_s0").mkdir(parents=True)
     (root / "baseline_1000_s0" / "run.json").write_text("{}")
     argv = ["runs", "--pipelines", "baseline", "elmo", "--sizes", "1000", "--seeds", "0"]
-    assert ev.main([*argv, "--root", str(root), "--dry-run"]) == 0
+    assert cli.main([*argv, "--root", str(root), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "1 of 2 runs done" in out
     assert "baseline_1000_s0" not in out and "elmo_1000_s0" in out
@@ -303,10 +303,10 @@ def test_runs_skips_finished_runs(capsys, tmp_path: Path):
 def test_logged_child_records_steps_and_fails_with_the_log_tail(tmp_path: Path):
     log = tmp_path / "run.log"
     table = "E    #       LOSS TAGGER\\n  0       0     1.50  0.1\\n  1     200     0.75  0.2"
-    logged = ev.run_logged([sys.executable, "-c", f"print('{table}')"], log, {})
+    logged = runs.run_logged([sys.executable, "-c", f"print('{table}')"], log, {})
     assert [step for step, _ in logged.rows] == [0, 200]
-    with pytest.raises(ev.RunError, match="boom"):
-        ev.run_logged([sys.executable, "-c", "import sys; sys.exit('boom')"], log, {})
+    with pytest.raises(runs.RunError, match="boom"):
+        runs.run_logged([sys.executable, "-c", "import sys; sys.exit('boom')"], log, {})
 
 
 # --- report ----------------------------------------------------------------------------------
@@ -342,12 +342,12 @@ def test_report_aggregates_every_run(tmp_path: Path):
     write_runs(root)
     card = tmp_path / "pretrain.json"
     card.write_text(json.dumps({"n_parameters": 3_000_000, "steps": 10, "dev_ppl": 123.4}))
-    readme = tmp_path / "README.md"
-    readme.write_text(
-        "# Title\n\n<!-- evidence:start -->\nold table\n<!-- evidence:end -->\nrest\n"
-    )
+    page = tmp_path / "docs" / "learning-curves.md"
+    page.parent.mkdir()
+    page.write_text("# Title\n\n<!-- evidence:start -->\nold table\n<!-- evidence:end -->\nrest\n")
     out = tmp_path / "out"
-    ev.report(root, out / "e.json", out / "e.md", tmp_path / "docs" / "e.png", card, readme=readme)
+    plot = tmp_path / "docs" / "e.png"
+    report.write_report(root, out / "e.json", out / "e.md", plot, card, page=page)
 
     data = json.loads((out / "e.json").read_text())
     assert data["bilm"] == json.loads(card.read_text())
@@ -377,7 +377,7 @@ def test_report_aggregates_every_run(tmp_path: Path):
     assert lines["| vectors"].endswith(" | – |")
     gain = lines["| *elmo − baseline*"]
     assert f"{100 * (e.mean() - b.mean()):+.2f} | {100 * (0.88 - 0.85):+.2f} |" in gain
-    interval = ev.welch_interval(ev.Cell(list(e)), ev.Cell(list(b)))
+    interval = stats.welch_interval(stats.Cell(list(e)), stats.Cell(list(b)))
     ci = lines["| *elmo − baseline, 95% CI*"]
     assert ci.endswith(f"| [{100 * interval[0]:+.2f}, {100 * interval[1]:+.2f}] | – |")
     assert "vectors+elmo − vectors" not in markdown
@@ -389,27 +389,29 @@ def test_report_aggregates_every_run(tmp_path: Path):
     assert "3.0 M parameters" in markdown and "](../docs/e.png)" in markdown
     assert (tmp_path / "docs" / "e.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    text = readme.read_text()
+    text = page.read_text()
     assert text.startswith("# Title\n\n<!-- evidence:start -->\n**NER F1**")
     assert text.endswith("<!-- evidence:end -->\nrest\n")
-    assert "old table" not in text and "](docs/e.png)" in text
+    assert "old table" not in text and "training sentences](e.png)" in text  # beside the page
 
 
-def test_report_leaves_a_readme_without_markers(tmp_path: Path):
+def test_report_leaves_a_page_without_markers(tmp_path: Path):
     write_runs(tmp_path / "runs")
-    readme = tmp_path / "README.md"
-    readme.write_text("no markers\n")
+    page = tmp_path / "learning-curves.md"
+    page.write_text("no markers\n")
     with pytest.warns(UserWarning, match="markers"):
-        ev.report(
+        report.write_report(
             tmp_path / "runs", tmp_path / "e.json", tmp_path / "e.md", tmp_path / "e.png",
-            None, readme=readme,
+            None, page=page,
         )  # fmt: skip
-    assert readme.read_text() == "no markers\n"
+    assert page.read_text() == "no markers\n"
 
 
 def test_report_without_runs_is_an_error(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match="no run.json"):
-        ev.report(tmp_path, tmp_path / "e.json", tmp_path / "e.md", tmp_path / "e.png", None)
+        report.write_report(
+            tmp_path, tmp_path / "e.json", tmp_path / "e.md", tmp_path / "e.png", None
+        )
 
 
 def test_the_bilm_line_states_the_card_figures():
@@ -421,12 +423,12 @@ def test_the_bilm_line_states_the_card_figures():
         "conll_dev": {"ppl": 150.16},
         "stages": [{}, {}, {}],
     }
-    assert ev.bilm_line(card) == (
+    assert report.bilm_line(card) == (
         "ELMo: the bundled biLM (3.0 M parameters, 9,900 pretraining steps, 18.3 M tokens "
         "seen, held-out perplexity 135.6, CoNLL-2003 dev text perplexity 150.2, 3 pretraining "
         "stages, see the model card)."
     )
-    assert ev.bilm_line({}) == ""
+    assert report.bilm_line({}) == ""
 
 
 # --- confidence intervals --------------------------------------------------------------------
@@ -435,9 +437,9 @@ def test_the_bilm_line_states_the_card_figures():
 @pytest.mark.parametrize("q", [0.6, 0.9, 0.95, 0.975, 0.995])
 def test_t_quantile_matches_the_closed_forms_of_one_and_two_degrees(q: float):
     # df = 1 is the Cauchy distribution; df = 2 has t = (2q - 1) / sqrt(2 q (1 - q)).
-    assert ev.student_t_quantile(q, 1) == pytest.approx(np.tan(np.pi * (q - 0.5)), rel=1e-9)
+    assert stats.student_t_quantile(q, 1) == pytest.approx(np.tan(np.pi * (q - 0.5)), rel=1e-9)
     expected = (2 * q - 1) / np.sqrt(2 * q * (1 - q))
-    assert ev.student_t_quantile(q, 2) == pytest.approx(expected, rel=1e-9)
+    assert stats.student_t_quantile(q, 2) == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -445,36 +447,36 @@ def test_t_quantile_matches_the_closed_forms_of_one_and_two_degrees(q: float):
     [(3, 3.1824), (4, 2.7764), (8, 2.3060), (9, 2.2622), (30, 2.0423), (120, 1.9799)],
 )
 def test_t_quantile_matches_the_table(df: int, expected: float):
-    assert ev.student_t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
+    assert stats.student_t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
 
 
 def test_t_cdf_is_symmetric_and_inverts_the_quantile():
     for df in (1.5, 4.2, 17.0):
         for t in (0.3, 1.0, 2.5):
-            assert ev.student_t_cdf(t, df) + ev.student_t_cdf(-t, df) == pytest.approx(1.0)
-            assert ev.student_t_quantile(ev.student_t_cdf(t, df), df) == pytest.approx(t)
+            assert stats.student_t_cdf(t, df) + stats.student_t_cdf(-t, df) == pytest.approx(1.0)
+            assert stats.student_t_quantile(stats.student_t_cdf(t, df), df) == pytest.approx(t)
     with pytest.raises(ValueError, match="quantile level"):
-        ev.student_t_quantile(0.2, 3)
+        stats.student_t_quantile(0.2, 3)
 
 
 def test_welch_interval_by_hand():
     # Equal sizes and spreads: Welch's degrees of freedom are 2 (n - 1) = 8, t = 2.3060.
     better, reference = (
-        ev.Cell([0.80, 0.82, 0.81, 0.83, 0.79]),
-        ev.Cell([0.78, 0.80, 0.79, 0.81, 0.77]),
+        stats.Cell([0.80, 0.82, 0.81, 0.83, 0.79]),
+        stats.Cell([0.78, 0.80, 0.79, 0.81, 0.77]),
     )
-    low, high, df = ev.welch_interval(better, reference)
+    low, high, df = stats.welch_interval(better, reference)
     assert df == pytest.approx(8.0)
     half = 2.3060 * np.sqrt(2 * np.var(better.values, ddof=1) / 5)
     assert (low, high) == pytest.approx((0.02 - half, 0.02 + half), abs=1e-5)
     # Unequal: the Welch-Satterthwaite df from the two variances.
-    better, reference = ev.Cell([0.9, 0.7, 0.8]), ev.Cell([0.60, 0.61, 0.62, 0.63])
-    low, high, df = ev.welch_interval(better, reference)
+    better, reference = stats.Cell([0.9, 0.7, 0.8]), stats.Cell([0.60, 0.61, 0.62, 0.63])
+    low, high, df = stats.welch_interval(better, reference)
     a, c = np.var(better.values, ddof=1) / 3, np.var(reference.values, ddof=1) / 4
     assert df == pytest.approx((a + c) ** 2 / (a**2 / 2 + c**2 / 3))
     assert (low + high) / 2 == pytest.approx(np.mean(better.values) - np.mean(reference.values))
-    assert ev.welch_interval(ev.Cell([0.5]), reference) is None
-    assert ev.welch_interval(ev.Cell([0.5, 0.5]), ev.Cell([0.4, 0.4])) is None
+    assert stats.welch_interval(stats.Cell([0.5]), reference) is None
+    assert stats.welch_interval(stats.Cell([0.5, 0.5]), stats.Cell([0.4, 0.4])) is None
 
 
 def test_compare_evidence_rows_and_gains(tmp_path: Path, capsys):
@@ -499,7 +501,7 @@ def test_compare_evidence_rows_and_gains(tmp_path: Path, capsys):
     assert lines["| NER F1: test mean (dev mean), runs"].endswith("| 1,000 | 14,041 |")
     assert lines["| base"] == "| base | 61.00 (66.00), 2 | – |"
     assert lines["| new"] == "| new | 73.00 (78.00), 2 | 80.00 (85.00), 1 |"
-    low, high, _ = ev.welch_interval(ev.Cell([0.71, 0.75]), ev.Cell([0.60, 0.62]))
+    low, high, _ = stats.welch_interval(stats.Cell([0.71, 0.75]), stats.Cell([0.60, 0.62]))
     assert lines["| *new − base, 95% CI*"] == (
         f"| *new − base, 95% CI* | +12.00 [{100 * low:+.2f}, {100 * high:+.2f}] | – |"
     )
