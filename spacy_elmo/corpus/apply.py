@@ -1,0 +1,149 @@
+"""apply: a spaCy pipeline over a corpus, one DocBin per input file (like `spacy apply`).
+
+Inputs: `.jsonl` (one JSON object per line, the text under `text_key`; blank lines skipped),
+`.txt` (one document per line) and `.spacy` (a DocBin: its documents run through the
+pipeline). Every input `REL/NAME.<ext>` gives `OUTPUT_DIR/REL/NAME.spacy`, with user data
+stored as `spacy apply` stores it, except `doc._.elmo_layers` (the biLM's raw layers, about
+27 KB per sentence; `embed-corpus` is the command for vectors).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from ..embed_file import LineRange, read_lines
+from .engine import Cluster
+from .manifest import file_sha256
+from .plan import plan_inputs
+from .runner import CorpusResult, run_corpus
+
+APPLY_SUFFIXES = (".jsonl", ".txt", ".spacy")
+DEFAULT_SHARD_DOCS = 2000
+
+
+@dataclass(frozen=True)
+class ApplyJob:
+    """What a worker does: load the pipeline once; annotate a file or a range of it; join."""
+
+    pipeline: str
+    text_key: str = "text"
+    batch_size: int = 64
+    gpu: bool = False
+
+    def setup(self) -> Any:
+        import spacy
+
+        if self.gpu:
+            spacy.require_gpu()  # the GPU Ray gave this worker
+        return spacy.load(self.pipeline)
+
+    def run(self, nlp: Any, payload: dict[str, Any]) -> dict[str, Any]:
+        from spacy.tokens import Doc, DocBin
+
+        from ..atomic_files import atomic_path
+
+        output = Path(payload["output"])
+        if payload["kind"] == "join":
+            merged = DocBin(store_user_data=True)
+            for part in payload["parts"]:
+                merged.merge(DocBin(store_user_data=True).from_bytes(Path(part).read_bytes()))
+            with atomic_path(output) as tmp:
+                tmp.write_bytes(merged.to_bytes())
+            return {"lines": len(merged), "sha256": file_sha256(output)}
+        docbin = DocBin(store_user_data=True)
+        stream = read_documents(Path(payload["input"]), payload.get("range"), self.text_key, nlp)
+        drop_layers = Doc.has_extension("elmo_layers")
+        for doc in nlp.pipe(stream, batch_size=self.batch_size):
+            if drop_layers:
+                doc._.elmo_layers = None
+            docbin.add(doc)
+        with atomic_path(output) as tmp:
+            tmp.write_bytes(docbin.to_bytes())
+        result = {"lines": len(docbin)}
+        if payload["kind"] == "whole":
+            result["sha256"] = file_sha256(output)
+        return result
+
+    def options(self) -> dict[str, Any]:
+        return {"command": "apply", "text_key": self.text_key}
+
+
+def read_documents(
+    path: Path, line_range: Optional[LineRange], text_key: str, nlp: Any
+) -> Iterator[Any]:
+    """The texts (or Docs, for .spacy) of `path`, or of `line_range` of it."""
+    if path.suffix == ".spacy":
+        from spacy.tokens import DocBin
+
+        yield from DocBin().from_disk(path).get_docs(nlp.vocab)
+    elif path.suffix == ".jsonl":
+        yield from _jsonl_texts(path, line_range, text_key)
+    else:
+        yield from read_lines(path, line_range)
+
+
+def _jsonl_texts(path: Path, line_range: Optional[LineRange], text_key: str) -> Iterator[str]:
+    """The texts of the JSON objects (blank lines skipped), from the range's byte offset."""
+    count = 0
+    with path.open("rb") as handle:
+        if line_range is not None:
+            handle.seek(line_range.offset)
+        for raw in handle:
+            if line_range is not None and count == line_range.count:
+                return
+            text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+            if not text.strip():
+                continue
+            count += 1
+            yield json.loads(text)[text_key]
+
+
+def apply_corpus(
+    pipeline: str | Path,
+    input: str | Path,
+    output_dir: str | Path,
+    text_key: str = "text",
+    batch_size: int = 64,
+    shard_docs: int = DEFAULT_SHARD_DOCS,
+    cluster: Cluster = Cluster(),
+    progress: bool = True,
+) -> CorpusResult:
+    """Run `pipeline` over every .jsonl/.txt/.spacy file of INPUT into OUTPUT_DIR/REL/NAME.spacy.
+
+    Inputs are checked before anything is written; the manifest and resumption are those of
+    `embed_corpus` (docs/corpus.md).
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    name, identity = pipeline_identity(pipeline)
+    output_dir = Path(output_dir)
+    inputs = plan_inputs(input, output_dir, APPLY_SUFFIXES, ".spacy", shard_docs, text_key)
+    job = ApplyJob(name, text_key, batch_size, gpu=cluster.gpus_per_worker > 0)
+    return run_corpus("apply", inputs, output_dir, job, identity, job.options(), cluster, progress)
+
+
+def pipeline_identity(pipeline: str | Path) -> tuple[str, dict[str, Any]]:
+    """How workers load the pipeline (absolute path or package name) and its manifest identity:
+    sha256 over the names and bytes of every file of its folder."""
+    import spacy.util
+
+    path = Path(pipeline).expanduser()
+    if path.exists():
+        if not (path / "config.cfg").is_file():
+            raise ValueError(f"pipeline {pipeline} is not a spaCy pipeline folder (no config.cfg)")
+        name = str(path.absolute())
+    elif spacy.util.is_package(str(pipeline)):
+        name = str(pipeline)
+        path = Path(spacy.util.get_package_path(name))
+    else:
+        raise ValueError(f"pipeline {pipeline} is neither a folder nor an installed spaCy package")
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(os.fsencode(file.relative_to(path).as_posix()) + b"\0")
+        digest.update(file.read_bytes())
+    return name, {"kind": "spacy", "name": str(pipeline), "sha256": digest.hexdigest()}

@@ -1,0 +1,174 @@
+"""embed-corpus: every text file of a corpus into hdf5, in the layout of `spacy-elmo embed`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ..embed_file import MAX_TOKENS, OUTPUT_FORMATS, dataset_options, write_sentence_to_index
+from .engine import Cluster
+from .manifest import file_sha256
+from .plan import plan_inputs
+from .runner import CorpusResult, run_corpus
+
+DEFAULT_SHARD_LINES = 2000
+
+
+@dataclass(frozen=True)
+class EmbedJob:
+    """What a worker does: load the biLM once; embed a file, or a line range of it; join parts."""
+
+    model: Optional[str]
+    options_file: Optional[str]
+    weights_file: Optional[str]
+    output_format: str = "all"
+    batch_size: int = 64
+    pretokenized: bool = True
+    lang: str = "en"
+    max_tokens: int = MAX_TOKENS
+    float16: bool = False
+    compression: Optional[str] = None
+    gpu: bool = False
+
+    def setup(self) -> Any:
+        from ..bilm.sources import load_bilm
+        from ..embed_file import spacy_tokenizer, whitespace_tokenizer
+
+        bilm = load_bilm(self.model, self.options_file, self.weights_file, stateful=False)
+        if self.gpu:
+            bilm = bilm.to("cuda")  # the GPU Ray gave this worker (CUDA_VISIBLE_DEVICES)
+        tokenize = whitespace_tokenizer if self.pretokenized else spacy_tokenizer(self.lang)
+        return bilm, tokenize
+
+    def run(self, state: Any, payload: dict[str, Any]) -> dict[str, Any]:
+        from ..embed_file import embed_file
+
+        output = Path(payload["output"])
+        if payload["kind"] == "join":
+            lines = join_hdf5([Path(p) for p in payload["parts"]], output)
+            return {"lines": lines, "sha256": file_sha256(output)}
+        bilm, tokenize = state
+        lines = embed_file(
+            bilm,
+            payload["input"],
+            output,
+            output_format=self.output_format,
+            batch_size=self.batch_size,
+            tokenize=tokenize,
+            progress=False,
+            max_tokens=self.max_tokens,
+            float16=self.float16,
+            compression=self.compression,
+            lines=payload.get("range"),
+        )
+        result = {"lines": lines}
+        if payload["kind"] == "whole":
+            result["sha256"] = file_sha256(output)
+        return result
+
+    def options(self) -> dict[str, Any]:
+        """What changes the outputs (recorded in the manifest; a change redoes them)."""
+        return {
+            "command": "embed-corpus",
+            "output_format": self.output_format,
+            "tokens": "pretokenized" if self.pretokenized else f"spacy:{self.lang}",
+            "max_tokens": self.max_tokens,
+            "float16": self.float16,
+            "compression": self.compression,
+        }
+
+
+def join_hdf5(parts: list[Path], output: Path) -> int:
+    """Join part files (datasets named by line number) into one file; return its lines.
+
+    Datasets are copied as stored (h5py's object copy: no decompression), and the parts'
+    `sentence_to_index` are merged in order, each sentence keeping its first index, as
+    `embed_file` does over the whole file.
+    """
+    import json
+
+    import h5py
+
+    from ..atomic_files import atomic_path
+
+    sentence_to_index: dict[str, str] = {}
+    lines = 0
+    with atomic_path(output) as tmp:
+        with h5py.File(tmp, "w") as out:
+            for part in parts:
+                with h5py.File(part, "r") as source:
+                    for name in source:
+                        if name != "sentence_to_index":
+                            source.copy(source[name], out, name=name)
+                            lines += 1
+                    for text, index in json.loads(source["sentence_to_index"][0]).items():
+                        sentence_to_index.setdefault(text, index)
+            write_sentence_to_index(out, sentence_to_index)
+    return lines
+
+
+def embed_corpus(
+    input: str | Path,
+    output_dir: str | Path,
+    model: Optional[str] = None,
+    options_file: Optional[str | Path] = None,
+    weights_file: Optional[str | Path] = None,
+    output_format: str = "all",
+    pretokenized: bool = True,
+    lang: str = "en",
+    max_tokens: int = MAX_TOKENS,
+    batch_size: int = 64,
+    float16: bool = False,
+    compression: Optional[str] = None,
+    shard_lines: int = DEFAULT_SHARD_LINES,
+    cluster: Cluster = Cluster(),
+    progress: bool = True,
+) -> CorpusResult:
+    """Embed every `*.txt` under INPUT (a folder, a glob or a file) into OUTPUT_DIR/REL/NAME.hdf5.
+
+    Each output is what `embed_file` writes for that file. Inputs are checked, and the model
+    named, before anything is written; outputs that the manifest records as done for the same
+    input, model and options are skipped. See docs/corpus.md.
+    """
+    from ..bilm.sources import resolve_source
+
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    dataset_options(float16, compression)  # checks the storage options
+    output_dir = Path(output_dir)
+    source = resolve_source(model if options_file is None else None, options_file, weights_file)
+    inputs = plan_inputs(input, output_dir, (".txt",), ".hdf5", shard_lines)
+    identity = model_identity(source)
+    job = EmbedJob(
+        model=_model_name(source),
+        options_file=None if source.options_file is None else str(source.options_file.absolute()),
+        weights_file=None if source.weights_file is None else str(source.weights_file.absolute()),
+        output_format=output_format,
+        batch_size=batch_size,
+        pretokenized=pretokenized,
+        lang=lang,
+        max_tokens=max_tokens,
+        float16=float16,
+        compression=compression,
+        gpu=cluster.gpus_per_worker > 0,
+    )
+    return run_corpus(
+        "embed-corpus", inputs, output_dir, job, identity, job.options(), cluster, progress
+    )
+
+
+def _model_name(source) -> Optional[str]:
+    """How a worker names the biLM: "bundled" (its own installed copy) or an absolute path."""
+    if source.kind == "allennlp":
+        return None
+    return "bundled" if source.kind == "bundled" else str(source.path.absolute())
+
+
+def model_identity(source) -> dict[str, Any]:
+    """The model as the manifest records it: kind, name and sha256 of its files."""
+    return {"kind": source.kind, "name": source.name, "sha256": source.fingerprint()}

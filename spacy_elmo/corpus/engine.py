@@ -1,0 +1,332 @@
+"""Running shards on Ray: one actor per worker, the model loaded once in each, many shards each.
+
+Ray core (actors), not Ray Data: a shard here is a file's line range that a worker reads from
+shared storage and writes to shared storage, so the driver moves no data, only shard names
+and results; an actor keeps its model between shards; and Ray's actor restarts retry the shard
+of a worker that was killed (docs/corpus.md argues the choice).
+
+`Cluster(workers=N)` starts a local Ray instance for the run and ends it after (its processes
+share the driver's fate: they end when it ends, even by SIGKILL); `Cluster(address=...)` (or
+RAY_ADDRESS) joins a running cluster and leaves it running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol
+
+RAY_EXTRA = "pip install 'spacy-elmo[ray]'"
+# A killed worker is restarted and its shards retried this many times (then the shard fails).
+MAX_RETRIES = 3
+# Shards queued on each worker beyond the one it runs, so it never waits for the driver.
+QUEUE_PER_WORKER = 1
+# The local instance's shared-memory object store: only shard names and results pass through.
+LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2
+
+
+class Job(Protocol):
+    """What a worker does: `setup()` once (load the model), then `run(state, payload)` per shard."""
+
+    def setup(self) -> Any: ...
+
+    def run(self, state: Any, payload: Any) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where the workers run. `workers`: how many (default: the CPUs / threads per worker);
+    `address`: a running cluster (default: RAY_ADDRESS, else a local instance)."""
+
+    workers: Optional[int] = None
+    address: Optional[str] = None
+    threads_per_worker: Optional[int] = None
+    gpus_per_worker: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "threads_per_worker"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.gpus_per_worker, (int, float)) or self.gpus_per_worker < 0:
+            raise ValueError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker!r}")
+
+    def join_address(self) -> Optional[str]:
+        return self.address or os.environ.get("RAY_ADDRESS") or None
+
+
+@dataclass
+class Task:
+    """A unit of work: what the worker is given, and how the driver names and counts it."""
+
+    name: str  # for messages: "corpus/a.txt lines 1-1000"
+    lines: int  # counted by the progress bar when done (0 for a join)
+    payload: Any
+    attempts: int = 0
+
+
+@dataclass
+class RunStats:
+    """What a run measured: Ray's start-up, the shards, the workers."""
+
+    startup_seconds: float = 0.0  # Ray start (or connect) + every worker's model loaded
+    run_seconds: float = 0.0  # first shard submitted -> last result
+    shutdown_seconds: float = 0.0
+    tasks: int = 0
+    lines: int = 0
+    task_seconds: list[float] = field(default_factory=list)  # inside the worker, per task
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (task name, error)
+    workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # "host:pid" -> stats
+    nodes: set[str] = field(default_factory=set)
+
+
+def require_ray():
+    """The `ray` module, or ImportError naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(
+            f"corpus commands run on Ray, which is not installed: {RAY_EXTRA}"
+        ) from None
+    return ray
+
+
+class CorpusWorker:
+    """A Ray actor (see `run_tasks`): holds the job's state (the model) between shards."""
+
+    def __init__(self, job: Job, threads: int, gpus: float) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.job, self.state, self.gpus = job, None, gpus
+        self.load_seconds = 0.0
+
+    def setup(self) -> dict[str, Any]:
+        if self.state is None:
+            start = time.perf_counter()
+            self.state = self.job.setup()
+            self.load_seconds = time.perf_counter() - start
+        return self._identity()
+
+    def run(self, payload: Any) -> dict[str, Any]:
+        self.setup()  # after a restart (the worker was killed), the model is loaded again
+        start = time.perf_counter()
+        result = self.job.run(self.state, payload)
+        result["seconds"] = time.perf_counter() - start
+        result.update(self._identity())
+        return result
+
+    def _identity(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "node": _node_id(),
+            "load_seconds": self.load_seconds,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+
+
+def run_tasks(
+    job: Job,
+    tasks: list[Task],
+    cluster: Cluster,
+    on_done: Callable[[Task, dict[str, Any]], list[Task]],
+    progress: bool = True,
+    description: str = "shards",
+) -> RunStats:
+    """Run `tasks` on Ray workers; `on_done(task, result)` returns follow-up tasks (joins).
+
+    A task whose worker dies is retried (MAX_RETRIES); a task that raises is reported in
+    `stats.failures` with its name and error and the others go on. A local Ray instance
+    started here is shut down before returning, however the run ends.
+    """
+    from tqdm import tqdm
+
+    ray = require_ray()
+    stats = RunStats(tasks=len(tasks))
+    start = time.perf_counter()
+    address = cluster.join_address()
+    local = address is None
+    threads = cluster.threads_per_worker
+    workers = cluster.workers
+    if local:
+        cpus = os.cpu_count() or 1
+        threads = threads or max(1, cpus // (workers or cpus))
+        workers = workers or max(1, cpus // threads)
+        _init_local(ray, cpus=max(cpus, workers * threads))
+    else:
+        _init_join(ray, address)
+    try:
+        resources = ray.cluster_resources()
+        if not local:
+            cpus = int(resources.get("CPU", 1))
+            threads = threads or max(1, cpus // (workers or cpus))
+            workers = workers or max(1, cpus // threads)
+        _check_resources(resources, workers, threads, cluster.gpus_per_worker, address)
+        actor_class = ray.remote(
+            num_cpus=threads,
+            num_gpus=cluster.gpus_per_worker,
+            max_restarts=MAX_RETRIES,
+            max_task_retries=MAX_RETRIES,
+        )(CorpusWorker)
+        actors = [actor_class.remote(job, threads, cluster.gpus_per_worker) for _ in range(workers)]
+        for info in _gather(ray, [a.setup.remote() for a in actors]):
+            _count_worker(stats, info)
+        stats.startup_seconds = time.perf_counter() - start
+        _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm)
+        stats.run_seconds = time.perf_counter() - start - stats.startup_seconds
+    finally:
+        closing = time.perf_counter()
+        ray.shutdown()
+        stats.shutdown_seconds = time.perf_counter() - closing
+    return stats
+
+
+def _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm) -> None:
+    queue = deque(tasks)
+    running: dict[Any, tuple[Any, Task]] = {}
+    total = sum(task.lines for task in tasks)
+    with tqdm(
+        total=total,
+        unit="sent",
+        desc=description,
+        disable=not progress,
+        smoothing=0.05,
+        dynamic_ncols=True,
+    ) as bar:
+
+        def submit(actor) -> None:
+            if queue:
+                task = queue.popleft()
+                task.attempts += 1
+                running[actor.run.remote(task.payload)] = (actor, task)
+
+        for actor in actors:
+            for _ in range(1 + QUEUE_PER_WORKER):
+                submit(actor)
+        alive = list(actors)
+        while running:
+            (ref,), _ = ray.wait(list(running), num_returns=1)
+            actor, task = running.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayActorError as error:
+                # The worker died more often than it may be restarted (or cannot start again):
+                # try the task on another worker.
+                if actor in alive:
+                    alive.remove(actor)
+                if task.attempts <= MAX_RETRIES and alive:
+                    queue.appendleft(task)
+                    submit(alive[0])
+                else:
+                    _fail(stats, bar, task, f"its worker died ({_first_line(error)})")
+                continue
+            except ray.exceptions.RayTaskError as error:
+                _fail(stats, bar, task, _cause(error))
+                submit(actor)
+                continue
+            stats.lines += task.lines
+            stats.task_seconds.append(result["seconds"])
+            _count_worker(stats, result)
+            bar.update(task.lines)
+            for follow_up in on_done(task, result):
+                stats.tasks += 1
+                queue.appendleft(follow_up)
+            submit(actor)
+            while queue and len(running) < len(alive) * (1 + QUEUE_PER_WORKER):
+                submit(min(alive, key=lambda a: sum(1 for b, _ in running.values() if b is a)))
+
+
+def _fail(stats: RunStats, bar, task: Task, message: str) -> None:
+    stats.failures.append((task.name, message))
+    bar.write(f"error: {task.name}: {message}", file=sys.stderr)
+
+
+def _count_worker(stats: RunStats, info: dict[str, Any]) -> None:
+    key = f"{info['host']}:{info['pid']}"
+    worker = stats.workers.setdefault(key, {"tasks": 0, "peak_rss_mb": 0.0})
+    worker["peak_rss_mb"] = max(worker["peak_rss_mb"], info["peak_rss_mb"])
+    worker["load_seconds"] = info["load_seconds"]
+    worker["node"] = info["node"]
+    if "seconds" in info:
+        worker["tasks"] += 1
+    stats.nodes.add(info["node"])
+
+
+def _gather(ray, refs: list) -> list[dict[str, Any]]:
+    """The workers' set-up results; the model's load error as a ValueError, not a Ray one."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as error:
+        cause = getattr(error, "cause", None)
+        if isinstance(cause, (ValueError, OSError, ImportError)):
+            raise cause from None
+        raise ValueError(f"a worker could not load the model: {_cause(error)}") from None
+
+
+def _check_resources(resources, workers, threads, gpus, address) -> None:
+    where = f"the Ray cluster at {address}" if address else "this machine's Ray instance"
+    if gpus and resources.get("GPU", 0) < workers * gpus:
+        raise ValueError(
+            f"{workers} workers x {gpus} GPUs need {workers * gpus:g} GPUs; {where} has "
+            f"{resources.get('GPU', 0):g}"
+        )
+    if resources.get("CPU", 0) < workers * threads:
+        raise ValueError(
+            f"{workers} workers x {threads} threads need {workers * threads} CPUs; {where} has "
+            f"{resources.get('CPU', 0):g} (lower --workers or --threads-per-worker)"
+        )
+
+
+def _init_local(ray, cpus: int) -> None:
+    """A Ray instance of this process only, on loopback, with no dashboard."""
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(
+        address="local",
+        num_cpus=cpus,
+        include_dashboard=False,
+        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        _node_ip_address="127.0.0.1",
+    )
+
+
+def _init_join(ray, address: str) -> None:
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    except ConnectionError as error:
+        raise ValueError(
+            f"cannot join the Ray cluster at {address}: {_first_line(error)}"
+        ) from None
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside Ray (a direct call): no node
+        return "local"
+
+
+def _cause(error: Exception) -> str:
+    cause = getattr(error, "cause", None)
+    if cause is not None:
+        return (
+            f"{type(cause).__name__}: {cause}" if not isinstance(cause, ValueError) else str(cause)
+        )
+    return _first_line(error)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

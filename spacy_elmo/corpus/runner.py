@@ -1,0 +1,166 @@
+"""The driver of a corpus run: lock, skip what the manifest has, shard the rest, record results.
+
+Shared by `embed-corpus` and `apply`: a job (what a worker does to a shard), the checked inputs,
+the model's identity and the options that change the outputs.
+
+A file of more lines than a shard is cut into parts, written (each under a temporary name,
+renamed when whole) into `OUTPUT_DIR/REL/.NAME.<suffix>.parts-<key>/` and joined into
+`OUTPUT_DIR/REL/NAME.<suffix>` when the last one is done; the parts are then deleted. The key
+names the input's sha256, the model and the options: a re-run after a crash reuses the parts
+that are whole, and never joins parts of another input or model.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .engine import Cluster, Job, RunStats, Task, run_tasks
+from .lock import output_lock
+from .manifest import (
+    append_record,
+    compact_manifest,
+    is_done,
+    make_record,
+    read_manifest,
+    work_key,
+)
+from .plan import InputFile
+
+PARTS_MARK = ".parts-"
+
+
+@dataclass
+class CorpusResult:
+    """What a run did: outputs written and skipped, lines embedded, and Ray's measurements."""
+
+    written: list[str] = field(default_factory=list)  # output paths relative to OUTPUT_DIR
+    skipped: list[str] = field(default_factory=list)
+    lines: int = 0  # lines run this time (parts reused from an interrupted run not counted)
+    stats: Optional[RunStats] = None  # None when there was nothing to run (Ray not started)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+class CorpusRunError(ValueError):
+    """Some shards failed; the other outputs are whole and recorded. `result` says which."""
+
+    def __init__(self, result: CorpusResult) -> None:
+        self.result = result
+        first = result.failures[0]
+        super().__init__(
+            f"{len(result.failures)} shard(s) failed, first {first[0]}: {first[1]}; the "
+            f"{len(result.written)} other outputs written are whole; re-run to retry"
+        )
+
+
+def run_corpus(
+    command: str,
+    inputs: list[InputFile],
+    output_dir: Path,
+    job: Job,
+    model: dict[str, Any],
+    options: dict[str, Any],
+    cluster: Cluster,
+    progress: bool = True,
+) -> CorpusResult:
+    """Run `job` over every input not yet done; raise CorpusRunError if a shard failed."""
+    output_dir = Path(output_dir).absolute()
+    result = CorpusResult()
+    with output_lock(output_dir, command):
+        _remove_temporary_files(output_dir)
+        records = read_manifest(output_dir)
+        compact_manifest(output_dir, records)
+        tasks: list[Task] = []
+        remaining_parts: dict[Path, int] = {}
+        joins: dict[Path, Task] = {}
+        by_output: dict[Path, InputFile] = {}
+        for item in inputs:
+            key = work_key(item.sha256, model, options)
+            output = output_dir / item.output_rel
+            parts_dir = output.parent / f".{output.name}{PARTS_MARK}{key}"
+            _remove_stale_parts(output, keep=parts_dir)
+            if is_done(
+                records.get(item.output_rel.as_posix()), output_dir, item.sha256, model, options
+            ):
+                result.skipped.append(item.output_rel.as_posix())
+                continue
+            by_output[output] = item
+            shards = item.shards()
+            if shards == [None]:
+                payload = {"kind": "whole", "input": str(item.path), "output": str(output)}
+                tasks.append(Task(_name(item), item.lines, payload))
+                continue
+            parts = [parts_dir / f"{r.first:012d}-{r.count}{output.suffix}" for r in shards]
+            join = Task(
+                f"{item.path} (joining {len(parts)} parts)",
+                0,
+                {"kind": "join", "parts": [str(p) for p in parts], "output": str(output)},
+            )
+            todo = [(r, p) for r, p in zip(shards, parts) if not p.exists()]
+            if not todo:
+                tasks.append(join)
+                continue
+            joins[output], remaining_parts[output] = join, len(todo)
+            for line_range, part in todo:
+                payload = {
+                    "kind": "part",
+                    "input": str(item.path),
+                    "output": str(part),
+                    "range": line_range,
+                }
+                tasks.append(Task(_name(item, line_range), line_range.count, payload))
+        if not tasks:
+            return result
+
+        def on_done(task: Task, outcome: dict[str, Any]) -> list[Task]:
+            output = Path(task.payload["output"])
+            if task.payload["kind"] == "part":
+                whole = output.parent.name.split(PARTS_MARK)[0][1:]
+                target = output.parent.parent / whole
+                remaining_parts[target] -= 1
+                return [joins.pop(target)] if remaining_parts[target] == 0 else []
+            item = by_output[output]
+            record = make_record(
+                output_dir,
+                item.output_rel,
+                item.path,
+                item.sha256,
+                outcome.get("lines", item.lines),
+                model,
+                options,
+                outcome["sha256"],
+            )
+            append_record(output_dir, record)
+            result.written.append(item.output_rel.as_posix())
+            if task.payload["kind"] == "join":
+                shutil.rmtree(Path(task.payload["parts"][0]).parent, ignore_errors=True)
+            return []
+
+        result.stats = run_tasks(job, tasks, cluster, on_done, progress, description=command)
+        result.lines = result.stats.lines
+        result.failures = result.stats.failures
+    if result.failures:
+        raise CorpusRunError(result)
+    return result
+
+
+def _name(item: InputFile, line_range=None) -> str:
+    if line_range is None:
+        return str(item.path)
+    return f"{item.path} lines {line_range.first + 1}-{line_range.first + line_range.count}"
+
+
+def _remove_temporary_files(output_dir: Path) -> None:
+    """Temporary files of an interrupted run (`.NAME.XXXX.tmp`): never whole, never needed."""
+    for path in output_dir.rglob(".*.tmp"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+
+
+def _remove_stale_parts(output: Path, keep: Path) -> None:
+    """Parts of this output made from another input, model or options."""
+    for folder in output.parent.glob(f".{output.name}{PARTS_MARK}*"):
+        if folder != keep and folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
