@@ -1,4 +1,4 @@
-"""The `elmo` pipeline component and the Doc/Span/Token extensions it fills.
+"""The `elmo` pipeline component and the Doc/Span/Token extensions it fills (`extensions.py`).
 
 The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
 
@@ -6,8 +6,7 @@ The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
   `token._.elmo_layers` are views of it.
 * `doc._.elmo`, `span._.elmo`, `token._.elmo`: the component's own mix sum_j c_j h_j.
 * `doc._.elmo_mix_coefficients`: c = gamma * s, one float per layer, kept on the doc so that a
-  saved doc's `doc._.elmo` needs no pipeline. `doc._.elmo_mix_weights` is its earlier name,
-  an alias that still reads and writes it.
+  saved doc's `doc._.elmo` needs no pipeline.
 
 The names of a mix: s are the layer weights normalised to sum 1 and gamma a scale. The `elmo`
 component's `mix_weights` are its fixed weights before normalising (s = mix_weights / their
@@ -21,17 +20,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy
-import srsly
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
-from spacy.tokens import Doc, Span, Token
+from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Model, Optimizer, get_array_module, set_dropout_rate
+from thinc.api import Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults
 from .bilm import BiLM
+from .extensions import install_extensions, mix_layers
 from .layers.elmo_model import (
     ARCHITECTURE_KEYS,
     architecture_of,
@@ -317,7 +316,7 @@ def _listener_configs(config: Any, upstream: str) -> Iterable[Dict[str, Any]]:
             yield from _listener_configs(value, upstream)
 
 
-# ---------------------------------------------------------------------- mixing and extensions
+# ---------------------------------------------------------------------- the component's mix
 def mix_coefficients(
     mix_weights: Optional[List[float]], gamma: float, n_layers: int
 ) -> numpy.ndarray:
@@ -330,77 +329,3 @@ def mix_coefficients(
     if (array < 0).any() or array.sum() <= 0:
         raise ValueError(f"mix_weights must be non-negative and not all 0, got {list(mix_weights)}")
     return (gamma * array / array.sum()).astype("float32")
-
-
-def mix_layers(layers: Floats3d, coefficients) -> Any:
-    """(L + 1, n, D) layers -> their (n, D) float32 mix sum_j c_j h_j."""
-    xp = get_array_module(layers)
-    return xp.tensordot(xp.asarray(coefficients, dtype="float32"), layers.astype("float32"), axes=1)
-
-
-def _doc_mix(doc: Doc):
-    layers = doc._.elmo_layers
-    return None if layers is None else mix_layers(layers, doc._.elmo_mix_coefficients)
-
-
-def _span_layers(span: Span):
-    layers = span.doc._.elmo_layers
-    return None if layers is None else layers[:, span.start : span.end]
-
-
-def _span_mix(span: Span):
-    layers = _span_layers(span)
-    return None if layers is None else mix_layers(layers, span.doc._.elmo_mix_coefficients)
-
-
-def _token_layers(token: Token):
-    layers = token.doc._.elmo_layers
-    return None if layers is None else layers[:, token.i]
-
-
-def _token_mix(token: Token):
-    layers = _token_layers(token)
-    if layers is None:
-        return None
-    xp = get_array_module(layers)
-    coefficients = xp.asarray(token.doc._.elmo_mix_coefficients, dtype="float32")
-    return coefficients @ layers.astype("float32")
-
-
-def _get_mix_coefficients(doc: Doc) -> Optional[List[float]]:
-    return doc._.elmo_mix_weights
-
-
-def _set_mix_coefficients(doc: Doc, coefficients: Optional[List[float]]) -> None:
-    doc._.elmo_mix_weights = coefficients
-
-
-def install_extensions() -> None:
-    """Register the extensions once (idempotent, also in worker processes).
-
-    `doc._.elmo_mix_coefficients` (c = gamma * s of `doc._.elmo`) is stored under the doc's
-    user data key of its earlier name, `doc._.elmo_mix_weights`, which still reads and writes
-    it: docs serialised by earlier versions read the same and serialise to the same bytes.
-    """
-    if not Doc.has_extension("elmo_layers"):
-        Doc.set_extension("elmo_layers", default=None)
-        Doc.set_extension("elmo_mix_weights", default=None)
-        Doc.set_extension(
-            "elmo_mix_coefficients", getter=_get_mix_coefficients, setter=_set_mix_coefficients
-        )
-        Doc.set_extension("elmo", getter=_doc_mix)
-        Span.set_extension("elmo_layers", getter=_span_layers)
-        Span.set_extension("elmo", getter=_span_mix)
-        Token.set_extension("elmo_layers", getter=_token_layers)
-        Token.set_extension("elmo", getter=_token_mix)
-
-
-@srsly.msgpack_encoders("spacy_elmo_cupy")
-def _encode_cupy(obj, chain=None):
-    """GPU arrays on docs are written as numpy arrays (Doc.to_bytes, DocBin, n_process)."""
-    if type(obj).__module__.startswith("cupy"):
-        obj = obj.get()
-    return obj if chain is None else chain(obj)
-
-
-install_extensions()

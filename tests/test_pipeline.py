@@ -64,29 +64,28 @@ def test_configured_mix(bilm_dir, bilm):
     doc = nlp("river bank")
     layers = bilm.embed([["river", "bank"]])[0]
     np.testing.assert_allclose(doc._.elmo, 2.0 * (0.25 * layers[1] + 0.75 * layers[2]), atol=1e-5)
-    # c = gamma * s, s = mix_weights / their sum; `elmo_mix_weights` is the earlier name of c.
+    # c = gamma * s, s = mix_weights / their sum.
     assert doc._.elmo_mix_coefficients == pytest.approx([0.0, 0.5, 1.5])
-    assert doc._.elmo_mix_weights == doc._.elmo_mix_coefficients
     with pytest.raises(ValueError, match="mix_weights has 2 values"):
         tiny_nlp(bilm_dir, mix_weights=[1.0, 1.0])
 
 
-def test_mix_coefficients_keep_their_earlier_name_on_disk(nlp, bilm):
-    """`doc._.elmo_mix_coefficients` is stored under the user data key of its earlier name,
-    `elmo_mix_weights`: docs serialise as before, and either name reads and writes it."""
+def test_layers_and_coefficients_are_what_a_saved_doc_keeps(nlp, bilm):
+    """Only `elmo_layers` and `elmo_mix_coefficients` are stored on the doc; the mixes and the
+    span and token views of a doc read back from bytes are computed from them."""
     doc = nlp("river bank")
     stored = {key[1]: value for key, value in doc.user_data.items() if key[0] == "._."}
-    assert sorted(stored) == ["elmo_layers", "elmo_mix_weights"]
-    assert stored["elmo_mix_weights"] == pytest.approx([1 / 3] * 3)
-    doc._.elmo_mix_weights = [0.0, 0.0, 2.0]  # a doc saved by an earlier version
+    assert sorted(stored) == ["elmo_layers", "elmo_mix_coefficients"]
+    assert stored["elmo_mix_coefficients"] == pytest.approx([1 / 3] * 3)
+    doc._.elmo_mix_coefficients = [0.0, 0.0, 2.0]
     restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
     assert restored._.elmo_mix_coefficients == [0.0, 0.0, 2.0]
     layers = bilm.embed([["river", "bank"]])[0]
     np.testing.assert_allclose(restored._.elmo, 2.0 * layers[2], atol=1e-5)
     np.testing.assert_allclose(restored[1]._.elmo, 2.0 * layers[2, 1], atol=1e-5)
     restored._.elmo_mix_coefficients = [1.0, 0.0, 0.0]
-    assert restored._.elmo_mix_weights == [1.0, 0.0, 0.0]
     np.testing.assert_allclose(restored[0:1]._.elmo, layers[0, 0:1], atol=1e-5)
+    assert not Doc.has_extension("elmo_mix_weights")
 
 
 def test_sentences_are_the_units(bilm_dir, bilm):
