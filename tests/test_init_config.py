@@ -215,14 +215,14 @@ def test_every_listed_component_is_documented_in_the_help():
 
 
 def test_documented_commands(tmp_path, monkeypatch):
-    """The README's published-model table and its commands agree with
+    """docs/usage.md's published-model table and its commands agree with
     the options of those shapes: parameters and output width as the written config reports."""
     import re
     import shlex
 
     from spacy_elmo.pretrain.presets import preset
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "usage.md").read_text()
     row = r"^\| (Small|Medium|Original(?: \(5\.5B\))?) \| ([\d.]+)M \| (\d+) \| `(\S+)` \|$"
     rows = re.findall(row, text, flags=re.M)
     commands = [line for line in text.splitlines() if line.startswith("spacy-elmo init-config")]
