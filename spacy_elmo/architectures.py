@@ -1,7 +1,6 @@
 """Every registered architecture of spacy-elmo (versioned; never change a released version)."""
 
 import inspect
-from functools import partial
 from typing import Any, Callable, Dict, List, Optional
 
 from spacy.tokens import Doc
@@ -10,7 +9,9 @@ from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
 from .layers.elmo_model import elmo_model
+from .layers.leading_columns import leading_columns
 from .layers.listener import ElmoLayersListener
+from .layers.own_dropout import own_dropout
 from .layers.scalar_mix import SCALAR_MIX, scalar_mix
 from .loaders import bundled_bilm
 
@@ -217,53 +218,6 @@ def ElmoTok2Vec_v2(
     if elmo.has_dim("nO"):
         model.set_dim("nO", width + elmo.get_dim("nO"))
     return model
-
-
-def own_dropout(rate: float) -> Model[Floats2d, Floats2d]:
-    """Inverted dropout at `rate` in training, identity at inference. The rate is kept in
-    attrs["own_dropout_rate"]: spaCy's update sets every "dropout_rate" to --training.dropout."""
-    return Model("own_dropout", _own_dropout_forward, attrs={"own_dropout_rate": rate})
-
-
-def _own_dropout_forward(model: Model, X: Floats2d, is_train: bool):
-    rate = model.attrs["own_dropout_rate"]
-    if not is_train or rate == 0.0:
-        return X, lambda dY: dY
-    mask = model.ops.get_dropout_mask(X.shape, rate)
-    return X * mask, lambda dY: dY * mask
-
-
-def leading_columns(source: Model) -> Model[Floats2d, Floats2d]:
-    """The first nO columns of the input, nO being `source`'s width; their gradient, zero-padded.
-
-    nO is read from `source` when the layer is initialized, so it may be inferred then.
-    """
-    width = source.get_dim("nO") if source.has_dim("nO") else None
-    return Model(
-        "leading_columns",
-        _leading_columns_forward,
-        init=partial(_init_leading_columns, source),
-        dims={"nO": width},
-    )
-
-
-def _init_leading_columns(source: Model, model: Model, X=None, Y=None) -> None:
-    if not model.has_dim("nO"):
-        model.set_dim("nO", source.get_dim("nO"))
-
-
-def _leading_columns_forward(model: Model, X: Floats2d, is_train: bool):
-    n_columns = model.get_dim("nO")
-    total = X.shape[1]
-    if total < n_columns:
-        raise ValueError(f"leading_columns: the input has {total} columns, fewer than {n_columns}")
-
-    def backprop(dY: Floats2d) -> Floats2d:
-        dX = model.ops.alloc2f(dY.shape[0], total)
-        dX[:, :n_columns] = dY
-        return dX
-
-    return X[:, :n_columns], backprop
 
 
 # An alias: the scalar mix is a Thinc layer (`@layers = "spacy_elmo.ScalarMix.v1"`); configs

@@ -10,7 +10,9 @@ from spacy.training import Example
 from spacy.util import load_model_from_config, registry
 from thinc.api import Linear, concatenate, set_dropout_rate
 
-from spacy_elmo.architectures import ElmoTok2Vec, ElmoTok2Vec_v2, leading_columns, own_dropout
+from spacy_elmo.architectures import ElmoTok2Vec, ElmoTok2Vec_v2
+from spacy_elmo.layers.leading_columns import leading_columns
+from spacy_elmo.layers.own_dropout import own_dropout
 from spacy_elmo.layers.scalar_mix import softmax_weights_and_gamma
 
 from .pipeline_util import TINY_WIDTH, synthetic_docs, tiny_training_config, write_train_dev
