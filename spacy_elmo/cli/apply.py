@@ -1,0 +1,64 @@
+"""`spacy-elmo apply`: a spaCy pipeline over a corpus, a DocBin per input, on Ray workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import _util as opt
+from ._util import command
+from .corpus_options import cluster_from_options, corpus_options, report
+
+
+@command("apply")
+def apply(
+    pipeline: str = typer.Argument(
+        ..., help="A spaCy pipeline (installed name or folder), with or without `elmo`."
+    ),
+    input: str = typer.Argument(
+        ..., help="A folder (its .jsonl, .txt and .spacy files, recursively), a glob or a file."
+    ),
+    output_dir: Path = typer.Argument(
+        ..., help="Folder of the outputs: a DocBin REL/NAME.spacy for every input."
+    ),
+    text_key: str = typer.Option(
+        "text", "--text-key", help="The field of a .jsonl object that holds the text."
+    ),
+    batch_size: int = opt.batch_size_option(64, "documents"),
+    shard_docs: int = typer.Option(
+        2000, "--shard-docs", min=1, help="Documents per shard; longer files are cut and joined."
+    ),
+    gpu_id: int = typer.Option(
+        -1,
+        "--gpu-id",
+        "-g",
+        help="Run on a GPU (any id >= 0: each worker uses the GPU Ray gives it, "
+        "--gpus-per-worker, default 1 then); -1 for the CPU.",
+    ),
+    workers: Optional[int] = corpus_options.workers(),
+    address: Optional[str] = corpus_options.address(),
+    threads_per_worker: Optional[int] = corpus_options.threads_per_worker(),
+    gpus_per_worker: Optional[float] = typer.Option(
+        None, "--gpus-per-worker", min=0.0, help="GPUs of each worker (fractions share one)."
+    ),
+    quiet: bool = opt.quiet_option(),
+) -> None:
+    """Annotate a corpus with a spaCy pipeline, like `spacy apply`: every .jsonl (one object per
+    line), .txt (one document per line) and .spacy input gives OUTPUT_DIR/REL/NAME.spacy, with
+    OUTPUT_DIR/manifest.jsonl and the resumption of embed-corpus (docs/corpus.md)."""
+    from ..corpus.apply import apply_corpus
+
+    gpus = gpus_per_worker if gpus_per_worker is not None else (1.0 if gpu_id >= 0 else 0.0)
+    result = apply_corpus(
+        pipeline,
+        input,
+        output_dir,
+        text_key=text_key,
+        batch_size=batch_size,
+        shard_docs=shard_docs,
+        cluster=cluster_from_options(workers, address, threads_per_worker, gpus),
+        progress=not quiet,
+    )
+    report(result, output_dir)
