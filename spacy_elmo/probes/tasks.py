@@ -1,0 +1,233 @@
+"""The two probes on frozen biLM vectors, per layer: (a) a linear softmax POS tagger next to the
+most-frequent-tag baseline, and (b) 1-nearest-neighbour word sense disambiguation over sense
+centroids (Melamud et al. 2016) next to the most-frequent-sense baseline."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy
+import torch
+
+from .data import TaggedSentence
+from .wordnet import POS_FILES, SenseInstance
+
+
+def token_features(bilm, sentences: Sequence[Sequence[str]], batch_size: int = 64):
+    """(L + 1, n_tokens, 2P) float32: every token of every sentence, sentences in order."""
+    n = sum(len(s) for s in sentences)
+    features = None
+    start = 0
+    chunk = 8 * batch_size  # embed a few batches at a time, not the corpus at once
+    for first in range(0, len(sentences), chunk):
+        for layers in bilm.embed(sentences[first : first + chunk], batch_size):
+            if features is None:
+                features = numpy.empty((layers.shape[0], n, layers.shape[2]), numpy.float32)
+            features[:, start : start + layers.shape[1]] = layers
+            start += layers.shape[1]
+    if features is None:
+        raise ValueError("no tokens to embed")
+    return features
+
+
+def target_features(bilm, instances: Sequence[SenseInstance], batch_size: int = 64):
+    """(L + 1, n_instances, 2P) float32: the target token's vectors, each sentence embedded once."""
+    sentences = list(dict.fromkeys(i.words for i in instances))
+    index = {words: k for k, words in enumerate(sentences)}
+    embedded = bilm.embed([list(s) for s in sentences], batch_size)
+    return numpy.stack([embedded[index[i.words]][:, i.target] for i in instances], axis=1)
+
+
+@dataclass
+class LinearProbe:
+    """softmax(W ((x - mean) / scale) + b) over the training tag set."""
+
+    mean: numpy.ndarray
+    scale: numpy.ndarray
+    weight: numpy.ndarray  # (n_classes, dim)
+    bias: numpy.ndarray  # (n_classes,)
+
+    def predict(self, features: numpy.ndarray) -> numpy.ndarray:
+        scores = ((features - self.mean) / self.scale) @ self.weight.T + self.bias
+        return scores.argmax(axis=1)
+
+
+def train_linear_probe(
+    features: numpy.ndarray,
+    labels: numpy.ndarray,
+    n_classes: int,
+    *,
+    l2: float = 1e-4,
+    steps: int = 100,
+) -> LinearProbe:
+    """Multinomial logistic regression on standardised features: full-batch L-BFGS, L2 on W.
+
+    Deterministic: the weights start at zero and every step sees the whole training set.
+    """
+    x = torch.from_numpy(numpy.ascontiguousarray(features, dtype=numpy.float32))
+    mean, scale = x.mean(0), x.std(0).clamp_min(1e-6)
+    x = (x - mean) / scale  # (n, dim)
+    y = torch.from_numpy(numpy.asarray(labels, dtype=numpy.int64))
+    weight = torch.zeros(n_classes, x.shape[1], requires_grad=True)
+    bias = torch.zeros(n_classes, requires_grad=True)
+    optimizer = torch.optim.LBFGS(
+        [weight, bias], lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe"
+    )
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(x @ weight.T + bias, y)
+        loss = loss + l2 * weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return LinearProbe(mean.numpy(), scale.numpy(), weight.detach().numpy(), bias.detach().numpy())
+
+
+def most_frequent_tag_accuracy(
+    train: Sequence[TaggedSentence], test: Sequence[TaggedSentence]
+) -> float:
+    """Accuracy of tagging each word form with its most frequent training tag.
+
+    Unknown words get the most frequent tag overall; ties go to the tag seen first.
+    """
+    by_word: dict[str, Counter] = defaultdict(Counter)
+    overall: Counter = Counter()
+    for words, tags in train:
+        for word, tag in zip(words, tags):
+            by_word[word][tag] += 1
+            overall[tag] += 1
+    default = overall.most_common(1)[0][0]
+    best = {word: counts.most_common(1)[0][0] for word, counts in by_word.items()}
+    gold = [(w, t) for words, tags in test for w, t in zip(words, tags)]
+    return sum(best.get(w, default) == t for w, t in gold) / len(gold)
+
+
+def pos_probe(
+    bilm,
+    train: Sequence[TaggedSentence],
+    test: Sequence[TaggedSentence],
+    *,
+    batch_size: int = 64,
+    steps: int = 100,
+) -> dict:
+    """Per-layer accuracy of a linear tagger on frozen vectors, and the most-frequent-tag one."""
+    tagset = sorted({t for _, tags in train for t in tags})
+    index = {t: k for k, t in enumerate(tagset)}
+    train_y = numpy.array([index[t] for _, tags in train for t in tags])
+    test_y = numpy.array([index.get(t, -1) for _, tags in test for t in tags])  # -1: unseen
+    train_x = token_features(bilm, [w for w, _ in train], batch_size)
+    test_x = token_features(bilm, [w for w, _ in test], batch_size)
+    layers = []
+    for layer in range(train_x.shape[0]):
+        probe = train_linear_probe(train_x[layer], train_y, len(tagset), steps=steps)
+        layers.append(float((probe.predict(test_x[layer]) == test_y).mean()))
+    return {
+        "layers": layers,
+        "baseline_most_frequent_tag": most_frequent_tag_accuracy(train, test),
+        "n_train_sentences": len(train),
+        "n_test_sentences": len(test),
+        "n_train_tokens": int(train_y.size),
+        "n_test_tokens": int(test_y.size),
+        "n_tags": len(tagset),
+    }
+
+
+def most_frequent_senses(
+    train: Iterable[SenseInstance], sense_order: Optional[dict[str, list[str]]] = None
+) -> dict[str, str]:
+    """lemma -> its sense with the most training instances.
+
+    Ties go to the sense listed first in `sense_order` (WordNet's), then to the lower offset.
+    """
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for instance in train:
+        counts[instance.lemma][instance.sense] += 1
+    order = sense_order or {}
+    best = {}
+    for lemma, senses in counts.items():
+        rank = {s: k for k, s in enumerate(order.get(lemma, []))}
+        best[lemma] = min(senses, key=lambda s: (-senses[s], rank.get(s, len(rank)), s))
+    return best
+
+
+def nearest_sense_predictions(
+    train_x: numpy.ndarray,
+    train: Sequence[SenseInstance],
+    test_x: numpy.ndarray,
+    test: Sequence[SenseInstance],
+    fallback: dict[str, str],
+) -> list[Optional[str]]:
+    """1-NN over sense centroids: the lemma's training sense whose mean vector is nearest (cosine).
+
+    Exact ties (layer 0 gives every token of one word form the same vector) go to the sense seen
+    first in training. A lemma without training instances gets `fallback[lemma]` (None when it
+    has none either).
+    """
+    rows: dict[str, list[int]] = defaultdict(list)
+    senses_of: dict[str, list[str]] = defaultdict(list)
+    for k, instance in enumerate(train):
+        if instance.sense not in rows:
+            senses_of[instance.lemma].append(instance.sense)
+        rows[instance.sense].append(k)
+    centroid = {s: train_x[r].mean(0) for s, r in rows.items()}
+    predictions: list[Optional[str]] = []
+    for vector, instance in zip(test_x, test):
+        candidates = senses_of.get(instance.lemma)
+        if not candidates:
+            predictions.append(fallback.get(instance.lemma))
+            continue
+        matrix = numpy.stack([centroid[s] for s in candidates])  # (n_senses, dim)
+        norms = numpy.linalg.norm(matrix, axis=1) * numpy.linalg.norm(vector)
+        cosine = matrix @ vector / numpy.maximum(norms, 1e-12)  # (n_senses,)
+        predictions.append(candidates[int(cosine.argmax())])
+    return predictions
+
+
+def wsd_probe(
+    bilm,
+    train: Sequence[SenseInstance],
+    test: Sequence[SenseInstance],
+    sense_order: Optional[dict[str, list[str]]] = None,
+    *,
+    batch_size: int = 64,
+) -> dict:
+    """Per-layer accuracy of 1-NN sense centroids on frozen vectors, and the MFS baseline."""
+    if not test:
+        raise ValueError("no WSD test instances: no lemma has two senses with two examples each")
+    mfs = most_frequent_senses(train, sense_order)
+    trained = defaultdict(set)  # lemma -> its senses with training instances
+    for instance in train:
+        trained[instance.lemma].add(instance.sense)
+    gold = [i.sense for i in test]
+    train_x = target_features(bilm, train, batch_size)  # (L + 1, n_train, 2P)
+    test_x = target_features(bilm, test, batch_size)
+    hits = []  # per layer: whether each test instance got its sense
+    for layer in range(train_x.shape[0]):
+        predicted = nearest_sense_predictions(train_x[layer], train, test_x[layer], test, mfs)
+        hits.append([p == g for p, g in zip(predicted, gold)])
+    right = numpy.array(hits)  # (L + 1, n_test)
+    mfs_right = numpy.array([mfs.get(i.lemma) == i.sense for i in test])
+    pos = numpy.array([i.lemma.rsplit(".", 1)[1] for i in test])
+    by_pos = {
+        name: {
+            "layers": right[:, pos == tag].mean(1).tolist(),
+            "baseline_most_frequent_sense": float(mfs_right[pos == tag].mean()),
+            "n_test": int((pos == tag).sum()),
+        }
+        for tag, name in POS_FILES.items()
+        if (pos == tag).any()
+    }
+    return {
+        "layers": right.mean(1).tolist(),
+        "baseline_most_frequent_sense": float(mfs_right.mean()),
+        "baseline_random_sense": float(numpy.mean([1 / len(trained[i.lemma]) for i in test])),
+        "n_train": len(train),
+        "n_test": len(test),
+        "n_lemmas": len({i.lemma for i in test}),
+        "by_pos": by_pos,
+    }
