@@ -114,7 +114,8 @@ def plan_inputs(
                 f"{output_dir / output_rel}; rename one"
             )
         outputs[output_rel] = path
-        inputs.append(scan(path, rel, output_rel, shard_lines, text_key))
+        key = text_key if path.suffix == ".jsonl" else None
+        inputs.append(scan(path, rel, output_rel, shard_lines, key))
     return inputs
 
 
