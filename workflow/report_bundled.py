@@ -1,16 +1,20 @@
-"""Print the README table of the bundled biLM from its pretrain.json.
+"""Print the model card's table of the bundled biLM from its pretrain.json, and with --page put
+it in that docs page between <!-- bundled-card:start --> and <!-- bundled-card:end -->.
 
-python -m workflow.report_bundled [spacy_elmo/data/en_elmo_bundled]
+python -m workflow.report_bundled [spacy_elmo/data/en_elmo_bundled] [--page docs/model-card.md]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MODEL
 from workflow.bundle_model import PERPLEXITIES
+from workflow.markers import replace_between_markers
+
+MARKER = "bundled-card"
 
 # What each stage of the bundled recipe (project.yml workflow `pretrain-default`) did.
 STAGES = (
@@ -32,8 +36,21 @@ def stage_notes(stages: list) -> str:
     return "; ".join(f"stage {i}: {note}" for i, note in enumerate(STAGES[: len(stages)], 1))
 
 
-def main() -> None:
-    directory = Path(sys.argv[1]) if len(sys.argv) > 1 else BUNDLED_MODEL
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?", type=Path, default=BUNDLED_MODEL)
+    parser.add_argument(
+        "--page", type=Path, default=None, help="a docs page (docs/model-card.md) to update"
+    )
+    args = parser.parse_args(argv)
+    table = card_table(args.model)
+    print(table)
+    if args.page is not None and replace_between_markers(args.page, MARKER, table):
+        print(f"updated the {MARKER} section of {args.page}")
+
+
+def card_table(directory: Path) -> str:
+    """The model card's table of the biLM in `directory` (its pretrain.json and files)."""
     s = json.loads((directory / "pretrain.json").read_text())
     cnn, lstm = s["options"]["char_cnn"], s["options"]["lstm"]
     stages = s.get("stages", [])
@@ -67,9 +84,7 @@ def main() -> None:
     for key, (_, label) in PERPLEXITIES.items():
         if key in s:
             rows.append((label, perplexity_row(s[key])))
-    print("| | |\n|---|---|")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
+    return "\n".join(["| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)])
 
 
 if __name__ == "__main__":

@@ -1,16 +1,21 @@
-"""Top-layer cosine similarity of "bank" across sentences, with the bundled biLM (or --model).
+"""Top-layer cosine similarity of "bank" across sentences, with the bundled biLM (or --model);
+with --page also put in that docs page between <!-- sense-check:start --> and its end marker.
 
-python -m workflow.sense_check [--model DIR]
+python -m workflow.sense_check [--model DIR] [--page docs/model-card.md]
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
 from spacy_elmo import BiLM
 from spacy_elmo.loaders import bundled_bilm
+from workflow.markers import replace_between_markers
+
+MARKER = "sense-check"
 
 REFERENCE = "The river bank overflowed after heavy rain"
 OTHERS = [
@@ -24,19 +29,32 @@ OTHERS = [
 ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="saved biLM directory (default: the bundled one)")
-    args = parser.parse_args()
-    bilm = BiLM.load(args.model) if args.model else bundled_bilm()
+    parser.add_argument(
+        "--page", type=Path, default=None, help="a docs page (docs/model-card.md) to update"
+    )
+    args = parser.parse_args(argv)
+    report = sense_report(BiLM.load(args.model) if args.model else bundled_bilm())
+    print(report)
+    if args.page is not None and replace_between_markers(args.page, MARKER, report):
+        print(f"updated the {MARKER} section of {args.page}")
+
+
+def sense_report(bilm: BiLM) -> str:
+    """The cosines of "bank" in OTHERS to the REFERENCE's, and the verdict of the check."""
     sentences = [REFERENCE] + [text for _, text in OTHERS]
     layers = bilm.embed([s.split() for s in sentences])
     vectors = [out[:, s.split().index("bank")] for out, s in zip(layers, sentences)]
-    print(f"reference: {REFERENCE}")
-    print("| sense | sentence | cosine layer 1 | cosine layer 2 |\n|---|---|---|---|")
+    lines = [
+        f"reference: {REFERENCE}",
+        "| sense | sentence | cosine layer 1 | cosine layer 2 |",
+        "|---|---|---|---|",
+    ]
     for (sense, text), vector in zip(OTHERS, vectors[1:]):
         cosines = [cosine(a, b) for a, b in zip(vectors[0][1:], vector[1:])]
-        print(f"| {sense} | {text} | {cosines[0]:.3f} | {cosines[1]:.3f} |")
+        lines.append(f"| {sense} | {text} | {cosines[0]:.3f} | {cosines[1]:.3f} |")
     top = {
         (sense, text): cosine(vectors[0][2], vector[2])
         for (sense, text), vector in zip(OTHERS, vectors[1:])
@@ -44,11 +62,13 @@ def main() -> None:
     river = min((c, t) for (sense, t), c in top.items() if sense == "river")
     finance = max((c, t) for (sense, t), c in top.items() if sense == "finance")
     verdict = "holds" if river[0] > finance[0] else "fails"
-    print(
-        f"\nTop layer: the least similar river sentence ({river[1]!r}, {river[0]:.3f}) against "
+    lines += [
+        "",
+        f"Top layer: the least similar river sentence ({river[1]!r}, {river[0]:.3f}) against "
         f"the most similar finance sentence ({finance[1]!r}, {finance[0]:.3f}): the check "
-        f"{verdict}."
-    )
+        f"{verdict}.",
+    ]
+    return "\n".join(lines)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
