@@ -303,14 +303,14 @@ def test_embed_from_several_threads_on_one_model(model_files):
 
 
 def test_the_token_cache_is_bounded_in_bytes(model_files, monkeypatch):
-    bilm = BiLM.from_allennlp(*model_files)
     monkeypatch.setattr(bilm_model, "TOKEN_CACHE_BYTES", 10 * (400 + 8 * 4))
+    bilm = BiLM.from_allennlp(*model_files)
     bilm.embed([[f"word{i}" for i in range(50)]])
     cache = bilm._token_cache
     assert 0 < len(cache) <= 10
-    sizes = [len(k) + v.numel() * v.element_size() for k, v in cache.items()]
-    assert bilm._token_cache_bytes == sum(sizes) <= bilm_model.TOKEN_CACHE_BYTES
-    for vector in cache.values():  # a row does not keep its whole batch alive
+    sizes = [len(k) + v.numel() * v.element_size() for k, v in cache.entries.items()]
+    assert cache.nbytes == sum(sizes) <= bilm_model.TOKEN_CACHE_BYTES
+    for vector in cache.entries.values():  # a row does not keep its whole batch alive
         assert vector.untyped_storage().nbytes() == vector.numel() * vector.element_size()
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -15,6 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import fast_paths
+from .cache import BoundedCache
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
 from .io import read_allennlp, read_saved, write_allennlp, write_saved
@@ -87,11 +87,9 @@ class BiLM(nn.Module):
         self.stateful = stateful
         # Without autograd the char-CNN vector of a token is looked up here when it was computed
         # before with the same weights (keyed by the 50 char ids; LRU, `token_cache_size` rows).
-        self.token_cache_size = token_cache_size
-        self._token_cache: OrderedDict[bytes, torch.Tensor] = OrderedDict()
-        self._token_cache_key: tuple = ()
-        self._token_cache_bytes = 0
         self._token_cache_lock = threading.Lock()  # `embed` may run from several threads
+        self._token_cache_key: tuple = ()
+        self.token_cache_size = token_cache_size
         self.char_cnn = CharCNN(options)
         stack_args = dict(
             n_layers=options.n_layers,
@@ -296,6 +294,17 @@ class BiLM(nn.Module):
         self._carried_states[direction] = updated
 
     # ------------------------------------------------------------------ computation
+    @property
+    def token_cache_size(self) -> int:
+        """How many distinct tokens' char-CNN vectors are kept at inference (0: none)."""
+        return self._token_cache.max_size
+
+    @token_cache_size.setter
+    def token_cache_size(self, size: int) -> None:
+        """A new, empty token cache of `size` tokens."""
+        with self._token_cache_lock:
+            self._token_cache = _token_cache(size)
+
     def token_embeddings(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Context-insensitive vectors (..., P) for char ids (..., 50); zero where no token.
 
@@ -327,11 +336,12 @@ class BiLM(nn.Module):
             cache = self._token_cache
             if weights != self._token_cache_key:
                 cache.clear()
-                self._token_cache_bytes = 0
                 self._token_cache_key = weights
-            found = {i: cache[key] for i, key in enumerate(keys) if key in cache}
-            for i in found:
-                cache.move_to_end(keys[i])
+            found = {}
+            for i, key in enumerate(keys):
+                vector = cache.get(key)
+                if vector is not None:
+                    found[i] = vector
         missing = [i for i in range(len(keys)) if i not in found]
         if missing:
             index = torch.tensor(missing, device=distinct.device)
@@ -341,21 +351,14 @@ class BiLM(nn.Module):
         with self._token_cache_lock:
             if weights == self._token_cache_key:
                 for i in missing:
-                    if keys[i] not in cache:
-                        cache[keys[i]] = found[i]
-                        self._token_cache_bytes += _entry_bytes(keys[i], found[i])
-            while cache and (
-                len(cache) > self.token_cache_size or self._token_cache_bytes > TOKEN_CACHE_BYTES
-            ):
-                key, vector = cache.popitem(last=False)
-                self._token_cache_bytes -= _entry_bytes(key, vector)
+                    cache.put(keys[i], found[i])
         return vectors
 
     def __getstate__(self) -> dict:
         """For copy and pickle: without the lock (not copyable) and with an empty cache."""
         state = self.__dict__.copy()
         state.pop("_token_cache_lock", None)
-        state.update(_token_cache=OrderedDict(), _token_cache_key=(), _token_cache_bytes=0)
+        state.update(_token_cache=_token_cache(self.token_cache_size), _token_cache_key=())
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -511,9 +514,9 @@ def _weights_key(weights) -> tuple:
     return tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
 
 
-def _entry_bytes(key: bytes, vector: torch.Tensor) -> int:
-    """Memory of one token-cache entry."""
-    return len(key) + vector.numel() * vector.element_size()
+def _token_cache(size: int) -> BoundedCache[bytes, torch.Tensor]:
+    """Char-CNN vectors keyed by a token's char ids: `size` tokens, TOKEN_CACHE_BYTES at most."""
+    return BoundedCache(size, TOKEN_CACHE_BYTES)
 
 
 def _token_mask(lengths: torch.Tensor, time: int) -> torch.Tensor:

@@ -1,16 +1,13 @@
 """Docs -> biLM layers: the Thinc model of the `elmo` component.
 
-Each doc is cut into units: its sentences when it has sentence boundaries; else, with
-`split_sentences`, the sentences of spaCy's rule-based sentencizer (a sentence ends after a
-token in `sentence_punct`, default `Sentencizer.default_punct_chars`, and the punctuation that
-follows it), computed here and not written to the doc; else the whole doc. Units longer than
-`max_tokens` are cut into windows of `max_tokens`. Whitespace tokens are not fed to the biLM
-and get zero vectors. Units are batched by padded token count, longest first, so the only
-float arrays that grow with the document are the per-doc results.
+Each doc is cut into units, its sentences in windows of at most `max_tokens`
+(`sentence_units.py`); the units are run through the biLM in batches of padded token count,
+so the only float arrays that grow with the document are the per-doc results. Whitespace
+tokens get zero vectors.
 
 Frozen (the default, as in the paper): no autograd through the biLM, and the layers of each
-unit are kept in a bounded cache keyed by its tokens (at most `cache_tokens` tokens and, when
-`cache_mb` is set, that many megabytes of stored layers), so later epochs do not run the biLM.
+training unit are kept in a bounded cache keyed by its words (`layer_cache.py`), so later
+epochs do not run the biLM.
 
 The architecture may be left (partly) open: then the layer holds no biLM until weights are
 loaded (`set_weights`), which fills the open values and checks the given ones. Weights come in
@@ -21,18 +18,16 @@ the `elmo` component; the forward pass only reads them.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from spacy.pipeline import Sentencizer
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
-from ..bilm.batching import batches_by_padded_tokens
 from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
+from .layer_cache import LayerCache, layer_cache
+from .sentence_units import batches_by_tokens, doc_units
 
 STORE_DTYPES = ("float32", "float16")
 # The architecture keys of spacy_elmo.ElmoModel.v1 and the options.json keys they set.
@@ -64,66 +59,6 @@ def _one_torch_thread_in_child() -> None:
 os.register_at_fork(after_in_child=_one_torch_thread_in_child)
 
 
-@dataclass
-class Unit:
-    """One biLM input sequence: token positions of one doc and their texts."""
-
-    doc: int
-    positions: Sequence[int]
-    words: Tuple[str, ...]
-
-
-def _entry_bytes(key: Tuple[str, ...], value: Floats3d) -> int:
-    """The layers' bytes plus the key's characters (a long token is not kept alive for free)."""
-    return value.nbytes + sum(len(word) for word in key)
-
-
-class LayerCache:
-    """LRU cache of unit layers keyed by the unit's words, bounded by the tokens it holds and,
-    when `max_bytes` is set, by the bytes of the layers and keys it holds."""
-
-    def __init__(self, max_tokens: int, max_bytes: Optional[int] = None) -> None:
-        self.max_tokens = max_tokens
-        self.max_bytes = max_bytes
-        self.n_tokens = 0
-        self.n_bytes = 0
-        self.entries: OrderedDict[Tuple[str, ...], Floats3d] = OrderedDict()
-
-    def empty_copy(self) -> LayerCache:
-        """A new, empty cache with the same bounds."""
-        return LayerCache(self.max_tokens, self.max_bytes)
-
-    def _full(self) -> bool:
-        too_many_bytes = self.max_bytes is not None and self.n_bytes > self.max_bytes
-        return self.n_tokens > self.max_tokens or too_many_bytes
-
-    def get(self, key: Tuple[str, ...]) -> Optional[Floats3d]:
-        value = self.entries.get(key)
-        if value is None:
-            return None
-        self.entries.move_to_end(key)
-        return value
-
-    def put(self, key: Tuple[str, ...], value: Floats3d) -> None:
-        if len(key) > self.max_tokens or key in self.entries:
-            return
-        size = _entry_bytes(key, value)
-        if self.max_bytes is not None and size > self.max_bytes:
-            return
-        self.entries[key] = value
-        self.n_tokens += len(key)
-        self.n_bytes += size
-        while self._full():
-            old_key, old_value = self.entries.popitem(last=False)
-            self.n_tokens -= len(old_key)
-            self.n_bytes -= _entry_bytes(old_key, old_value)
-
-    def clear(self) -> None:
-        self.entries.clear()
-        self.n_tokens = 0
-        self.n_bytes = 0
-
-
 def elmo_model(
     architecture: Dict[str, Any],
     *,
@@ -149,6 +84,8 @@ def elmo_model(
             f"need max_tokens >= 1 and batch_tokens >= max_tokens + 2, got max_tokens="
             f"{max_tokens}, batch_tokens={batch_tokens}"
         )
+    if cache_tokens < 0:
+        raise ValueError(f"cache_tokens must be non-negative, got {cache_tokens}")
     if cache_mb is not None and cache_mb < 0:
         raise ValueError(f"cache_mb must be non-negative or null, got {cache_mb}")
     unknown = set(architecture) - set(ARCHITECTURE_KEYS)
@@ -183,7 +120,7 @@ def elmo_model(
             "split_sentences": split_sentences,
             "sentence_punct": sentence_punct,
             "weights_loaded": False,
-            "cache": LayerCache(cache_tokens if frozen else 0, max_bytes),
+            "cache": layer_cache(cache_tokens if frozen else 0, max_bytes),
         },
     )
 
@@ -268,42 +205,6 @@ def get_bilm(model: Model) -> BiLM:
     return torch_bilm(model.layers[0])
 
 
-def doc_units(
-    doc: Doc,
-    index: int,
-    max_tokens: int,
-    split_sentences: bool = False,
-    sentence_punct: Optional[List[str]] = None,
-) -> List[Unit]:
-    """The biLM inputs of one doc: sentences (or the doc) in windows, whitespace dropped."""
-    if doc.has_annotation("SENT_START"):
-        spans = list(doc.sents)
-    elif split_sentences:
-        spans = rule_sentences(doc, sentence_punct)
-    else:
-        spans = [doc[:]]
-    units = []
-    for span in spans:
-        positions = [token.i for token in span if not token.is_space]
-        for start in range(0, len(positions), max_tokens):
-            window = positions[start : start + max_tokens]
-            units.append(Unit(index, window, tuple(doc[i].text for i in window)))
-    return units
-
-
-def rule_sentences(doc: Doc, punct_chars: Optional[List[str]] = None) -> List[Span]:
-    """The sentences spaCy's rule-based `Sentencizer` would set, as spans (doc unchanged)."""
-    starts = Sentencizer(punct_chars=punct_chars).predict([doc])[0]
-    boundaries = [i for i, is_start in enumerate(starts) if is_start] + [len(doc)]
-    return [doc[start:end] for start, end in zip(boundaries, boundaries[1:])]
-
-
-def batches_by_tokens(units: List[Unit], batch_tokens: int) -> List[List[Unit]]:
-    """Longest first; a batch's padded size (rows x (longest + 2)) stays within batch_tokens."""
-    ordered = sorted(units, key=lambda unit: -len(unit.words))
-    return list(batches_by_padded_tokens(ordered, batch_tokens, length=lambda u: len(u.words)))
-
-
 def init(
     model: Model[List[Doc], List[Floats3d]],
     X: Optional[List[Doc]] = None,
@@ -328,9 +229,7 @@ def forward(
     store_dtype = model.attrs["store_dtype"]
     frozen = model.attrs["frozen"]
     cache: LayerCache = model.attrs["cache"]
-    # Only training docs are cached: they come back every epoch, and at inference a cache
-    # would double the memory of a long document.
-    use_cache = frozen and is_train and cache.max_tokens > 0
+    use_cache = frozen and is_train and cache.max_size > 0  # training docs only (layer_cache.py)
     outputs = [ops.xp.zeros((n_layers, len(doc), width), dtype=store_dtype) for doc in docs]
     split, punct = model.attrs["split_sentences"], model.attrs["sentence_punct"]
 
