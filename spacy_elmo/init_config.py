@@ -10,7 +10,6 @@ with its defaults, as `spacy init fill-config` does.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -19,7 +18,7 @@ from thinc.api import Config
 
 from .architectures import LISTENER, TOK2VEC, TOK2VEC_V2, ElmoListener, architecture_defaults
 from .bilm import BiLMOptions
-from .loaders import BUNDLED_MODEL
+from .bilm.sources import BiLMSource, resolve_source
 from .pipeline import DEFAULT_CONFIG
 
 # Every component's mix, as in configs/ner_tagger_elmo.cfg: the listener's defaults but for
@@ -93,13 +92,10 @@ COMPONENTS = {
 
 @dataclass
 class ElmoSource:
-    """Where the biLM weights come from: 'bundled', a saved directory, or AllenNLP files."""
+    """Where the biLM weights come from (`bilm.sources.BiLMSource`) and its architecture."""
 
-    kind: str  # "bundled" | "saved" | "allennlp"
+    bilm: BiLMSource
     options: BiLMOptions
-    path: Optional[Path] = None  # saved directory
-    options_file: Optional[Path] = None
-    weights_file: Optional[Path] = None
 
     @classmethod
     def from_arguments(
@@ -108,28 +104,21 @@ class ElmoSource:
         options_file: Optional[Path] = None,
         weights_file: Optional[Path] = None,
     ) -> ElmoSource:
-        """`model` is 'bundled' or a directory (`BiLM.save` / `spacy-elmo pretrain` output);
-        or give `options_file` and `weights_file` (the published AllenNLP files)."""
-        if options_file is not None or weights_file is not None:
-            if model not in (None, "bundled"):
-                raise ValueError("give either a model directory or --options/--weights, not both")
-            if options_file is None or weights_file is None:
-                raise ValueError("--options and --weights must be given together")
-            if not Path(weights_file).is_file():
-                raise FileNotFoundError(f"weights file {weights_file} does not exist")
-            options = BiLMOptions.from_file(options_file)
-            return cls("allennlp", options, options_file=options_file, weights_file=weights_file)
-        if model in (None, "bundled"):
-            return cls("bundled", _saved_options(BUNDLED_MODEL))
-        path = Path(model)
-        if not (path / "config.json").exists() and (path / "model" / "config.json").exists():
-            path = path / "model"  # the run directory of `spacy-elmo pretrain`
-        return cls("saved", _saved_options(path), path=path)
+        """The biLM named by `model` (any name `bilm.sources.resolve_source` takes) or by a
+        bilm-tf/AllenNLP `options_file` + `weights_file` pair."""
+        bilm = resolve_source(model, options_file, weights_file)
+        return cls(bilm, bilm.options())
+
+    @property
+    def kind(self) -> str:
+        return self.bilm.kind
 
     def weights_config(self) -> Optional[Dict[str, Any]]:
         """The `[initialize.components.elmo.weights]` block (None: the bundled default)."""
-        if self.kind == "saved":
+        if self.kind in ("saved", "run"):
             return {"@misc": "spacy_elmo.SavedBiLM.v1", "path": "${paths.elmo_model}"}
+        if self.kind == "elmoformanylangs":
+            return {"@misc": "spacy_elmo.ElmoForManyLangsWeights.v1", "path": "${paths.elmo_model}"}
         if self.kind == "allennlp":
             return {
                 "@misc": "spacy_elmo.AllenNLPWeights.v1",
@@ -139,35 +128,30 @@ class ElmoSource:
         return None
 
     def paths(self) -> Dict[str, str]:
-        if self.kind == "saved":
-            return {"elmo_model": str(self.path)}
+        if self.kind in ("saved", "run", "elmoformanylangs"):
+            return {"elmo_model": str(self.bilm.path)}
         if self.kind == "allennlp":
-            return {"elmo_options": str(self.options_file), "elmo_weights": str(self.weights_file)}
+            return {
+                "elmo_options": str(self.bilm.options_file),
+                "elmo_weights": str(self.bilm.weights_file),
+            }
         return {}
 
     def describe(self) -> str:
-        name = {"bundled": "the bundled English biLM", "saved": f"the biLM in {self.path}"}.get(
-            self.kind, f"{self.options_file} + {self.weights_file}"
-        )
         o = self.options
         return (
-            f"{name}: {o.n_parameters() / 1e6:.1f}M parameters, {o.n_layers + 1} layers of "
-            f"width {o.output_dim} (LSTM {o.lstm_dim}, projection {o.projection_dim})"
+            f"{self.bilm.describe()}: {parameter_count(o.n_parameters())} parameters, "
+            f"{o.n_layers + 1} layers of width {o.output_dim} (LSTM {o.lstm_dim}, projection "
+            f"{o.projection_dim})"
         )
 
 
-def _saved_options(path: Path) -> BiLMOptions:
-    config_file = Path(path) / "config.json"
-    if not config_file.exists():
-        raise FileNotFoundError(
-            f"{path} is not a saved biLM directory (no config.json); give 'bundled', a "
-            "directory written by BiLM.save or `spacy-elmo pretrain`, or --options/--weights"
-        )
-    try:
-        saved = json.loads(config_file.read_text(encoding="utf-8"))
-        return BiLMOptions.from_dict(saved["options"], source=str(config_file))
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{config_file} is not a saved biLM config: {err!r}") from None
+def parameter_count(n: int) -> str:
+    """`n` for people: 93.6M, 2,998,480 -> 3.0M, 12,345 -> 12.3k, 800 -> 800."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return str(n)
 
 
 def elmo_training_config(

@@ -1,4 +1,7 @@
-"""Where biLM weights come from: registered loaders for `[initialize.components.elmo.weights]`."""
+"""Where biLM weights come from: registered loaders for `[initialize.components.elmo.weights]`.
+
+Each reads its biLM through `bilm.sources`, the resolver every entry point uses.
+"""
 
 from pathlib import Path
 from typing import Callable
@@ -6,55 +9,51 @@ from typing import Callable
 from spacy.util import registry
 
 from .bilm import BiLM
+from .bilm.sources import BUNDLED_DIR, resolve_source
 
-BUNDLED_MODEL = Path(__file__).parent / "data" / "en_elmo_bundled"
+BUNDLED_MODEL = BUNDLED_DIR
 # The bundled model's files (a `spacy-elmo pretrain` model directory, less its pretrain.json
 # that documents them) and the most bytes they may take together.
 BUNDLED_FILES = ("config.json", "model.safetensors", "lm_head.safetensors", "vocab.txt")
 BUNDLED_MAX_BYTES = 25 * 10**6
 
 
+def _loader(name: str, *source_args: object, efml_only: bool = False) -> Callable[[], BiLM]:
+    """A loader that resolves its biLM when called (at `initialize`), not when configured."""
+
+    def load() -> BiLM:
+        source = resolve_source(*source_args)
+        if efml_only and source.kind != "elmoformanylangs":
+            raise ValueError(
+                f"{name} is not an ELMoForManyLangs model directory (it is "
+                f"{source.describe()}); use spacy_elmo.SavedBiLM.v1 for it"
+            )
+        return source.load()
+
+    load.source = name  # type: ignore[attr-defined]
+    return load
+
+
 @registry.misc("spacy_elmo.AllenNLPWeights.v1")
 def allennlp_weights(options_file: Path, weights_file: Path) -> Callable[[], BiLM]:
     """The published AllenNLP/bilm-tf files: options.json and the weights hdf5."""
-
-    def load() -> BiLM:
-        return BiLM.from_allennlp(options_file, weights_file)
-
-    load.source = f"{options_file} + {weights_file}"  # type: ignore[attr-defined]
-    return load
+    return _loader(f"{options_file} + {weights_file}", None, options_file, weights_file)
 
 
 @registry.misc("spacy_elmo.SavedBiLM.v1")
 def saved_bilm(path: Path) -> Callable[[], BiLM]:
-    """A directory written by `BiLM.save` or `spacy-elmo pretrain` (its `model/` folder)."""
-
-    def load() -> BiLM:
-        return BiLM.load(path)
-
-    load.source = str(path)  # type: ignore[attr-defined]
-    return load
-
-
-def bundled_bilm(stateful: bool = False) -> BiLM:
-    """The English biLM that ships in the package."""
-    if not (BUNDLED_MODEL / "model.safetensors").exists():
-        raise ValueError(
-            f"the bundled English biLM is not in this installation ({BUNDLED_MODEL}); give "
-            "weights in the config: [initialize.components.elmo.weights] with "
-            '@misc = "spacy_elmo.AllenNLPWeights.v1" (options_file, weights_file) or '
-            '"spacy_elmo.SavedBiLM.v1" (path)'
-        )
-    return BiLM.load(BUNDLED_MODEL, stateful=stateful)
+    """A biLM directory: written by `BiLM.save`, a `spacy-elmo pretrain` run directory (or its
+    `model/`), a bilm-tf/AllenNLP folder or an ELMoForManyLangs directory (`bilm.sources`)."""
+    return _loader(str(path), path)
 
 
 @registry.misc("spacy_elmo.ElmoForManyLangsWeights.v1")
 def elmoformanylangs_weights(path: Path) -> Callable[[], BiLM]:
     """An ELMoForManyLangs model directory (HIT-SCIR, 44 languages): config.json, the
     architecture JSON, char.dic, word.dic, token_embedder.pkl and encoder.pkl."""
+    return _loader(str(path), path, efml_only=True)
 
-    def load() -> BiLM:
-        return BiLM.from_elmoformanylangs(path)
 
-    load.source = str(path)  # type: ignore[attr-defined]
-    return load
+def bundled_bilm(stateful: bool = False) -> BiLM:
+    """The English biLM that ships in the package."""
+    return BiLM.bundled(stateful=stateful)

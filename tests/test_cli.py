@@ -56,7 +56,7 @@ def test_embed_from_a_saved_model_with_spacy_tokenizer(setup):
     raw = tmp_path / "raw.txt"
     raw.write_text("Don't stop, it's 5pm.\n", encoding="utf-8")
     out = tmp_path / "out.hdf5"
-    result = run("embed", raw, out, "--model", tmp_path / "saved", "--tokenize", "-q")
+    result = run("embed", raw, out, "--model", tmp_path / "saved", "--raw", "-q")
     assert result.exit_code == 0, result.output
     tokens = ["Do", "n't", "stop", ",", "it", "'s", "5", "pm", "."]
     with h5py.File(out, "r") as f:
@@ -69,8 +69,8 @@ def test_embed_from_a_saved_model_with_spacy_tokenizer(setup):
         (["{missing}", "--options", "{options}", "--weights", "{weights}"], "does not exist"),
         (["{binary}", "--options", "{options}", "--weights", "{weights}"], "not UTF-8"),
         (["{text}", "--options", "{options}", "--weights", "{options}"], "HDF5"),
-        (["{text}", "--options", "{options}"], "must be given together"),
-        (["{text}", "--model", "{missing}"], "has no config.json"),
+        (["{text}", "--options", "{options}"], "needs its weights file too"),
+        (["{text}", "--model", "{missing}"], "missing does not exist"),
         (
             ["{text}", "--options", "{options}", "--weights", "{weights}", "--top", "--average"],
             "at most one",
@@ -104,17 +104,24 @@ def test_console_script_is_installed():
         assert command in result.stdout
 
 
-def test_pretrain_options_default_to_the_run_settings():
-    """Every `spacy-elmo pretrain` option that is a PretrainConfig field has its default."""
+def test_pretrain_options_are_the_run_settings():
+    """`spacy-elmo pretrain` has one option (or argument) per PretrainConfig field, under the
+    field's name and with its default, and nothing else but what to do with the run
+    directory and --lang; the settings the command builds are accepted by PretrainConfig."""
     from dataclasses import MISSING, fields
 
     import typer
 
+    from spacy_elmo.cli.pretrain import NOT_SETTINGS, settings
     from spacy_elmo.pretrain import PretrainConfig
 
-    defaults = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
+    fields_ = {f.name: f for f in fields(PretrainConfig)}
     params = {p.name: p for p in typer.main.get_command(app).commands["pretrain"].params}
-    shared = set(defaults) & set(params) - {"dev", "max_steps"}  # None there: see their help
-    assert len(shared) == 23
-    for name in shared:
-        assert params[name].default == defaults[name], name
+    assert set(params) - set(NOT_SETTINGS) == set(fields_)
+    for name, field in fields_.items():
+        if field.default is not MISSING and name != "pipeline":
+            assert params[name].default == field.default, name
+    values = {name: param.default for name, param in params.items()}
+    values.update(inputs=[Path("a.txt")], output=Path("run"), dev=None)
+    config = PretrainConfig(**settings(values))
+    assert config.pipeline == "en" and config.inputs == ["a.txt"] and config.output == "run"

@@ -139,7 +139,7 @@ def test_pretrain_on_cyrillic_and_cjk_loads_back_and_embeds(tmp_path):
     corpus.write_text("\n".join(NON_LATIN * 20) + "\n", encoding="utf-8")
     run = tmp_path / "run"
     args = [
-        "pretrain", str(corpus), "--output", str(run), "--preset", "tiny", "--pretokenized",
+        "pretrain", str(corpus), str(run), "--preset", "tiny", "--pretokenized",
         "--vocab-size", "100", "--min-count", "1", "--max-steps", "8", "--batch-tokens", "128",
         "--lr", "0.01", "--warmup-steps", "2", "--eval-every", "4", "--checkpoint-every", "4",
         "--log-every", "4", "--threads", "1",

@@ -102,7 +102,7 @@ def debug_config(path, corpus):
 def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, corpus, at_output):
     extra = ["--elmo-at-output"] if at_output else []
     path = init_config(
-        tmp_path / "config.cfg", "--pipeline", ",".join(ALL), "--model", bilm_dir, *extra
+        tmp_path / "config.cfg", "--components", ",".join(ALL), "--model", bilm_dir, *extra
     )
     result = debug_config(path, corpus)
     assert result.exit_code == 0, result.output
@@ -149,7 +149,7 @@ def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, co
     "extra",
     [
         [],
-        ["--gpu", "--fine-tune"],
+        ["--for-gpu", "--fine-tune"],
         ["--vectors", "en_core_web_md", "--no-split-sentences"],
         ["--allennlp"],
         ["--elmo-dropout", "0.3"],
@@ -159,14 +159,14 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
     if extra == ["--allennlp"]:
         extra = ["--options", allennlp_fixture / "options.json"]
         extra += ["--weights", allennlp_fixture / "lm_weights.hdf5"]
-    path = init_config(tmp_path / "config.cfg", "-p", "ner,textcat", *extra)
+    path = init_config(tmp_path / "config.cfg", "-c", "ner,textcat", *extra)
     result = debug_config(path, corpus)
     assert result.exit_code == 0, result.output
     config = load_config(path, interpolate=False)
     elmo = config["components"]["elmo"]["model"]
     assert elmo["frozen"] is ("--fine-tune" not in extra)
     assert elmo["split_sentences"] is ("--no-split-sentences" not in extra)
-    assert config["system"]["gpu_allocator"] == ("pytorch" if "--gpu" in extra else None)
+    assert config["system"]["gpu_allocator"] == ("pytorch" if "--for-gpu" in extra else None)
     tok2vec = config["components"]["ner"]["model"]["tok2vec"]
     assert tok2vec["embed"]["include_static_vectors"] is ("--vectors" in extra)
     if "--elmo-dropout" in extra:
@@ -187,9 +187,9 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-p", "tagger,sentiment"], "unknown components ['sentiment']"),
-        (["--options", "x.json"], "--options and --weights must be given together"),
-        (["--model", "/nonexistent"], "is not a saved biLM directory"),
+        (["-c", "tagger,sentiment"], "unknown components ['sentiment']"),
+        (["--options", "x.json"], "options file needs its weights file too"),
+        (["--model", "/nonexistent"], "biLM /nonexistent does not exist"),
         (["--elmo-dropout", "1.5"], "elmo_dropout must be in [0, 1), got 1.5"),
     ],
 )
@@ -202,9 +202,9 @@ def test_bad_arguments_are_clear_errors(tmp_path, args, message):
 def test_existing_file_needs_force(tmp_path):
     path = tmp_path / "c.cfg"
     path.write_text("keep")
-    result = CliRunner().invoke(app, ["init-config", str(path), "-p", "ner"])
+    result = CliRunner().invoke(app, ["init-config", str(path), "-c", "ner"])
     assert result.exit_code == 1 and path.read_text() == "keep"
-    init_config(path, "-p", "ner", "--force")
+    init_config(path, "-c", "ner", "--force")
     assert load_config(path)["nlp"]["pipeline"] == ["elmo", "ner"]
 
 

@@ -8,26 +8,30 @@ from typing import Any, Iterator
 
 import torch
 
-from ..bilm import BiLM, batch_to_ids
+from ..bilm import batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.lm_head import LMHead
+from ..bilm.sources import BiLMSource, resolve_source
 from .corpus import iter_input_files, iter_lines, pretokenized_splitter, spacy_sentence_splitter
 from .vocab import Vocab
 
 
-def load_language_model(model_dir: Path):
-    """The biLM, its softmax and vocabulary from a `spacy-elmo pretrain` model directory."""
+def load_language_model(model: str | Path | BiLMSource):
+    """The biLM, its softmax and vocabulary: the bundled biLM or one `spacy-elmo pretrain`
+    wrote (its run directory or the run's `model/`), named as `bilm.sources` takes it."""
     from ..bilm.io import read_safetensors
     from .trainer import LanguageModel, load_head
 
-    model_dir = Path(model_dir)
-    head_path = model_dir / "lm_head.safetensors"
-    if not head_path.exists():
+    source = model if isinstance(model, BiLMSource) else resolve_source(model)
+    model_dir = source.path
+    head_path = model_dir / "lm_head.safetensors" if model_dir is not None else None
+    if head_path is None or not head_path.exists():
         raise ValueError(
-            f"{model_dir} has no lm_head.safetensors: perplexity needs a model written by "
-            "`spacy-elmo pretrain` (converted AllenNLP models hold no softmax)"
+            f"{source.describe()} has no softmax (lm_head.safetensors): perplexity needs the "
+            "bundled biLM or one written by `spacy-elmo pretrain` (bilm-tf/AllenNLP and "
+            "ELMoForManyLangs files hold none)"
         )
-    bilm = BiLM.load(model_dir)
+    bilm = source.load()
     vocab = Vocab.from_file(model_dir / "vocab.txt")
     head = LMHead(bilm.options.projection_dim, len(vocab))
     load_head(head, read_safetensors(head_path), str(head_path), model_dir / "vocab.txt")
@@ -36,7 +40,7 @@ def load_language_model(model_dir: Path):
 
 @torch.no_grad()
 def perplexity(
-    model_dir: Path,
+    model: str | Path | BiLMSource,
     inputs: list[Path],
     pretokenized: bool = True,
     pipeline: str = "en",
@@ -46,7 +50,7 @@ def perplexity(
     """Forward, backward and average perplexity over every sentence of `inputs`."""
     from .trainer import target_tensor
 
-    model, vocab = load_language_model(model_dir)
+    model, vocab = load_language_model(model)
     splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(pipeline)
     sums = torch.zeros(4, dtype=torch.float64)
     n_sentences = 0

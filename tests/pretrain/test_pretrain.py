@@ -62,7 +62,7 @@ def cli(*args: str) -> list[str]:
 
 def cli_args(corpus: Path, output: Path, max_steps: int = 30) -> list[str]:
     return [
-        str(corpus), "--output", str(output), "--preset", "tiny", "--pretokenized",
+        str(corpus), str(output), "--preset", "tiny", "--pretokenized",
         "--vocab-size", "100", "--min-count", "1", "--max-steps", str(max_steps),
         "--batch-tokens", "256", "--lr", "0.01", "--warmup-steps", "5", "--eval-every", "10",
         "--checkpoint-every", "5", "--log-every", "5", "--threads", "1",
@@ -241,8 +241,8 @@ def test_language_model_targets_are_next_and_previous_words():
     """The summed NLL equals -log p(next word) forward and -log p(previous word) backward."""
     from spacy_elmo.bilm import BiLMOptions, batch_to_ids
     from spacy_elmo.bilm.lm_head import LMHead
+    from spacy_elmo.pretrain.objective import LanguageModel, target_tensor
     from spacy_elmo.pretrain.presets import preset
-    from spacy_elmo.pretrain.trainer import LanguageModel, target_tensor
 
     torch.manual_seed(0)
     words = ["the", "river", "bank", "flooded", "."]

@@ -162,13 +162,13 @@ def test_an_existing_run_is_refused_unless_resumed_or_overwritten(finished_run, 
     other.write_text("a brand new sentence .\n" * 300, encoding="utf-8")
     changed = replace(config, inputs=[str(other)], vocab_size=6)
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    with pytest.raises(ValueError, match="already holds a run .*--resume.*--overwrite"):
+    with pytest.raises(ValueError, match="already holds a run .*resume it, overwrite it"):
         pretrain(changed)
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     pretrain(changed, overwrite=True)
     assert "brand new sentence" in (run / "corpus" / "train.txt").read_text()
     assert len((run / "vocab.txt").read_text().split()) == 6
-    with pytest.raises(ValueError, match="give only one"):
+    with pytest.raises(ValueError, match="resume continues a run and overwrite deletes it"):
         pretrain(changed, resume=True, overwrite=True)
 
 
@@ -180,7 +180,7 @@ def test_resume_keeps_the_saved_max_steps_unless_given(finished_run):
 
 def test_resume_refuses_other_settings(finished_run):
     config, run = finished_run
-    with pytest.raises(ValueError, match=r"--lr is 0\.5, the run was started with 0\.01"):
+    with pytest.raises(ValueError, match=r"learning_rate is 0\.5, the run was started with 0\.01"):
         Pretrainer(replace(config, learning_rate=0.5), resume=True)
     # Settings not given on the command line come from the checkpoint.
     trainer = Pretrainer(
@@ -190,14 +190,14 @@ def test_resume_refuses_other_settings(finished_run):
     result = invoke(
         *cli_args(Path(config.inputs[0]), run, max_steps=6), "--vocab-size", "7", "--resume"
     )
-    assert result.exit_code == 1 and "--vocab-size is 7, the run was started with 100" in (
+    assert result.exit_code == 1 and "vocab_size is 7, the run was started with 100" in (
         result.output
     )
 
 
 def test_cli_resume_without_settings_continues_the_run(finished_run):
     config, run = finished_run
-    result = invoke(config.inputs[0], "--output", run, "--resume", "--max-steps", "6")
+    result = invoke(config.inputs[0], run, "--resume", "--max-steps", "6")
     assert result.exit_code == 0, result.output
     assert json.loads((run / "model" / "pretrain.json").read_text())["steps"] == 6
 
@@ -217,7 +217,10 @@ def test_a_half_written_metrics_line_is_dropped_on_resume(finished_run, caplog):
 # ---------------------------------------------------------------------- 4. wrong numbers
 def test_a_small_corpus_without_held_out_text_is_an_error(tmp_path):
     corpus = write_corpus(tmp_path / "small.txt", n=50)  # dev_every = 100
-    with pytest.raises(ValueError, match="held-out split is empty.*50 sentences.*--dev"):
+    with pytest.raises(
+        ValueError,
+        match=r"held-out split is empty.*50 sentences.*\(dev_every\); give held-out text \(dev\)",
+    ):
         pretrain(short_config(tmp_path, corpus))
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
@@ -230,23 +233,28 @@ def test_a_vocabulary_that_does_not_match_the_softmax_is_an_error(finished_run):
     with pytest.raises(ValueError, match="does not match the vocabulary .*vocab.txt"):
         Pretrainer(config, resume=True)
     result = CliRunner().invoke(
-        app, ["perplexity", str(run / "model"), str(run / "corpus" / "dev.txt")]
+        app, ["perplexity", str(run / "corpus" / "dev.txt"), "--model", str(run)]
     )
     assert result.exit_code == 1 and "lm_head.safetensors does not match" in result.output
 
 
 # ---------------------------------------------------------------------- 7. CLI messages
 @pytest.mark.parametrize(
-    "flag, value",
-    [("--eval-every", "0"), ("--checkpoint-every", "-5"), ("--threads", "0"), ("--lr", "0")],
+    "flag, setting, value",
+    [
+        ("--eval-every", "eval_every", "0"),
+        ("--checkpoint-every", "checkpoint_every", "-5"),
+        ("--threads", "threads", "0"),
+        ("--lr", "learning_rate", "0"),
+    ],
 )
-def test_bad_settings_are_messages(tmp_path, flag, value):
+def test_bad_settings_are_messages(tmp_path, flag, setting, value):
     corpus = write_corpus(tmp_path / "corpus.txt")
     args = cli_args(corpus, tmp_path / "run")
     args[args.index(flag) + 1] = value
     result = invoke(*args)
     assert result.exit_code == 1
-    assert f"error: {flag} " in result.output and f"got {value}" in result.output
+    assert f"error: {setting} must be " in result.output and f"got {value}" in result.output
     assert not (tmp_path / "run").exists()
 
 
@@ -254,7 +262,7 @@ def test_an_unknown_pipeline_is_a_message(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.txt")
     args = [a for a in cli_args(corpus, tmp_path / "run") if a != "--pretokenized"]
     result = invoke(*args, "--pipeline", "no_such_pipeline")
-    assert result.exit_code == 1 and "--pipeline no_such_pipeline" in result.output
+    assert result.exit_code == 1 and "pipeline 'no_such_pipeline'" in result.output
 
 
 def test_an_options_file_that_is_not_json_is_a_message(tmp_path):

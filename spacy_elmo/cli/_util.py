@@ -1,0 +1,245 @@
+"""What every `spacy-elmo` command shares: the app, one error handler, one option vocabulary.
+
+Options mean the same in every command (docs/cli.md):
+
+* `--model/-m` names a biLM in any of the ways `bilm.sources.resolve_source` takes;
+  `--options/--weights` name a bilm-tf/AllenNLP pair instead.
+* `--lang/-l` is the language of the tokenizer for raw text, `--pipeline/-p` a spaCy pipeline
+  whose tokenizer and sentence boundaries read it instead; `--pretokenized/--raw` says which
+  kind of text the input is.
+* `--batch-size/-b` counts sentences (documents for `apply`); `--threads/-t` torch CPU threads;
+  `--gpu-id/-g` a CUDA device (-1: the CPU).
+* A required output is the last argument; an optional one is `--output/-o`. `--force/-F`
+  replaces an existing output; `--quiet/-q` hides the progress bar.
+"""
+
+from __future__ import annotations
+
+import configparser
+import functools
+import os
+import signal
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Optional
+
+import typer
+
+# Help is never cut at 80 columns.
+CONTEXT = {"max_content_width": 120, "help_option_names": ["-h", "--help"]}
+app = typer.Typer(
+    name="spacy-elmo",
+    help="ELMo contextual word vectors for spaCy.",
+    no_args_is_help=True,
+    context_settings=CONTEXT,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+# Set to see the traceback of an unexpected error instead of its one-line summary.
+TRACEBACK_VARIABLE = "SPACY_ELMO_TRACEBACK"
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """End the command with `error: message` on standard error."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=code)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What a user's input can cause: bad values and files, missing packages, bad configs."""
+    from confection import ConfigValidationError
+
+    return (ValueError, OSError, ImportError, configparser.Error, ConfigValidationError)
+
+
+def _message(error: BaseException) -> str:
+    """The error on one line."""
+    text = str(error).strip() or type(error).__name__
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    return "; ".join(line for line in lines if line)
+
+
+def command(name: str, **settings: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `function` as the command `name`; every error it raises ends in one line.
+
+    ValueError, OSError, ImportError and config errors are the user's to fix: `error: <what>`,
+    exit code 1. Anything else is a fault of spacy-elmo: one line naming it, exit code 2, and
+    the traceback when SPACY_ELMO_TRACEBACK=1. Ctrl-C and SIGTERM end the command with 130 and
+    143 after its temporary files are removed (they are written in `try` blocks that clean up).
+    """
+
+    def register(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                with _terminate_as_interrupt():
+                    return function(*args, **kwargs)
+            except (typer.Exit, typer.Abort, SystemExit):
+                raise
+            except KeyboardInterrupt:
+                typer.echo("interrupted", err=True)
+                raise typer.Exit(code=130) from None
+            except _Terminated:
+                typer.echo("terminated", err=True)
+                raise typer.Exit(code=143) from None
+            except _user_errors() as error:
+                fail(_message(error))
+            except Exception as error:  # noqa: BLE001 - the one place that reports faults
+                if os.environ.get(TRACEBACK_VARIABLE) == "1":
+                    raise
+                fail(
+                    f"internal error in `spacy-elmo {name}` ({type(error).__name__}: "
+                    f"{_message(error)}); set {TRACEBACK_VARIABLE}=1 for the traceback and "
+                    "please report it",
+                    code=2,
+                )
+
+        settings.setdefault("context_settings", {}).update(CONTEXT)
+        app.command(name, **settings)(run)
+        return function
+
+    return register
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is so that its cleanup runs."""
+
+
+class _terminate_as_interrupt:
+    """While a command runs, SIGTERM raises `_Terminated` (the default would kill the process
+    without running its cleanup, leaving temporary files behind)."""
+
+    def __enter__(self) -> None:
+        self.previous = None
+        if _is_main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._raise)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+    @staticmethod
+    def _raise(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+
+def _is_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+# -------------------------------------------------------------------------- shared options
+def model_option(help_extra: str = "") -> Any:
+    return typer.Option(
+        "bundled",
+        "--model",
+        "-m",
+        help="The biLM: 'bundled', a BiLM.save directory, a `spacy-elmo pretrain` run directory, "
+        "a bilm-tf/AllenNLP folder or an ELMoForManyLangs directory." + help_extra,
+    )
+
+
+def options_option() -> Any:
+    return typer.Option(
+        None, "--options", help="bilm-tf/AllenNLP options.json (with --weights, not --model)."
+    )
+
+
+def weights_option() -> Any:
+    return typer.Option(
+        None, "--weights", help="bilm-tf/AllenNLP weights hdf5 (with --options, not --model)."
+    )
+
+
+def lang_option() -> Any:
+    return typer.Option("en", "--lang", "-l", help="Language of the tokenizer for raw text.")
+
+
+def pipeline_option() -> Any:
+    return typer.Option(
+        None,
+        "--pipeline",
+        "-p",
+        help="spaCy pipeline (installed name or path) whose tokenizer and sentence boundaries "
+        "read raw text, instead of --lang.",
+    )
+
+
+def pretokenized_option(default: bool) -> Any:
+    return typer.Option(
+        default,
+        "--pretokenized/--raw",
+        help="Lines are whitespace-separated tokens, or raw text that --lang/--pipeline tokenises.",
+    )
+
+
+def batch_size_option(default: int = 64, unit: str = "sentences") -> Any:
+    return typer.Option(default, "--batch-size", "-b", min=1, help=f"{unit.capitalize()} a batch.")
+
+
+def threads_option() -> Any:
+    return typer.Option(
+        None, "--threads", "-t", help="torch CPU threads (default: torch's choice)."
+    )
+
+
+def gpu_option() -> Any:
+    return typer.Option(-1, "--gpu-id", "-g", help="CUDA device, -1 for the CPU.")
+
+
+def quiet_option() -> Any:
+    return typer.Option(False, "--quiet", "-q", help="No progress bar.")
+
+
+def force_option(what: str = "an existing output") -> Any:
+    return typer.Option(False, "--force", "-F", help=f"Replace {what}.")
+
+
+# -------------------------------------------------------------------------- shared wiring
+def tokenizer_name(lang: str, pipeline: Optional[str]) -> str:
+    """What reads raw text: the pipeline when one is named, else the language."""
+    return pipeline if pipeline else lang
+
+
+def raw_tokenizer(lang: str, pipeline: Optional[str]) -> Callable[[str], list[str]]:
+    """The tokens of a raw line by `pipeline`'s tokenizer (or `lang`'s), whitespace dropped."""
+    import spacy
+
+    tokenizer = (spacy.load(pipeline) if pipeline else spacy.blank(lang)).tokenizer
+    return lambda line: [token.text for token in tokenizer(line) if not token.is_space]
+
+
+def set_threads(threads: Optional[int]) -> None:
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise ValueError(f"--threads must be a positive integer, got {threads}")
+        torch.set_num_threads(threads)
+
+
+def device(gpu_id: int) -> str:
+    """The torch device of `--gpu-id`; ValueError when that GPU is not there."""
+    if gpu_id < 0:
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"gpu id {gpu_id}: no CUDA device is available (use -1 for the CPU)")
+    if gpu_id >= torch.cuda.device_count():
+        raise ValueError(
+            f"gpu id {gpu_id}: only {torch.cuda.device_count()} CUDA device(s) are available"
+        )
+    return f"cuda:{gpu_id}"
+
+
+def check_new_output(path: Path, force: bool, inputs: list[Path]) -> None:
+    """Refuse an output that exists (unless `force`), is an input or cannot be written."""
+    from ..atomic_files import check_output
+
+    check_output(path, inputs)
+    if path.exists() and not force:
+        raise ValueError(f"output {path} exists; use --force to replace it")

@@ -1,0 +1,67 @@
+"""`spacy-elmo embed`: a text file's ELMo vectors into hdf5 (the `allennlp elmo` layout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import _util as opt
+from ._util import command
+
+
+@command("embed")
+def embed(
+    input_file: Path = typer.Argument(..., help="Text file, one sentence per line."),
+    output_file: Path = typer.Argument(..., help="hdf5 file to write."),
+    model: str = opt.model_option(),
+    options: Optional[Path] = opt.options_option(),
+    weights: Optional[Path] = opt.weights_option(),
+    top: bool = typer.Option(False, "--top", help="Write only the top layer, (n, D)."),
+    average: bool = typer.Option(False, "--average", help="Write the layer average, (n, D)."),
+    pretokenized: bool = opt.pretokenized_option(True),
+    lang: str = opt.lang_option(),
+    pipeline: Optional[str] = opt.pipeline_option(),
+    batch_size: int = opt.batch_size_option(),
+    max_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-tokens",
+        min=1,
+        help="Longer lines run as windows of this many tokens, vectors concatenated (256).",
+        show_default=False,
+    ),
+    stateful: bool = typer.Option(
+        False, "--stateful", help="Carry LSTM states between batches like AllenNLP."
+    ),
+    threads: Optional[int] = opt.threads_option(),
+    gpu_id: int = opt.gpu_option(),
+    force: bool = opt.force_option(),
+    quiet: bool = opt.quiet_option(),
+) -> None:
+    """Embed a file: one dataset per line, plus `sentence_to_index` (allennlp elmo layout).
+
+    The output is written under a temporary name and renamed when complete.
+    """
+    from ..bilm.sources import resolve_source
+    from ..embed_file import embed_file, whitespace_tokenizer
+
+    if top and average:
+        raise ValueError("choose at most one of --top and --average")
+    source = resolve_source(model if options is None else None, options, weights)
+    opt.check_new_output(output_file, force, [input_file, *source.files()])
+    opt.set_threads(threads)
+    device = opt.device(gpu_id)
+    tokenize = whitespace_tokenizer if pretokenized else opt.raw_tokenizer(lang, pipeline)
+    bilm = source.load(stateful=stateful).to(device)
+    count = embed_file(
+        bilm,
+        input_file,
+        output_file,
+        output_format="top" if top else "average" if average else "all",
+        batch_size=batch_size,
+        tokenize=tokenize,
+        progress=not quiet,
+        **({"max_tokens": max_tokens} if max_tokens is not None else {}),
+    )
+    typer.echo(f"wrote {count} sentences to {output_file}")

@@ -1,0 +1,97 @@
+"""`spacy-elmo init-config`: a training config with ELMo for the named components (wiring)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import _util as opt
+from ._util import command
+
+
+@command("init-config")
+def init_config(
+    output_file: Path = typer.Argument(
+        ..., help="Config file to write ('-' writes to standard output)."
+    ),
+    components: str = typer.Option(
+        "tagger,parser,ner",
+        "--components",
+        "-c",
+        help="Comma-separated components, each with its own ELMo mix: tagger, morphologizer, "
+        "trainable_lemmatizer, parser, ner, spancat, textcat, textcat_multilabel.",
+    ),
+    model: str = opt.model_option(),
+    options: Optional[Path] = opt.options_option(),
+    weights: Optional[Path] = opt.weights_option(),
+    lang: str = typer.Option("en", "--lang", "-l", help="spaCy language code of the pipeline."),
+    vectors: Optional[str] = typer.Option(
+        None,
+        "--vectors",
+        help="Static vectors (a spaCy pipeline name or path, e.g. en_core_web_md) added to "
+        "every component's token features.",
+    ),
+    for_gpu: bool = typer.Option(
+        False, "--for-gpu", "-G", help="Settings for training on a GPU (allocator, batch sizes)."
+    ),
+    fine_tune: bool = typer.Option(
+        False,
+        "--fine-tune",
+        help="Train the biLM's weights with the components (default: frozen, as in the paper; "
+        "only the mixes train).",
+    ),
+    split_sentences: bool = typer.Option(
+        True,
+        "--split-sentences/--no-split-sentences",
+        help="Run the biLM on the sentences of spaCy's rule-based sentencizer when a doc has "
+        "no sentence boundaries (the same units in training and on raw text).",
+    ),
+    elmo_at_output: bool = typer.Option(
+        False,
+        "--elmo-at-output",
+        help="Also concatenate each component's mixed ELMo vector to its encoder's output "
+        "(spacy_elmo.ElmoTok2Vec.v2), not only to the encoder's input.",
+    ),
+    elmo_dropout: float = typer.Option(
+        0.0,
+        "--elmo-dropout",
+        help="Dropout on each component's mixed ELMo vector in training, in [0, 1) "
+        "(spacy_elmo.ElmoTok2Vec.v2; the paper's 'moderate amount of dropout to ELMo').",
+    ),
+    force: bool = opt.force_option(),
+) -> None:
+    """Write a complete training config: `elmo` and the components that listen to it."""
+    import spacy
+
+    from ..atomic_files import write_text
+    from ..init_config import ElmoSource, config_header, config_text, elmo_training_config
+
+    names = [name.strip() for name in components.split(",") if name.strip()]
+    to_stdout = str(output_file) == "-"
+    if not to_stdout:
+        if output_file.is_dir():
+            raise ValueError(f"output {output_file} is a directory; name a config file")
+        opt.check_new_output(output_file, force, [])
+    spacy.util.get_lang_class(lang)  # an unknown language fails here, with spaCy's message
+    source = ElmoSource.from_arguments(model if options is None else None, options, weights)
+    if lang != "en" and source.kind == "bundled":
+        typer.echo(f"warning: the bundled biLM is English, the pipeline is '{lang}'", err=True)
+    config = elmo_training_config(
+        names,
+        source,
+        lang=lang,
+        vectors=vectors,
+        gpu=for_gpu,
+        fine_tune=fine_tune,
+        split_sentences=split_sentences,
+        elmo_at_output=elmo_at_output,
+        elmo_dropout=elmo_dropout,
+    )
+    text = config_header(source, names, for_gpu) + config_text(config)
+    if to_stdout:
+        typer.echo(text)
+        return
+    write_text(output_file, text)  # atomically: an interrupted write leaves no half config
+    typer.echo(f"wrote {output_file}: elmo -> {', '.join(names)}; {source.describe()}")

@@ -1,0 +1,43 @@
+"""`spacy-elmo perplexity`: a pretrained biLM's held-out perplexity (wiring)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import _util as opt
+from ._util import command
+
+
+@command("perplexity")
+def perplexity(
+    inputs: list[Path] = typer.Argument(..., help="Held-out text files or folders."),
+    model: str = opt.model_option(
+        " It needs its softmax: the bundled biLM or one written by `spacy-elmo pretrain`."
+    ),
+    pretokenized: bool = opt.pretokenized_option(False),
+    lang: str = opt.lang_option(),
+    pipeline: Optional[str] = opt.pipeline_option(),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON here."),
+    force: bool = opt.force_option(),
+    threads: Optional[int] = opt.threads_option(),
+) -> None:
+    """Forward, backward and average perplexity of a pretrained biLM on held-out text."""
+    from ..atomic_files import write_text
+    from ..bilm.sources import resolve_source
+    from ..pretrain.evaluate import perplexity as compute
+
+    source = resolve_source(model)
+    if output is not None:
+        opt.check_new_output(output, force, [*source.files(), *inputs])
+    opt.set_threads(threads)
+    result = compute(
+        source, inputs, pretokenized=pretokenized, pipeline=opt.tokenizer_name(lang, pipeline)
+    )
+    text = json.dumps(result, indent=2)
+    if output is not None:
+        write_text(output, text + "\n")
+    typer.echo(text)

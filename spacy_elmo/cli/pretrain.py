@@ -1,0 +1,140 @@
+"""`spacy-elmo pretrain`: train a biLM on your text (wiring over `spacy_elmo.pretrain`).
+
+Each option is a field of `PretrainConfig` under the field's own name (a test checks that the two
+match), so the settings are declared once here and validated once there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ..pretrain import PretrainConfig
+from . import _util as opt
+from ._util import command
+
+DEFAULTS = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
+# Options that are not settings of the run: what to do with the run directory, and --lang,
+# which fills the `pipeline` setting when no pipeline is named.
+NOT_SETTINGS = ("resume", "force", "lang")
+
+
+@command("pretrain")
+def pretrain(
+    ctx: typer.Context,
+    inputs: list[Path] = typer.Argument(..., help="Text files or folders (streamed)."),
+    output: Path = typer.Argument(..., help="Run directory (the last argument)."),
+    preset: str = typer.Option(
+        DEFAULTS["preset"], help="Architecture: tiny, bundled, small, medium, original."
+    ),
+    options: Optional[Path] = typer.Option(
+        None, "--options", help="bilm-tf options.json (overrides --preset)."
+    ),
+    dev: Optional[list[Path]] = typer.Option(
+        None, help="Held-out text (default: every --dev-every-th sentence of the inputs)."
+    ),
+    dev_every: int = typer.Option(DEFAULTS["dev_every"], help="Held out: every Nth sentence."),
+    max_dev_sentences: int = typer.Option(DEFAULTS["max_dev_sentences"]),
+    lang: str = opt.lang_option(),
+    pipeline: Optional[str] = opt.pipeline_option(),
+    pretokenized: bool = opt.pretokenized_option(DEFAULTS["pretokenized"]),
+    vocab_size: int = typer.Option(DEFAULTS["vocab_size"], help="Softmax words (top-K)."),
+    min_count: int = typer.Option(DEFAULTS["min_count"], help="Minimum count of a softmax word."),
+    max_sentence_tokens: int = typer.Option(
+        DEFAULTS["max_sentence_tokens"], help="Longer sentences are cut into pieces."
+    ),
+    max_steps: Optional[int] = typer.Option(
+        None,
+        help="Training steps (batches per rank); default 4500, on --resume the run's own.",
+        show_default=False,
+    ),
+    batch_tokens: int = typer.Option(
+        DEFAULTS["batch_tokens"], help="Padded tokens a batch and rank."
+    ),
+    learning_rate: float = typer.Option(DEFAULTS["learning_rate"], "--learning-rate", "--lr"),
+    warmup_steps: int = typer.Option(DEFAULTS["warmup_steps"]),
+    dropout: float = typer.Option(DEFAULTS["dropout"]),
+    clip_norm: float = typer.Option(DEFAULTS["clip_norm"]),
+    eval_every: int = typer.Option(DEFAULTS["eval_every"], help="Held-out perplexity every N."),
+    checkpoint_every: int = typer.Option(DEFAULTS["checkpoint_every"], help="Checkpoint every N."),
+    log_every: int = typer.Option(DEFAULTS["log_every"]),
+    seed: int = typer.Option(DEFAULTS["seed"]),
+    gpu_id: int = opt.gpu_option(),
+    mixed_precision: bool = typer.Option(DEFAULTS["mixed_precision"], help="bf16 autocast (GPU)."),
+    init_from: Optional[str] = typer.Option(
+        None,
+        help="A biLM to adapt, named as --model is elsewhere ('bundled', a saved, run, "
+        "bilm-tf/AllenNLP or ELMoForManyLangs directory).",
+    ),
+    export_allennlp: bool = typer.Option(
+        DEFAULTS["export_allennlp"], help="Also write options.json + hdf5."
+    ),
+    max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
+    threads: Optional[int] = opt.threads_option(),
+    static_vectors: Optional[str] = typer.Option(
+        None, help="spaCy pipeline (name or path) whose static vectors are auxiliary targets."
+    ),
+    vectors_weight: float = typer.Option(
+        DEFAULTS["vectors_weight"], help="Weight of each static-vector loss."
+    ),
+    resume: bool = typer.Option(False, help="Continue from OUTPUT/checkpoints/last.pt."),
+    force: bool = opt.force_option(
+        "the run already in OUTPUT (its corpus, vocabulary, checkpoints and model are deleted)"
+    ),
+) -> None:
+    """Train a biLM on your text (also under `torchrun`, one process a rank).
+
+    An OUTPUT that already holds a run is refused unless --resume or --force is given; on
+    --resume the run's settings are kept (a setting given that differs is an error), and only
+    --max-steps may change.
+    """
+    import logging
+
+    from ..pretrain import pretrain as run_pretraining
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    given = dict(ctx.params)
+    # The settings given on the command line: on --resume only these are checked against the
+    # run's own. By name: typer may bring its own copy of click's ParameterSource.
+    explicit = {
+        name
+        for name in given
+        if getattr(ctx.get_parameter_source(name), "name", None)
+        in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
+    }
+    if "lang" in explicit and pipeline is None:
+        explicit.add("pipeline")
+    config = PretrainConfig(**settings(given))
+    summary = run_pretraining(config, resume=resume, overwrite=force, explicit=explicit)
+    if summary.get("interrupted"):
+        typer.echo(f"interrupted at step {summary['step']}; continue with --resume")
+        raise typer.Exit(code=130)
+    if "dev_ppl" in summary:
+        typer.echo(
+            f"done: {summary['steps']} steps, {summary['tokens_seen']:,} tokens, held-out "
+            f"perplexity {summary['dev_ppl']:.1f}; model in {output / 'model'}"
+        )
+
+
+def settings(params: dict[str, Any]) -> dict[str, Any]:
+    """`PretrainConfig`'s fields from the command's parameters (paths as strings, the options
+    file read, the language standing in for an unnamed pipeline)."""
+    values = {name: value for name, value in params.items() if name not in NOT_SETTINGS}
+    values["inputs"] = [str(p) for p in params["inputs"]]
+    values["output"] = str(params["output"])
+    values["dev"] = [str(p) for p in params["dev"] or []]
+    values["pipeline"] = opt.tokenizer_name(params["lang"], params["pipeline"])
+    values["options"] = _read_json(params["options"]) if params["options"] else None
+    return values
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file's content; ValueError naming the file when it is not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"options file {path} is not valid JSON: {err}") from None
