@@ -6,12 +6,16 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import re
 import threading
+import time
 from pathlib import Path
+from typing import Callable
 
 import h5py
 import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
@@ -351,3 +355,140 @@ def test_a_truncated_component_file_names_the_component_and_file(tmp_path, bilm_
     with pytest.raises(ValueError, match=r"'elmo' component's files .*truncated") as info:
         spacy.load(tmp_path / "pipeline")
     assert str(model) in str(info.value)
+
+
+# ---------------------------------------------------------------------- 5. foreign tensor types
+# (issue 24) Every weight source is checked as stored, before its cast to float32, by one check:
+# floating-point weights (float16, bfloat16, float32, float64 within float32's range) load as
+# their float32 values; complex, boolean and integer tensors, NaN and inf are refused.
+BIAS = {  # the same weights (the first convolution's 4 biases) under each source's key
+    "hdf5": "CNN/b_cnn_0",
+    "safetensors": "char_cnn.convolutions.0.bias",
+    "pkl": "convolutions.0.bias",
+    "checkpoint": "bilm.char_cnn.convolutions.0.bias",
+}
+VALUES = np.array([0.1, -2.5, 1e-3, 3.0])
+REFUSED = {
+    "complex64": (torch.complex64, "has complex dtype complex64"),
+    "bool": (torch.bool, "has boolean dtype bool"),
+    "int64": (torch.int64, "has integer dtype int64"),
+    "nan": (torch.float32, r"contains NaN or inf \(1 of 4 values; nan at \[2\]\)"),
+    "inf": (torch.float32, r"contains NaN or inf \(1 of 4 values; -inf at \[2\]\)"),
+    "float64-overflow": (torch.float64, r"holds float64 values up to 1e\+39, past float32's"),
+}
+ACCEPTED = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def float32_of(tensor: torch.Tensor) -> np.ndarray:
+    """The float32 value of each weight, worked out without torch's casts."""
+    if tensor.dtype == torch.bfloat16:  # the upper 16 bits of a float32
+        bits = tensor.view(torch.int16).numpy().astype(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32)
+    return tensor.numpy().astype(np.float32)
+
+
+def weights_in(source: str, tensor: torch.Tensor, tmp_path: Path):
+    """Write a model of `source` whose first convolution's biases are `tensor` (as stored);
+    return a function that loads them, as the source's loader casts them (float32)."""
+    from spacy_elmo.pretrain.checkpoint import load_checkpoint, save_checkpoint
+
+    key = BIAS[source]
+    if source == "hdf5":
+        options, weights = write_random_model(tmp_path / "hdf5", tiny_options(), seed=1)
+        with h5py.File(weights, "a") as f:
+            del f[key]
+            f.create_dataset(key, data=tensor.numpy())
+        return lambda: BiLM.from_allennlp(options, weights).char_cnn.convolutions[0].bias
+    if source == "safetensors":
+        saved = tmp_path / "saved"
+        BiLM.from_allennlp(*write_random_model(tmp_path / "m", tiny_options(), seed=1)).save(saved)
+        tensors = load_file(str(saved / "model.safetensors"))
+        tensors[key] = tensor
+        save_file(tensors, str(saved / "model.safetensors"))
+        return lambda: BiLM.load(saved).char_cnn.convolutions[0].bias
+    if source == "pkl":
+        from .bilm.efml_reference import architecture, dictionaries, write_model
+
+        directory = tmp_path / "efml"
+        write_model(directory, architecture(0), *dictionaries([["a", "b"]]))
+        state = torch.load(directory / "token_embedder.pkl", weights_only=True)
+        state[key] = tensor
+        torch.save(state, directory / "token_embedder.pkl")
+        return lambda: BiLM.from_elmoformanylangs(directory).char_cnn.convolutions[0].bias
+    path = tmp_path / "last.pt"
+    state = {"config": {}, "optimizer": {}, "scheduler": {}, "torch_rng": torch.get_rng_state()}
+    state.update(step=1, tokens_seen=10, train_seconds=1.0, model={key: tensor})
+    save_checkpoint(state, path)
+    return lambda: load_checkpoint(path)["model"][key].float()
+
+
+@pytest.mark.parametrize("source", list(BIAS))
+@pytest.mark.parametrize("case", [*REFUSED, *ACCEPTED])
+def test_every_weight_source_checks_the_dtype_and_values_before_any_cast(tmp_path, source, case):
+    if source == "hdf5" and case == "bfloat16":
+        pytest.skip("HDF5 has no bfloat16")
+    dtype, message = REFUSED.get(case, (ACCEPTED.get(case), None))
+    tensor = torch.tensor(VALUES, dtype=torch.float64).to(dtype)
+    if case == "complex64":
+        tensor = tensor + 0.37j  # the imaginary part a cast to float32 would drop
+    elif case in ("nan", "inf", "float64-overflow"):
+        tensor[2] = {"nan": float("nan"), "inf": float("-inf"), "float64-overflow": 1e39}[case]
+    load = weights_in(source, tensor, tmp_path)
+    if message is not None:
+        with pytest.raises(ValueError, match=f"'{BIAS[source]}' {message}"):
+            load()
+        return
+    loaded = load()
+    assert loaded.dtype == torch.float32
+    np.testing.assert_array_equal(loaded.detach().numpy(), float32_of(tensor))
+
+
+# ---------------------------------------------------------------------- 6. JSON of any size
+def _efml_model(tmp_path: Path) -> Path:
+    from .bilm.efml_reference import architecture, dictionaries, write_model
+
+    directory = tmp_path / "efml"
+    write_model(directory, architecture(3), *dictionaries([["a", "b"]]))
+    return directory
+
+
+def _json_files(tmp_path: Path) -> dict[str, tuple[Path, Callable[[], object]]]:
+    """For every JSON a loader reads: the file, and the call that reads it."""
+    options, weights = write_random_model(tmp_path / "allennlp", tiny_options(), seed=1)
+    saved = tmp_path / "saved"
+    BiLM.from_allennlp(options, weights).save(saved)
+    efml = _efml_model(tmp_path)
+    efml_saved = tmp_path / "efml_saved"
+    BiLM.from_elmoformanylangs(efml).save(efml_saved)
+    return {
+        "options.json": (options, lambda: BiLM.from_allennlp(options, weights)),
+        "saved config.json": (saved / "config.json", lambda: BiLM.load(saved)),
+        "ELMoForManyLangs config.json": (
+            efml / "config.json",
+            lambda: BiLM.from_elmoformanylangs(efml),
+        ),
+        "architecture JSON": (efml / "cnn_tiny.json", lambda: BiLM.from_elmoformanylangs(efml)),
+        "lexicon.json": (efml_saved / "lexicon.json", lambda: BiLM.load(efml_saved)),
+    }
+
+
+@pytest.mark.parametrize(
+    "which",
+    [
+        "options.json",
+        "saved config.json",
+        "ELMoForManyLangs config.json",
+        "architecture JSON",
+        "lexicon.json",
+    ],
+)
+def test_every_json_a_loader_reads_is_bounded_in_size(tmp_path, which):
+    path, load = _json_files(tmp_path)[which]
+    load()  # as written, it loads
+    with open(path, "r+b") as handle:  # 300 MB (sparse): the JSON, then zero bytes
+        handle.seek((300 << 20) - 1)
+        handle.write(b" ")
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))} is larger than the"):
+        load()
+    assert time.perf_counter() - started < 5  # refused by its size, not read

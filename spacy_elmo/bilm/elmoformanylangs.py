@@ -26,17 +26,21 @@ adds it back), the highway gate is negated. The `.pkl` files are read with
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Sequence
 
 import torch
 
 from ..atomic_files import atomic_path
 from .chars import MAX_CHARS_PER_TOKEN, check_sentences
-from .io import MissingFileError, check_finite, read_torch_file
+from .io import check_weights, read_torch_file
+from .json_files import MAX_LEXICON_BYTES, MissingFileError, read_json
 from .options import BiLMOptions
+
+logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "config.json"
 CHAR_DICTIONARY = "char.dic"
@@ -166,11 +170,18 @@ class EfmlLexicon:
         if self.words is not None:
             tables.append(("word", self.words, options.n_words))
         for kind, dictionary, rows in tables:
-            largest = max(dictionary.values())
-            if largest + 1 >= rows or min(dictionary.values()) < 0:
+            token, smallest = min(dictionary.items(), key=lambda item: item[1])
+            if smallest < 0:
                 raise ValueError(
-                    f"{source}: the {kind} dictionary has ids up to {largest} but the {kind} "
-                    f"embedding has {rows - 1} rows; the dictionary does not match the weights"
+                    f"{source}: the {kind} dictionary gives {token!r} the id {smallest}; ids "
+                    f"are rows of the {kind} embedding, from 0"
+                )
+            token, largest = max(dictionary.items(), key=lambda item: item[1])
+            if largest + 1 >= rows:
+                raise ValueError(
+                    f"{source}: the {kind} dictionary gives {token!r} the id {largest} but the "
+                    f"{kind} embedding has {rows - 1} rows (ids 0 to {rows - 2}); the "
+                    f"dictionary does not match the weights"
                 )
         if (self.words is not None) != (options.word_embedding_dim > 0):
             raise ValueError(
@@ -196,6 +207,11 @@ class EfmlLexicon:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f"{source} is not valid JSON: {err}") from None
+        return cls.from_data(data, source)
+
+    @classmethod
+    def from_data(cls, data: Any, source: str = "lexicon") -> EfmlLexicon:
+        """The lexicon in the parsed JSON of `to_json`; ValueError naming `source` if not one."""
         if not isinstance(data, dict) or data.get("format") != LEXICON_FORMAT:
             raise ValueError(f"{source} is not a spacy-elmo lexicon (no format '{LEXICON_FORMAT}')")
         chars, words = data.get("chars"), data.get("words")
@@ -227,19 +243,16 @@ class EfmlLexicon:
                 f"{LEXICON_NAME} (its character and word dictionaries)",
                 str(path),
             )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from None
-        return cls.from_json(text, str(path))
+        return cls.from_data(read_json(path, "lexicon", MAX_LEXICON_BYTES), str(path))
 
 
-def read_dictionary(path: Path) -> dict[str, int]:
+def read_dictionary(path: Path, rows: int | None = None, table: str = "") -> dict[str, int]:
     """A `token<TAB>id` file read exactly as their `Embedder.get_model` does.
 
     Each line is stripped of surrounding whitespace first, so a whitespace character loses its
     token and the line is read as U+3000 (their code: `tokens.insert(0, '\\u3000')`); a later
-    line with the same token wins.
+    line with the same token wins. An id is a row of the embedding `table` (`rows` rows, when
+    given): ValueError naming the line of one that is negative or past the last row.
     """
     if not path.exists():
         raise MissingFileError(2, "ELMoForManyLangs dictionary does not exist", str(path))
@@ -260,6 +273,12 @@ def read_dictionary(path: Path) -> dict[str, int]:
             raise ValueError(
                 f"{path}, line {number}: expected 'token<TAB>id', got {line.rstrip()!r:.80}"
             ) from None
+        if dictionary[token] < 0 or (rows is not None and dictionary[token] >= rows):
+            limit = f"0 to {rows - 1}, the rows of {table}" if rows is not None else "0 or more"
+            raise ValueError(
+                f"{path}, line {number}: the id of {token!r} is {dictionary[token]}; ids are "
+                f"{limit}"
+            )
     if not dictionary:
         raise ValueError(f"{path} is empty")
     return dictionary
@@ -317,6 +336,9 @@ def convert_state_dicts(
         options.lstm_dim,
     )
     token_embedder, encoder = dict(token_embedder), dict(encoder)
+    # Checked as stored, before `_take` casts to float32 (which would drop an imaginary part).
+    check_weights(token_embedder, f"weights file {token_embedder_path}")
+    check_weights(encoder, f"weights file {encoder_path}")
     state: dict[str, torch.Tensor] = {}
     n_chars = options.n_characters - 1
     state["char_cnn.char_embedding.weight"] = _with_no_token_row(
@@ -370,45 +392,84 @@ def convert_state_dicts(
                 f"weights file {path} has tensors that the config does not describe: "
                 f"{', '.join(sorted(leftover)[:5])}; the config does not match the weights"
             )
-    check_finite(state, f"ELMoForManyLangs model {token_embedder_path.parent}")
     return state
 
 
 # ---------------------------------------------------------------------- the model directory
+# The files of a model directory (word.dic only with a word embedding); any of them marks one.
+MODEL_FILES = (CONFIG_NAME, CHAR_DICTIONARY, TOKEN_EMBEDDER_WEIGHTS, ENCODER_WEIGHTS)
+MARKERS = (CHAR_DICTIONARY, WORD_DICTIONARY, TOKEN_EMBEDDER_WEIGHTS, ENCODER_WEIGHTS)
+
+
 def is_elmoformanylangs_dir(path: str | Path) -> bool:
-    """Whether `path` looks like an ELMoForManyLangs model directory."""
+    """Whether `path` looks like an ELMoForManyLangs model directory: it holds one of their
+    dictionaries or state dicts, or a config.json naming an architecture (`config_path`), even
+    when other files are missing (their loader then names those)."""
     path = Path(path)
-    return (path / CHAR_DICTIONARY).exists() and (path / ENCODER_WEIGHTS).exists()
-
-
-def _read_json(path: Path, what: str) -> Any:
-    if not path.exists():
-        raise MissingFileError(2, f"ELMoForManyLangs {what} does not exist", str(path))
+    if any((path / name).exists() for name in MARKERS):
+        return True
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"ELMoForManyLangs {what} {path} is not valid JSON: {err}") from None
+        config = read_json(path / CONFIG_NAME, "config")
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "config_path" in config and "format" not in config
+
+
+def missing_files(model_dir: Path) -> list[str]:
+    """The files that every ELMoForManyLangs model directory holds and `model_dir` lacks."""
+    return [name for name in MODEL_FILES if not (model_dir / name).is_file()]
+
+
+def missing_files_error(model_dir: Path, missing: list[str]) -> MissingFileError:
+    """The error for an ELMoForManyLangs model directory that lacks `missing` files."""
+    return MissingFileError(
+        2,
+        f"ELMoForManyLangs model directory {model_dir} lacks {', '.join(missing)} (a model "
+        f"holds {', '.join(MODEL_FILES)}, the architecture JSON its config.json names and, "
+        f"with a word embedding, {WORD_DICTIONARY})",
+        str(model_dir / missing[0]),
+    )
+
+
+def _climbs_out(name: str) -> bool:
+    """Whether a path written in a config leaves the folder it is read from."""
+    paths = (PurePosixPath(name), PureWindowsPath(name))
+    return any(p.is_absolute() or p.anchor or ".." in p.parts for p in paths)
 
 
 def read_architecture(model_dir: Path) -> tuple[dict[str, Any], str]:
-    """The architecture JSON named by `config.json`'s `config_path`, and where it came from.
+    """The architecture JSON named by `config.json`'s `config_path`, and which file it was.
 
-    Looked up as their `Embedder` does: relative to the model directory, then by its file name
-    in the model directory, then (for the name of a published architecture) their packaged copy.
+    A model directory is read only from inside itself: a relative `config_path` is looked up in
+    it, and one that is absolute or climbs out with `..` (the published models name a path on
+    the machine they were trained on) by its file name in it; then, for the name of a published
+    architecture, their packaged copy.
     """
     config_file = model_dir / CONFIG_NAME
-    config = _read_json(config_file, "config")
+    config = read_json(config_file, "ELMoForManyLangs config")
     config_path = config.get("config_path") if isinstance(config, dict) else None
-    if not isinstance(config_path, str) or not config_path:
+    if not isinstance(config_path, str) or not config_path.strip():
         raise ValueError(
             f"{config_file} has no 'config_path' naming the architecture JSON "
             f"(such as cnn_50_100_512_4096_sample.json); is this an ELMoForManyLangs model?"
         )
-    candidates = [model_dir / config_path, model_dir / Path(config_path.replace("\\", "/")).name]
+    name = PureWindowsPath(config_path).name  # the last part, after / or \\
+    candidates = [model_dir / name] if name not in ("", ".", "..") else []
+    if not _climbs_out(config_path):
+        candidates.insert(0, model_dir / config_path)
     for candidate in candidates:
         if candidate.is_file():
-            return _read_json(candidate, "architecture"), str(candidate)
-    name = Path(config_path.replace("\\", "/")).name
+            source = str(candidate)
+            if candidate != model_dir / config_path:
+                logger.info(
+                    "%s names the architecture %r, outside %s; reading %s",
+                    config_file,
+                    config_path,
+                    model_dir,
+                    candidate,
+                )
+                source = f"{candidate} (config.json names {config_path!r})"
+            return read_json(candidate, "ELMoForManyLangs architecture"), source
     if name in PUBLISHED_ARCHITECTURE_NAMES:
         warnings.warn(
             f"{config_file} names the architecture {config_path!r}, which is not in "
@@ -416,10 +477,11 @@ def read_architecture(model_dir: Path) -> tuple[dict[str, Any], str]:
             stacklevel=3,
         )
         return json.loads(json.dumps(PUBLISHED_ARCHITECTURE)), f"the published {name}"
+    outside = " (a model directory is read only from inside itself)" * _climbs_out(config_path)
     tried = ", ".join(str(c) for c in candidates)
     raise FileNotFoundError(
         f"{config_file} names the architecture {config_path!r}, which is not there (tried "
-        f"{tried}); copy the architecture JSON into {model_dir}"
+        f"{tried}){outside}; copy the architecture JSON into {model_dir}"
     )
 
 
@@ -491,11 +553,12 @@ def read_elmoformanylangs(
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise MissingFileError(2, "ELMoForManyLangs model directory does not exist", str(model_dir))
+    missing = missing_files(model_dir)
+    if missing:
+        raise missing_files_error(model_dir, missing)
     architecture, source = read_architecture(model_dir)
     embedder = architecture.get("token_embedder") if isinstance(architecture, dict) else None
     word_dim = embedder.get("word_dim", 0) if isinstance(embedder, dict) else 0
-    chars = read_dictionary(model_dir / CHAR_DICTIONARY)
-    words = read_dictionary(model_dir / WORD_DICTIONARY) if word_dim else None
     token_embedder_path = model_dir / TOKEN_EMBEDDER_WEIGHTS
     encoder_path = model_dir / ENCODER_WEIGHTS
     token_embedder = load_state_dict(token_embedder_path)
@@ -510,6 +573,18 @@ def read_elmoformanylangs(
                 f"required by {source}"
             )
         rows[kind] = 0 if table is None or table.dim() != 2 else table.shape[0]
+    chars = read_dictionary(
+        model_dir / CHAR_DICTIONARY,
+        rows["char"] or None,
+        f"the character embedding of {token_embedder_path}",
+    )
+    words = None
+    if word_dim:
+        words = read_dictionary(
+            model_dir / WORD_DICTIONARY,
+            rows["word"] or None,
+            f"the word embedding of {token_embedder_path}",
+        )
     options = architecture_options(
         architecture, rows["char"], rows["word"], f"architecture {source}"
     )

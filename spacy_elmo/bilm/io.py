@@ -10,22 +10,19 @@ import json
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping, Union
 
 import numpy
 import torch
 
 from ..atomic_files import atomic_path
+from .json_files import MissingFileError, read_json
 from .options import BiLMOptions
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 FORMAT_NAME = "spacy-elmo-bilm"
 FORMAT_VERSION = 1
-
-
-class MissingFileError(FileNotFoundError, ValueError):
-    """A weights or options file that does not exist (both a FileNotFoundError and a ValueError)."""
 
 
 # ---------------------------------------------------------------------- hdf5 <-> state dict
@@ -133,25 +130,17 @@ def _read_datasets(weight_file: Path, options_source: str, options: BiLMOptions)
                         f"{tuple(found[name])} but {options_source} implies {shape}; the "
                         f"options do not match the weights"
                     )
-                dtype = hdf5[name].dtype
-                if dtype.kind not in "fiu":
-                    kind = "complex" if dtype.kind == "c" else "non-numeric"
-                    raise ValueError(
-                        f"weights file {weight_file}: dataset '{name}' has {kind} dtype {dtype}; "
-                        f"ELMo weights are real numbers"
-                    )
+                source = f"weights file {weight_file}"
+                check_dtype(name, hdf5[name].dtype, source, "dataset")  # before reading it
                 try:
-                    array = numpy.asarray(hdf5[name][...], dtype=numpy.float32)
+                    array = hdf5[name][...]  # as stored: checked before the cast to float32
                 except (OSError, KeyError, RuntimeError) as err:
                     raise ValueError(
                         f"weights file {weight_file}: cannot read dataset '{name}' ({err}); "
                         f"the file may be truncated or corrupted"
                     ) from None
-                if not numpy.isfinite(array).all():
-                    raise ValueError(
-                        f"weights file {weight_file}: dataset '{name}' contains NaN or inf"
-                    )
-                arrays[name] = array
+                check_weights({name: array}, source, "dataset")
+                arrays[name] = numpy.asarray(array, dtype=numpy.float32)
             unexpected = sorted(set(found) - set(expected))
             if unexpected:
                 raise ValueError(
@@ -257,10 +246,18 @@ def read_saved_options(directory: str | Path) -> BiLMOptions:
         raise MissingFileError(
             2, f"saved biLM directory {directory} has no {CONFIG_NAME}", str(config_path)
         )
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{config_path} is not valid JSON: {err}") from None
+    config = read_json(config_path, "biLM config")
+    if isinstance(config, dict) and "config_path" in config and "format" not in config:
+        # The config.json of an ELMoForManyLangs model, in a folder without its other files.
+        from .elmoformanylangs import missing_files, missing_files_error
+
+        missing = missing_files(Path(directory))
+        if missing:
+            raise missing_files_error(Path(directory), missing)
+        raise ValueError(
+            f"{directory} is an ELMoForManyLangs model directory, not a saved biLM: read it "
+            f"with BiLM.from_elmoformanylangs (or BiLM.load)"
+        )
     if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
         raise ValueError(
             f"{config_path} is not a spacy-elmo biLM config (no format '{FORMAT_NAME}')"
@@ -280,12 +277,11 @@ def read_saved(
     against `state_shapes(options)`, the shape of every tensor of the model they describe."""
     directory = Path(directory)
     config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-    for path in (config_path, weights_path):
-        if not path.exists():
-            raise MissingFileError(
-                2, f"saved biLM directory {directory} has no {path.name}", str(path)
-            )
     options = read_saved_options(directory)
+    if not weights_path.exists():
+        raise MissingFileError(
+            2, f"saved biLM directory {directory} has no {WEIGHTS_NAME}", str(weights_path)
+        )
     size = weights_path.stat().st_size
     if 2 * options.n_parameters() > size:  # checked before anything of that size is allocated
         raise ValueError(
@@ -308,7 +304,7 @@ def read_saved(
             f"{weights_path} has tensors that {config_path} does not describe: "
             f"{', '.join(unexpected[:5])}"
         )
-    check_finite(state, str(weights_path))
+    check_weights(state, str(weights_path))
     return options, state
 
 
@@ -360,10 +356,66 @@ def _first_line(error: Exception) -> str:
     return str(error).splitlines()[0] if str(error) else repr(error)
 
 
-def check_finite(state: dict[str, torch.Tensor], source: str) -> None:
-    """Raise ValueError naming the first tensor of `state` that is not real and finite."""
-    for key, tensor in state.items():
-        if tensor.is_complex() or tensor.dtype == torch.bool:
-            raise ValueError(f"{source}: tensor '{key}' has dtype {tensor.dtype}, not real numbers")
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise ValueError(f"{source}: tensor '{key}' contains NaN or inf")
+# ---------------------------------------------------------------------- the weights' values
+# The one check of every weight source (hdf5, safetensors, ELMoForManyLangs .pkl, checkpoints,
+# a pipeline's bytes), made on the values as stored, before the cast to the float32 that
+# `BiLM` computes in: floating-point numbers whose cast is exact (float16, bfloat16) or the
+# nearest float32 (float64, within float32's range). Integers, booleans and complex numbers
+# are not weights: a cast would make numbers of them silently (a complex tensor's imaginary
+# part would be dropped).
+WEIGHT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
+
+Weights = Union[torch.Tensor, numpy.ndarray]
+
+
+def check_dtype(key: str, dtype: Any, source: str, what: str = "tensor") -> None:
+    """ValueError unless `dtype` (numpy or torch) is one of WEIGHT_DTYPES."""
+    name = str(dtype).removeprefix("torch.")
+    if name in WEIGHT_DTYPES:
+        return
+    if name.startswith("complex"):
+        kind = "complex"
+    elif name == "bool":
+        kind = "boolean"
+    elif name.startswith(("int", "uint")):
+        kind = "integer"
+    elif name.startswith("float"):
+        kind = "unsupported floating-point"
+    else:
+        kind = "non-numeric"
+    raise ValueError(
+        f"{source}: {what} '{key}' has {kind} dtype {name}; ELMo weights are real numbers "
+        f"stored as {', '.join(WEIGHT_DTYPES)}"
+    )
+
+
+def check_weights(state: Mapping[str, Weights], source: str, what: str = "tensor") -> None:
+    """Raise ValueError naming the first tensor (or array) of `state` that is not weights: a
+    dtype not in WEIGHT_DTYPES, a NaN or infinity, or a float64 value past float32's range."""
+    for key, value in state.items():
+        check_dtype(key, value.dtype, source, what)
+        if isinstance(value, numpy.ndarray):
+            if not value.dtype.isnative:  # a big-endian file: the same values, swapped bytes
+                value = value.astype(value.dtype.newbyteorder("="))
+            value = torch.from_numpy(numpy.ascontiguousarray(value))
+        finite = torch.isfinite(value)
+        if not finite.all():
+            index = int((~finite).flatten().nonzero()[0])
+            bad = value.flatten()[index].item()
+            position = [int(i) for i in numpy.unravel_index(index, tuple(value.shape))]
+            raise ValueError(
+                f"{source}: {what} '{key}' contains NaN or inf ({int((~finite).sum()):,} of "
+                f"{value.numel():,} values; {bad} at {position})"
+            )
+        if value.dtype == torch.float64 and value.numel():
+            largest = value.abs().max().item()
+            if largest > FLOAT32_MAX:
+                raise ValueError(
+                    f"{source}: {what} '{key}' holds float64 values up to {largest:.3g}, past "
+                    f"float32's largest ({FLOAT32_MAX:.3g}): they would become infinite"
+                )
+
+
+# The name the pretraining and the spaCy layers import.
+check_finite = check_weights

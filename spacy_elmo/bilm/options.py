@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import copy
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .chars import MAX_CHARS_PER_TOKEN, N_CHARACTERS
+from .json_files import read_json
 
 ACTIVATIONS = ("relu", "tanh")
 # How tokens become character ids: ELMo's UTF-8 bytes (docs/MODEL.md §4), or the character (and
@@ -275,19 +275,7 @@ class BiLMOptions:
     @classmethod
     def from_file(cls, path: str | Path) -> BiLMOptions:
         """Read an options.json file."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark is dropped
-        except FileNotFoundError:
-            raise FileNotFoundError(f"options file {path} does not exist") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"options file {path} is not valid JSON (not UTF-8 text)") from None
-        except OSError as err:
-            raise ValueError(f"cannot read options file {path}: {err}") from None
-        try:
-            options = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"options file {path} is not valid JSON: {err}") from None
+        options = read_json(path, "options file")  # size-bounded; a byte-order mark dropped
         return cls.from_dict(options, source=f"options file {path}")
 
     def n_parameters(self) -> int:

@@ -11,6 +11,7 @@ name them, saved with torch.save).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.elmoformanylangs import is_elmoformanylangs_dir
+from spacy_elmo.bilm.elmoformanylangs import is_elmoformanylangs_dir, read_architecture
 
 from .efml_reference import (
     architecture,
@@ -227,9 +228,79 @@ def test_unsupported_architectures_are_named(tmp_path):
 
 
 def test_cli_load_bilm_recognises_the_directory(tmp_path):
-    from spacy_elmo.cli import load_bilm
+    from spacy_elmo.bilm.sources import load_bilm
 
     directory, _, _ = make_model(tmp_path, 5)
     bilm = load_bilm(directory, None, None)
     assert bilm.lexicon is not None
     assert os.path.exists(directory / "encoder.pkl")
+
+
+# ------------------------------------------------------------------ paths outside the folder
+@pytest.mark.parametrize(
+    "config_path",
+    [
+        "{outside}/cnn_tiny.json",  # an absolute path (theirs: the machine it was trained on)
+        "../outside/cnn_tiny.json",  # a relative path that climbs out
+        "sub/../../outside/cnn_tiny.json",
+        "C:\\train\\configs\\cnn_tiny.json",  # a Windows path
+        "{outside}/not_in_the_folder.json",  # no copy in the folder: an error, never read
+    ],
+)
+def test_a_model_folder_is_read_only_from_inside_itself(tmp_path, caplog, config_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("cnn_tiny.json", "not_in_the_folder.json"):
+        (outside / name).write_text("not JSON: opened, it would be an error", encoding="utf-8")
+    config_path = config_path.format(outside=outside)
+    directory = model_naming_its_architecture(tmp_path, config_path)
+    (directory / "cnn_tiny.json").write_text(json.dumps(architecture(0)), encoding="utf-8")
+    assert (directory / "../outside/cnn_tiny.json").resolve() == outside / "cnn_tiny.json"
+    if "not_in_the_folder" in config_path:
+        (directory / "not_in_the_folder.json").unlink()
+        with pytest.raises(FileNotFoundError, match="read only from inside itself"):
+            BiLM.from_elmoformanylangs(directory)
+        return
+    with caplog.at_level(logging.INFO, logger="spacy_elmo.bilm.elmoformanylangs"):
+        bilm = BiLM.from_elmoformanylangs(directory)
+    assert bilm.options.projection_dim == architecture(0)["encoder"]["projection_dim"]
+    # Which file was used: in the log and in the description of the source.
+    own = str(directory / "cnn_tiny.json")
+    assert f"reading {own}" in caplog.text
+    _, source = read_architecture(directory)
+    assert source.startswith(f"{own} (config.json names")
+
+
+# ------------------------------------------------------------------ the dictionaries
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("char.dic -1", "{path}, line 3: the id of {token!r} is -1; ids are 0 to {last}, the rows"),
+        ("char.dic past", "{path}, line 3: the id of {token!r} is {rows}; ids are 0 to {last}, "),
+        ("word.dic -1", "{path}, line 2: the id of {token!r} is -1; ids are 0 to {last}, the rows"),
+        ("no char.dic", "model directory {directory} lacks char.dic (a model holds config.json"),
+        ("only config.json", "{directory} lacks char.dic, token_embedder.pkl, encoder.pkl"),
+    ],
+)
+def test_dictionary_faults_name_the_file_line_and_value(tmp_path, fault, message):
+    directory, _, _ = make_model(tmp_path, 5)
+    path = directory / fault.split()[0]
+    token, rows = "", 0
+    if fault.endswith(("-1", "past")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        number = 3 if path.name == "char.dic" else 2
+        token, rows = lines[number - 1].split("\t")[0], len(read_dic(path))
+        lines[number - 1] = f"{token}\t{-1 if fault.endswith('-1') else rows}"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    else:
+        for unwanted in ["char.dic"] + ["token_embedder.pkl", "encoder.pkl", "word.dic"] * (
+            fault == "only config.json"
+        ):
+            (directory / unwanted).unlink()
+    assert is_elmoformanylangs_dir(directory)
+    expected = message.format(path=path, directory=directory, token=token, rows=rows, last=rows - 1)
+    for load in (BiLM.from_elmoformanylangs, BiLM.load):  # by name, and as the resolver finds it
+        with pytest.raises(ValueError) as error:
+            load(directory)
+        assert expected in str(error.value)
+        assert "model.safetensors" not in str(error.value)
