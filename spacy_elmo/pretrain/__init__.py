@@ -1,5 +1,6 @@
 """Train your own biLM: corpus streaming, vocabulary, training loop, checkpoints."""
 
-from .trainer import PretrainConfig, pretrain
+from .config import PretrainConfig
+from .trainer import pretrain
 
 __all__ = ["PretrainConfig", "pretrain"]

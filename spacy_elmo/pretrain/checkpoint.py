@@ -42,8 +42,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"--resume: no checkpoint at {path}; to start this run again, drop --resume (and "
-            f"add --overwrite if the directory holds an unfinished run)"
+            f"cannot resume: no checkpoint at {path}; to start this run again, do not resume "
+            f"(and overwrite the run if the directory holds an unfinished one)"
         )
     if path.stat().st_size == 0:
         raise ValueError(f"checkpoint {path} is empty (a write that never completed?)")

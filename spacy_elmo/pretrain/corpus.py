@@ -125,7 +125,7 @@ def spacy_sentence_splitter(
             nlp = spacy.blank(pipeline)
     except (ImportError, OSError, ValueError, KeyError) as err:
         raise ValueError(
-            f"--pipeline {pipeline}: not an installed spaCy pipeline, a pipeline directory or a "
+            f"pipeline {pipeline!r}: not an installed spaCy pipeline, a pipeline directory or a "
             f"language code ({str(err).splitlines()[0] if str(err) else err!r})"
         ) from None
     if not any(nlp.has_pipe(name) for name in ("sentencizer", "senter", "parser")):
@@ -188,8 +188,8 @@ def write_tokenized(
         if dev_out is not None and n_dev == 0:
             raise ValueError(
                 f"the held-out split is empty: the corpus ({names}) has {n_seen} sentences, "
-                f"fewer than one held-out sentence every {dev_every}; give held-out text with "
-                f"--dev (or more text)"
+                f"fewer than one held-out sentence every {dev_every} (dev_every); give held-out "
+                f"text (dev) or more text"
             )
     return n_sentences, n_tokens
 

@@ -1,4 +1,4 @@
-"""Static word vectors as auxiliary targets of biLM pretraining (`--static-vectors`).
+"""Static word vectors as auxiliary targets of biLM pretraining (`static_vectors`).
 
 A biLM trained on a few million words knows far fewer words than static vectors trained on
 billions (spaCy's `en_core_web_md`: 684,830 keys). Two auxiliary losses carry that knowledge
@@ -59,11 +59,11 @@ class StaticVectors:
             nlp = spacy.load(name_or_path, exclude=["*"])
         except OSError as err:
             raise ValueError(
-                f"--static-vectors {name_or_path}: not a spaCy pipeline with vectors ({err})"
+                f"static_vectors {name_or_path}: not a spaCy pipeline with vectors ({err})"
             ) from None
         vectors = nlp.vocab.vectors
         if vectors.shape[0] == 0 or vectors.shape[1] == 0:
-            raise ValueError(f"--static-vectors {name_or_path}: the pipeline has no vectors")
+            raise ValueError(f"static_vectors {name_or_path}: the pipeline has no vectors")
         table = numpy.asarray(vectors.data, dtype=numpy.float32)
         strings = nlp.vocab.strings
         rows = {strings[key]: int(row) for key, row in vectors.key2row.items() if key in strings}

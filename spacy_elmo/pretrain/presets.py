@@ -1,4 +1,4 @@
-"""Named biLM architectures for `spacy-elmo pretrain --preset NAME` (bilm-tf options dicts)."""
+"""Named biLM architectures, the `preset` setting of pretraining (bilm-tf options dicts)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A run directory belongs to one run: an exclusive lock while it trains, no silent reuse.
 
-`pretrain` into a directory that already holds a run continues it (`--resume`) or starts it
-again from nothing (`--overwrite`, which deletes the old run's files first); without either it
+`pretrain` into a directory that already holds a run continues it (`resume`) or starts it
+again from nothing (`overwrite`, which deletes the old run's files first); without either it
 is refused, so that new inputs or settings are never silently ignored in favour of an old
 corpus cache and vocabulary.
 """
@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 LOCK_NAME = "pretrain.lock"
-# What a run writes into its directory (all of it goes with --overwrite).
+# What a run writes into its directory (all of it goes with `overwrite`).
 RUN_FILES = (
     "checkpoints",
     "corpus",
@@ -54,7 +54,7 @@ class RunDirectoryLock:
             raise ValueError(
                 f"run directory {self.directory} is in use by another pretraining run "
                 f"(pid {holder}, lock file {self.path}); wait for it to end or use another "
-                f"--output"
+                f"output directory"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
@@ -92,7 +92,7 @@ def prepare_run_directory(directory: Path, resume: bool, overwrite: bool) -> Non
     Call it while holding the directory's lock.
     """
     if resume and overwrite:
-        raise ValueError("--resume continues a run and --overwrite deletes it: give only one")
+        raise ValueError("resume continues a run and overwrite deletes it: ask for only one")
     if resume:
         return
     existing = existing_run_files(directory)
@@ -100,9 +100,9 @@ def prepare_run_directory(directory: Path, resume: bool, overwrite: bool) -> Non
         return
     if not overwrite:
         raise ValueError(
-            f"run directory {directory} already holds a run ({', '.join(existing)}): continue "
-            f"it with --resume, start it again with --overwrite (deletes those files), or use "
-            f"another --output"
+            f"run directory {directory} already holds a run ({', '.join(existing)}): resume it, "
+            f"overwrite it (deletes those files and starts again), or use another output "
+            f"directory"
         )
     for name in existing:
         path = directory / name

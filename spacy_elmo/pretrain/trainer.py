@@ -1,4 +1,6 @@
-"""Train a biLM with forward and backward language-model losses (`spacy-elmo pretrain`).
+"""The pretraining loop: train a biLM with forward and backward language-model losses.
+
+The settings are `config.py`'s, the model and its loss `objective.py`'s.
 
 Resumable bit for bit: a checkpoint holds the weights, optimizer, scheduler, RNG state and
 the number of batches consumed; the batch stream is a pure function of (seed, corpus), so a
@@ -15,20 +17,20 @@ import os
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Collection, Iterator, Optional
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..atomic_files import write_text
 from ..bilm import BiLM, BiLMOptions, batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
-from ..bilm.io import check_finite, read_safetensors, write_safetensors
+from ..bilm.io import write_safetensors
 from ..bilm.lm_head import LMHead
 from .checkpoint import load_checkpoint, save_checkpoint
+from .config import DEFAULT_MAX_STEPS, PretrainConfig, build_options, resumed_config
 from .corpus import (
     iter_batches,
     iter_input_files,
@@ -38,7 +40,7 @@ from .corpus import (
     write_tokenized,
 )
 from .distill import DistillationHeads, StaticVectors
-from .presets import preset
+from .objective import LanguageModel, load_head, load_init_model, mean_loss, target_tensor
 from .rundir import RunDirectoryLock, prepare_run_directory
 from .vocab import Vocab
 
@@ -46,161 +48,6 @@ logger = logging.getLogger("spacy_elmo.pretrain")
 
 CHECKPOINT = "checkpoints/last.pt"
 METRICS = "metrics.jsonl"
-DEFAULT_MAX_STEPS = 10000
-
-
-@dataclass
-class PretrainConfig:
-    """Everything that defines a pretraining run (saved in every checkpoint)."""
-
-    inputs: list[str]
-    output: str
-    preset: str = "bundled"
-    options: Optional[dict[str, Any]] = None  # bilm-tf options; overrides `preset`
-    dev: list[str] = field(default_factory=list)  # else every `dev_every`-th sentence
-    dev_every: int = 100
-    max_dev_sentences: int = 2000
-    pipeline: str = "en"  # spaCy pipeline name/path or language code for raw text
-    pretokenized: bool = False
-    vocab_size: int = 50000
-    min_count: int = 3
-    max_sentence_tokens: int = 50
-    batch_tokens: int = 2048
-    max_steps: Optional[int] = None  # None: DEFAULT_MAX_STEPS, or the checkpoint's on resume
-    learning_rate: float = 2e-3
-    warmup_steps: int = 200
-    dropout: float = 0.1
-    clip_norm: float = 10.0
-    eval_every: int = 500
-    checkpoint_every: int = 200
-    log_every: int = 20
-    seed: int = 0
-    gpu_id: int = -1
-    mixed_precision: bool = False
-    init_from: Optional[str] = None
-    export_allennlp: bool = False
-    max_memory_gb: Optional[float] = None
-    threads: Optional[int] = None
-    static_vectors: Optional[str] = None  # spaCy pipeline whose vectors are auxiliary targets
-    vectors_weight: float = 1.0  # weight of each of the two cosine losses (distill.py)
-
-    def __post_init__(self) -> None:
-        """Raise ValueError naming the setting (and its flag) whose value cannot work."""
-        for name, (kind, low, exclusive, high, optional) in _BOUNDS.items():
-            value = getattr(self, name)
-            if value is None and optional:
-                continue
-            ok = isinstance(value, kind) and not isinstance(value, bool)
-            ok = ok and math.isfinite(value) and (value > low if exclusive else value >= low)
-            ok = ok and (high is None or value < high)
-            if not ok:
-                what = "an integer" if kind is int else "a number"
-                bounds = f"{'>' if exclusive else '>='} {low}" + (f" and < {high}" if high else "")
-                flag = _FLAGS.get(name, name.replace("_", "-"))
-                raise ValueError(f"--{flag} ({name}) must be {what} {bounds}, got {value!r}")
-        for name in ("inputs", "dev"):
-            value = getattr(self, name)
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"{name} must be a list of paths (strings), got {value!r}")
-        if not self.inputs:
-            raise ValueError("no pretraining inputs given")
-        for name in ("output", "preset", "pipeline"):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
-
-
-# setting -> (type, lower bound, whether it is exclusive, exclusive upper bound, None allowed)
-_BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
-    "dev_every": (int, 1, False, None, False),
-    "max_dev_sentences": (int, 1, False, None, False),
-    "vocab_size": (int, 4, False, None, False),
-    "min_count": (int, 1, False, None, False),
-    "max_sentence_tokens": (int, 1, False, None, False),
-    "batch_tokens": (int, 1, False, None, False),
-    "max_steps": (int, 1, False, None, True),
-    "warmup_steps": (int, 0, False, None, False),
-    "eval_every": (int, 1, False, None, False),
-    "checkpoint_every": (int, 1, False, None, False),
-    "log_every": (int, 1, False, None, False),
-    "seed": (int, 0, False, None, False),
-    "gpu_id": (int, -1, False, None, False),
-    "threads": (int, 1, False, None, True),
-    "learning_rate": ((int, float), 0, True, None, False),
-    "dropout": ((int, float), 0, False, 1, False),
-    "clip_norm": ((int, float), 0, True, None, False),
-    "vectors_weight": ((int, float), 0, False, None, False),
-    "max_memory_gb": ((int, float), 0, True, None, True),
-}
-_FLAGS = {"learning_rate": "lr"}
-# Where the run is, not what it trains: may differ on resume (the directory was moved).
-_LOCATION_SETTINGS = ("output",)
-
-
-class LanguageModel(nn.Module):
-    """biLM + shared softmax: summed NLL of the forward and backward LMs."""
-
-    def __init__(
-        self,
-        bilm: BiLM,
-        head: LMHead,
-        dropout: float,
-        distill: Optional[DistillationHeads] = None,
-    ) -> None:
-        super().__init__()
-        self.bilm = bilm
-        self.head = head
-        self.dropout = dropout
-        self.distill = distill
-
-    def forward(
-        self,
-        char_ids: torch.Tensor,
-        target_ids: torch.Tensor,
-        vector_rows: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
-        """(4,) tensor: forward NLL sum, forward count, backward NLL sum, backward count.
-
-        `target_ids` (batch, time + 2) holds the word ids of <S> w_1 .. w_n </S>, -1 after.
-        With distillation heads and `vector_rows` (static-vector rows of the same positions),
-        (8,): then the token and context cosine-distance sums and counts (`distill.py`).
-        """
-        acts = self.bilm.activations(char_ids)
-        top_forward = F.dropout(acts.forward[-1], self.dropout, self.training)
-        top_backward = F.dropout(acts.backward[-1], self.dropout, self.training)
-        # The forward LM at position t predicts token t + 1; the backward LM token t - 1.
-        forward_targets = target_ids[:, 1:]
-        forward_valid = forward_targets >= 0
-        backward_targets = target_ids[:, :-1]
-        backward_valid = acts.mask[:, 1:] & (backward_targets >= 0)
-        forward_nll = self.head.nll(
-            top_forward[:, :-1][forward_valid], forward_targets[forward_valid]
-        )
-        backward_nll = self.head.nll(
-            top_backward[:, 1:][backward_valid], backward_targets[backward_valid]
-        )
-        sums = torch.stack(
-            [
-                forward_nll,
-                forward_valid.sum().to(forward_nll.dtype),
-                backward_nll,
-                backward_valid.sum().to(backward_nll.dtype),
-            ]
-        )
-        if self.distill is None or vector_rows is None:
-            return sums
-        distances = self.distill.losses(
-            acts.token_embeddings, top_forward, top_backward, vector_rows
-        )
-        return torch.cat([sums, distances.to(sums.dtype)])
-
-
-def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
-    width = max(len(s) for s in sentences) + 2
-    targets = torch.full((len(sentences), width), -1, dtype=torch.long)
-    for i, sentence in enumerate(sentences):
-        ids = [vocab.bos, *vocab.ids(sentence), vocab.eos]
-        targets[i, : len(ids)] = torch.tensor(ids)
-    return targets
 
 
 # ---------------------------------------------------------------------- set-up
@@ -222,98 +69,6 @@ def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
     else:
         write_tokenized(files, train, splitter, config.max_sentence_tokens, dev, config.dev_every)
     return train, dev
-
-
-def build_options(config: PretrainConfig) -> BiLMOptions:
-    raw = config.options if config.options is not None else preset(config.preset)
-    return BiLMOptions.from_dict(
-        raw, source=f"preset {config.preset}" if config.options is None else "options"
-    )
-
-
-def load_init_model(path: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
-    """A saved biLM directory (with its softmax if it has one) or a bilm-tf options+hdf5 pair."""
-    directory = Path(path)
-    if (directory / "config.json").exists():
-        bilm = BiLM.load(directory)
-        if (directory / "vocab.txt").exists() and (directory / "lm_head.safetensors").exists():
-            vocab = Vocab.from_file(directory / "vocab.txt")
-            head_path = directory / "lm_head.safetensors"
-            head = LMHead(bilm.options.projection_dim, len(vocab))
-            load_head(head, read_safetensors(head_path), str(head_path), directory / "vocab.txt")
-            return bilm, vocab, head.state_dict()
-        return bilm, None, None
-    weights = sorted(directory.glob("*weights*.hdf5")) if directory.is_dir() else []
-    options = sorted(directory.glob("*options*.json")) if directory.is_dir() else []
-    if len(weights) == 1 and len(options) == 1:
-        return BiLM.from_allennlp(options[0], weights[0]), None, None
-    raise ValueError(
-        f"--init-from {path}: expected a saved biLM directory (config.json + model.safetensors) "
-        f"or a directory with one *options*.json and one *weights*.hdf5 file"
-    )
-
-
-def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_path) -> None:
-    """Load softmax weights into `head`; ValueError when they are for another vocabulary."""
-    expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in state.items()}
-    if expected != found:
-        keys = expected.keys() | found.keys()
-        differ = sorted(k for k in keys if expected.get(k) != found.get(k))
-        raise ValueError(
-            f"the softmax in {source} does not match the vocabulary {vocab_path} "
-            f"({head.vocab_size} words): tensor '{differ[0]}' has shape {found.get(differ[0])}, "
-            f"expected {expected.get(differ[0])}"
-        )
-    check_finite(state, source)
-    head.load_state_dict(state)
-
-
-def resumed_config(
-    saved: dict[str, Any], given: PretrainConfig, source: Path, explicit: Optional[Collection[str]]
-) -> PretrainConfig:
-    """The checkpoint's configuration, after checking that `given` does not contradict it.
-
-    Only `max_steps` may change on resume, and only when given (not None). With `explicit`
-    (the names of the settings given on the command line) only those are compared; the others
-    are taken from the checkpoint.
-    """
-    unknown = sorted(set(saved) - {f.name for f in fields(PretrainConfig)})
-    if unknown:
-        raise ValueError(
-            f"checkpoint {source} has settings this spacy-elmo does not know ({', '.join(unknown)})"
-        )
-    try:
-        config = PretrainConfig(**saved)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"checkpoint {source}: bad settings: {err}") from None
-    changed = []
-    for f in fields(PretrainConfig):
-        if f.name in (*_LOCATION_SETTINGS, "max_steps"):
-            continue
-        if explicit is not None and f.name not in explicit:
-            continue
-        old, new = getattr(config, f.name), getattr(given, f.name)
-        if not _same_setting(f.name, old, new):
-            flag = _FLAGS.get(f.name, f.name.replace("_", "-"))
-            changed.append(f"--{flag} is {new!r}, the run was started with {old!r}")
-    if changed:
-        raise ValueError(
-            f"--resume: {'; '.join(changed)} (checkpoint {source}). A resumed run keeps its "
-            f"settings; only --max-steps may change. Start a new run to change the others "
-            f"(another --output, or --overwrite)"
-        )
-    max_steps = given.max_steps if given.max_steps is not None else config.max_steps
-    return replace(config, output=given.output, max_steps=max_steps)
-
-
-def _same_setting(name: str, old: Any, new: Any) -> bool:
-    """Equal settings; paths are equal when they name the same file from here."""
-    if name in ("inputs", "dev") and isinstance(old, list) and isinstance(new, list):
-        return [os.path.realpath(p) for p in old] == [os.path.realpath(p) for p in new]
-    if name == "init_from" and old is not None and new is not None:
-        return os.path.realpath(old) == os.path.realpath(new)
-    return old == new
 
 
 def estimate_memory_bytes(options: BiLMOptions, vocab_size: int, batch_tokens: int) -> int:
@@ -503,14 +258,6 @@ class Pretrainer:
         ):
             return module(char_ids, targets, rows).float()
 
-    def _objective(self, sums: torch.Tensor) -> torch.Tensor:
-        """Mean NLL of both LMs, plus the weighted mean cosine distances when distilling."""
-        loss = (sums[0] / sums[1].clamp(min=1) + sums[2] / sums[3].clamp(min=1)) / 2
-        if sums.shape[0] > 4:
-            distance = sums[4] / sums[5].clamp(min=1) + sums[6] / sums[7].clamp(min=1)
-            loss = loss + self.config.vectors_weight * distance
-        return loss
-
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, Any]:
         from tqdm import tqdm
@@ -528,7 +275,7 @@ class Pretrainer:
                 epoch, sentences = next(batches)
                 self.model.train()
                 sums = self._loss(sentences, self.train_module)
-                loss = self._objective(sums)
+                loss = mean_loss(sums, config.vectors_weight)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
@@ -580,7 +327,8 @@ class Pretrainer:
         if self.stop_requested:
             if self.is_main:
                 logger.warning(
-                    "interrupted: checkpoint written at step %d; rerun with --resume", self.step
+                    "interrupted: checkpoint written at step %d; resume the run to continue",
+                    self.step,
                 )
             return {"interrupted": True, "step": self.step}
         summary = self.finish()

@@ -1,0 +1,154 @@
+"""The settings of a pretraining run: `PretrainConfig`, its defaults and checks, and what a
+resumed run may change."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Collection, Optional
+
+from ..bilm import BiLMOptions
+from .presets import preset
+
+DEFAULT_MAX_STEPS = 10000
+
+
+@dataclass
+class PretrainConfig:
+    """Everything that defines a pretraining run (saved in every checkpoint)."""
+
+    inputs: list[str]
+    output: str
+    preset: str = "bundled"
+    options: Optional[dict[str, Any]] = None  # bilm-tf options; overrides `preset`
+    dev: list[str] = field(default_factory=list)  # else every `dev_every`-th sentence
+    dev_every: int = 100
+    max_dev_sentences: int = 2000
+    pipeline: str = "en"  # spaCy pipeline name/path or language code for raw text
+    pretokenized: bool = False
+    vocab_size: int = 50000
+    min_count: int = 3
+    max_sentence_tokens: int = 50
+    batch_tokens: int = 2048
+    max_steps: Optional[int] = None  # None: DEFAULT_MAX_STEPS, or the checkpoint's on resume
+    learning_rate: float = 2e-3
+    warmup_steps: int = 200
+    dropout: float = 0.1
+    clip_norm: float = 10.0
+    eval_every: int = 500
+    checkpoint_every: int = 200
+    log_every: int = 20
+    seed: int = 0
+    gpu_id: int = -1
+    mixed_precision: bool = False
+    init_from: Optional[str] = None
+    export_allennlp: bool = False
+    max_memory_gb: Optional[float] = None
+    threads: Optional[int] = None
+    static_vectors: Optional[str] = None  # spaCy pipeline whose vectors are auxiliary targets
+    vectors_weight: float = 1.0  # weight of each of the two cosine losses (distill.py)
+
+    def __post_init__(self) -> None:
+        """Raise ValueError naming the setting whose value cannot work."""
+        for name, (kind, low, exclusive, high, optional) in _BOUNDS.items():
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            ok = isinstance(value, kind) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value) and (value > low if exclusive else value >= low)
+            ok = ok and (high is None or value < high)
+            if not ok:
+                what = "an integer" if kind is int else "a number"
+                bounds = f"{'>' if exclusive else '>='} {low}" + (f" and < {high}" if high else "")
+                raise ValueError(f"{name} must be {what} {bounds}, got {value!r}")
+        for name in ("inputs", "dev"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{name} must be a list of paths (strings), got {value!r}")
+        if not self.inputs:
+            raise ValueError("no pretraining inputs given")
+        for name in ("output", "preset", "pipeline"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+
+
+# setting -> (type, lower bound, whether it is exclusive, exclusive upper bound, None allowed)
+_BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
+    "dev_every": (int, 1, False, None, False),
+    "max_dev_sentences": (int, 1, False, None, False),
+    "vocab_size": (int, 4, False, None, False),
+    "min_count": (int, 1, False, None, False),
+    "max_sentence_tokens": (int, 1, False, None, False),
+    "batch_tokens": (int, 1, False, None, False),
+    "max_steps": (int, 1, False, None, True),
+    "warmup_steps": (int, 0, False, None, False),
+    "eval_every": (int, 1, False, None, False),
+    "checkpoint_every": (int, 1, False, None, False),
+    "log_every": (int, 1, False, None, False),
+    "seed": (int, 0, False, None, False),
+    "gpu_id": (int, -1, False, None, False),
+    "threads": (int, 1, False, None, True),
+    "learning_rate": ((int, float), 0, True, None, False),
+    "dropout": ((int, float), 0, False, 1, False),
+    "clip_norm": ((int, float), 0, True, None, False),
+    "vectors_weight": ((int, float), 0, False, None, False),
+    "max_memory_gb": ((int, float), 0, True, None, True),
+}
+# Where the run is, not what it trains: may differ on resume (the directory was moved).
+_LOCATION_SETTINGS = ("output",)
+
+
+def build_options(config: PretrainConfig) -> BiLMOptions:
+    """The architecture a new run trains: `options` if given, else the named `preset`."""
+    raw = config.options if config.options is not None else preset(config.preset)
+    return BiLMOptions.from_dict(
+        raw, source=f"preset {config.preset}" if config.options is None else "options"
+    )
+
+
+def resumed_config(
+    saved: dict[str, Any], given: PretrainConfig, source: Path, explicit: Optional[Collection[str]]
+) -> PretrainConfig:
+    """The checkpoint's configuration, after checking that `given` does not contradict it.
+
+    Only `max_steps` may change on resume, and only when given (not None). With `explicit`
+    (the names of the settings the user gave) only those are compared; the others are taken
+    from the checkpoint.
+    """
+    unknown = sorted(set(saved) - {f.name for f in fields(PretrainConfig)})
+    if unknown:
+        raise ValueError(
+            f"checkpoint {source} has settings this spacy-elmo does not know ({', '.join(unknown)})"
+        )
+    try:
+        config = PretrainConfig(**saved)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"checkpoint {source}: bad settings: {err}") from None
+    changed = []
+    for f in fields(PretrainConfig):
+        if f.name in (*_LOCATION_SETTINGS, "max_steps"):
+            continue
+        if explicit is not None and f.name not in explicit:
+            continue
+        old, new = getattr(config, f.name), getattr(given, f.name)
+        if not _same_setting(f.name, old, new):
+            changed.append(f"{f.name} is {new!r}, the run was started with {old!r}")
+    if changed:
+        raise ValueError(
+            f"resuming the run in {given.output}: {'; '.join(changed)} (checkpoint {source}). "
+            f"A resumed run keeps its settings; only max_steps may change. Start a new run to "
+            f"change the others (another output directory, or overwrite this run)"
+        )
+    max_steps = given.max_steps if given.max_steps is not None else config.max_steps
+    return replace(config, output=given.output, max_steps=max_steps)
+
+
+def _same_setting(name: str, old: Any, new: Any) -> bool:
+    """Equal settings; paths are equal when they name the same file from here."""
+    if name in ("inputs", "dev") and isinstance(old, list) and isinstance(new, list):
+        return [os.path.realpath(p) for p in old] == [os.path.realpath(p) for p in new]
+    if name == "init_from" and old is not None and new is not None:
+        return os.path.realpath(old) == os.path.realpath(new)
+    return old == new

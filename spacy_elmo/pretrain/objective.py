@@ -1,0 +1,134 @@
+"""What pretraining optimises: the biLM with its softmax head (`LanguageModel`), the
+per-batch sums it returns and the loss made of them; and the starting point of a run that
+adapts a biLM (`load_init_model`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..bilm import BiLM
+from ..bilm.io import check_finite, read_safetensors
+from ..bilm.lm_head import LMHead
+from .distill import DistillationHeads
+from .vocab import Vocab
+
+
+class LanguageModel(nn.Module):
+    """biLM + shared softmax: summed NLL of the forward and backward LMs."""
+
+    def __init__(
+        self,
+        bilm: BiLM,
+        head: LMHead,
+        dropout: float,
+        distill: Optional[DistillationHeads] = None,
+    ) -> None:
+        super().__init__()
+        self.bilm = bilm
+        self.head = head
+        self.dropout = dropout
+        self.distill = distill
+
+    def forward(
+        self,
+        char_ids: torch.Tensor,
+        target_ids: torch.Tensor,
+        vector_rows: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """(4,) tensor: forward NLL sum, forward count, backward NLL sum, backward count.
+
+        `target_ids` (batch, time + 2) holds the word ids of <S> w_1 .. w_n </S>, -1 after.
+        With distillation heads and `vector_rows` (static-vector rows of the same positions),
+        (8,): then the token and context cosine-distance sums and counts (`distill.py`).
+        """
+        acts = self.bilm.activations(char_ids)
+        top_forward = F.dropout(acts.forward[-1], self.dropout, self.training)
+        top_backward = F.dropout(acts.backward[-1], self.dropout, self.training)
+        # The forward LM at position t predicts token t + 1; the backward LM token t - 1.
+        forward_targets = target_ids[:, 1:]
+        forward_valid = forward_targets >= 0
+        backward_targets = target_ids[:, :-1]
+        backward_valid = acts.mask[:, 1:] & (backward_targets >= 0)
+        forward_nll = self.head.nll(
+            top_forward[:, :-1][forward_valid], forward_targets[forward_valid]
+        )
+        backward_nll = self.head.nll(
+            top_backward[:, 1:][backward_valid], backward_targets[backward_valid]
+        )
+        sums = torch.stack(
+            [
+                forward_nll,
+                forward_valid.sum().to(forward_nll.dtype),
+                backward_nll,
+                backward_valid.sum().to(backward_nll.dtype),
+            ]
+        )
+        if self.distill is None or vector_rows is None:
+            return sums
+        distances = self.distill.losses(
+            acts.token_embeddings, top_forward, top_backward, vector_rows
+        )
+        return torch.cat([sums, distances.to(sums.dtype)])
+
+
+def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
+    """(batch, longest + 2) word ids of <S> w_1 .. w_n </S> per sentence, -1 after its end."""
+    width = max(len(s) for s in sentences) + 2
+    targets = torch.full((len(sentences), width), -1, dtype=torch.long)
+    for i, sentence in enumerate(sentences):
+        ids = [vocab.bos, *vocab.ids(sentence), vocab.eos]
+        targets[i, : len(ids)] = torch.tensor(ids)
+    return targets
+
+
+def mean_loss(sums: torch.Tensor, vectors_weight: float) -> torch.Tensor:
+    """The training loss from `LanguageModel`'s sums: the mean NLL of both LMs, plus
+    `vectors_weight` times the mean cosine distances when distilling (8 sums)."""
+    loss = (sums[0] / sums[1].clamp(min=1) + sums[2] / sums[3].clamp(min=1)) / 2
+    if sums.shape[0] > 4:
+        distance = sums[4] / sums[5].clamp(min=1) + sums[6] / sums[7].clamp(min=1)
+        loss = loss + vectors_weight * distance
+    return loss
+
+
+def load_init_model(path: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
+    """A saved biLM directory (with its softmax if it has one) or a bilm-tf options+hdf5 pair."""
+    directory = Path(path)
+    if (directory / "config.json").exists():
+        bilm = BiLM.load(directory)
+        if (directory / "vocab.txt").exists() and (directory / "lm_head.safetensors").exists():
+            vocab = Vocab.from_file(directory / "vocab.txt")
+            head_path = directory / "lm_head.safetensors"
+            head = LMHead(bilm.options.projection_dim, len(vocab))
+            load_head(head, read_safetensors(head_path), str(head_path), directory / "vocab.txt")
+            return bilm, vocab, head.state_dict()
+        return bilm, None, None
+    weights = sorted(directory.glob("*weights*.hdf5")) if directory.is_dir() else []
+    options = sorted(directory.glob("*options*.json")) if directory.is_dir() else []
+    if len(weights) == 1 and len(options) == 1:
+        return BiLM.from_allennlp(options[0], weights[0]), None, None
+    raise ValueError(
+        f"init_from {path}: expected a saved biLM directory (config.json + model.safetensors) "
+        f"or a directory with one *options*.json and one *weights*.hdf5 file"
+    )
+
+
+def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_path) -> None:
+    """Load softmax weights into `head`; ValueError when they are for another vocabulary."""
+    expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != found:
+        keys = expected.keys() | found.keys()
+        differ = sorted(k for k in keys if expected.get(k) != found.get(k))
+        raise ValueError(
+            f"the softmax in {source} does not match the vocabulary {vocab_path} "
+            f"({head.vocab_size} words): tensor '{differ[0]}' has shape {found.get(differ[0])}, "
+            f"expected {expected.get(differ[0])}"
+        )
+    check_finite(state, source)
+    head.load_state_dict(state)
