@@ -462,11 +462,11 @@ def read_architecture(model_dir: Path) -> tuple[dict[str, Any], str]:
             source = str(candidate)
             if candidate != model_dir / config_path:
                 logger.info(
-                    "%s names the architecture %r, outside %s; reading %s",
+                    "%s names the architecture %r; reading %s, the file of that name in %s",
                     config_file,
                     config_path,
-                    model_dir,
                     candidate,
+                    model_dir,
                 )
                 source = f"{candidate} (config.json names {config_path!r})"
             return read_json(candidate, "ELMoForManyLangs architecture"), source
