@@ -4,7 +4,6 @@ adapts a biLM (`load_init_model`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import torch
@@ -14,6 +13,7 @@ from torch.nn import functional as F
 from ..bilm import BiLM
 from ..bilm.io import check_finite, read_safetensors
 from ..bilm.lm_head import LMHead
+from ..bilm.sources import resolve_source
 from .distill import DistillationHeads
 from .vocab import Vocab
 
@@ -96,26 +96,21 @@ def mean_loss(sums: torch.Tensor, vectors_weight: float) -> torch.Tensor:
     return loss
 
 
-def load_init_model(path: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
-    """A saved biLM directory (with its softmax if it has one) or a bilm-tf options+hdf5 pair."""
-    directory = Path(path)
-    if (directory / "config.json").exists():
-        bilm = BiLM.load(directory)
-        if (directory / "vocab.txt").exists() and (directory / "lm_head.safetensors").exists():
-            vocab = Vocab.from_file(directory / "vocab.txt")
-            head_path = directory / "lm_head.safetensors"
-            head = LMHead(bilm.options.projection_dim, len(vocab))
-            load_head(head, read_safetensors(head_path), str(head_path), directory / "vocab.txt")
-            return bilm, vocab, head.state_dict()
+def load_init_model(source: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
+    """The biLM to adapt, named as every entry point names one (`bilm.sources`), with its
+    softmax and vocabulary when it has them (the bundled biLM, a `spacy-elmo pretrain` run)."""
+    resolved = resolve_source(source)
+    bilm = resolved.load()
+    directory = resolved.path
+    if directory is None or resolved.kind not in ("bundled", "saved", "run"):
         return bilm, None, None
-    weights = sorted(directory.glob("*weights*.hdf5")) if directory.is_dir() else []
-    options = sorted(directory.glob("*options*.json")) if directory.is_dir() else []
-    if len(weights) == 1 and len(options) == 1:
-        return BiLM.from_allennlp(options[0], weights[0]), None, None
-    raise ValueError(
-        f"init_from {path}: expected a saved biLM directory (config.json + model.safetensors) "
-        f"or a directory with one *options*.json and one *weights*.hdf5 file"
-    )
+    vocab_path, head_path = directory / "vocab.txt", directory / "lm_head.safetensors"
+    if not (vocab_path.exists() and head_path.exists()):
+        return bilm, None, None
+    vocab = Vocab.from_file(vocab_path)
+    head = LMHead(bilm.options.projection_dim, len(vocab))
+    load_head(head, read_safetensors(head_path), str(head_path), vocab_path)
+    return bilm, vocab, head.state_dict()
 
 
 def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_path) -> None:
