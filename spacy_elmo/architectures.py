@@ -137,10 +137,6 @@ def ElmoListener(
     return _with_mix(listener, width, n_layers, mix)
 
 
-# ElmoListener's earlier name, kept importable: installed entry points may still name it.
-ElmoListenerMix = ElmoListener
-
-
 @registry.architectures(MIX)
 @takes_mix_arguments
 def ElmoMix(
@@ -196,7 +192,7 @@ def ElmoTok2Vec_v2(
     """ElmoTok2Vec.v1 with two options of the paper's section 3.3.
 
     elmo_dropout: dropout on the mixed ELMo vector in training ("a moderate amount of dropout
-    to ELMo"), its own rate: spaCy's `--training.dropout` does not change it.
+    to ELMo"), its own rate: spaCy's `training.dropout` does not change it.
     elmo_at_output: also concatenate the mixed vector to what the encoder returns,
     [encode(Maxout([x_k; ELMo_k])); ELMo_k], so the tagger or parser reads the contextual vector
     directly rather than through the encoder's narrower width; the width is then the encoder's

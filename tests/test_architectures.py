@@ -19,7 +19,7 @@ from spacy_elmo.layers.scalar_mix import scalar_mix, softmax_weights_and_gamma
 SETUP_CFG = Path(__file__).resolve().parent.parent / "setup.cfg"
 REGISTRIES = {
     "spacy_architectures": registry.architectures,
-    "spacy_layers": registry.layers,
+    "thinc_layers": registry.layers,
     "spacy_misc": registry.misc,
 }
 
@@ -43,7 +43,6 @@ def test_every_entry_point_is_the_registered_function(group, name, target):
 
 def test_listener_names():
     assert registry.architectures.get("spacy_elmo.ElmoListener.v1") is architectures.ElmoListener
-    assert architectures.ElmoListenerMix is architectures.ElmoListener  # its earlier name
     # The scalar mix is a layer; its architecture name is an alias of the same function.
     assert registry.architectures.get("spacy_elmo.ScalarMix.v1") is scalar_mix
 

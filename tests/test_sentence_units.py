@@ -47,7 +47,7 @@ def test_a_sentence_in_raw_text_gets_the_vectors_it_gets_alone(splitting, bilm):
         start += len(words)
 
 
-def test_without_split_sentences_the_doc_is_one_unit_as_before(bilm_dir, bilm):
+def test_without_split_sentences_the_doc_is_one_unit(bilm_dir, bilm):
     nlp = tiny_nlp(bilm_dir)
     nlp.initialize()
     assert nlp.config["components"]["elmo"]["model"]["split_sentences"] is False

@@ -10,8 +10,7 @@ time; the char convolutions as `conv1d` over all 50 columns; the LSTM cells are 
 op under autograd; every update is out of place; no token vectors are cached; the weights keep
 their plain (out, in) layout. That plain route is the reference of the tests
 (tests/bilm/test_fast_paths.py, tests/bilm/test_fused.py) and of benchmarks/bench_pretrain.py.
-SPACY_ELMO_REFERENCE=1 in the environment (or SPACY_ELMO_REFERENCE_TRAINING=1, its older name)
-sets it at import.
+SPACY_ELMO_REFERENCE=1 in the environment sets it at import.
 
 With `ENABLED` (the default), timed in benchmarks/results/ (kernels_cpu.md for the per-step
 products, bilm_cpu.md for inference, pretrain_cpu.md for training):
@@ -75,9 +74,7 @@ def _environment_flag(name: str) -> bool:
 
 
 # The one switch (see above).
-ENABLED = not (
-    _environment_flag("SPACY_ELMO_REFERENCE") or _environment_flag("SPACY_ELMO_REFERENCE_TRAINING")
-)
+ENABLED = not _environment_flag("SPACY_ELMO_REFERENCE")
 ONEDNN = (
     torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")

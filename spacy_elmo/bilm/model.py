@@ -250,7 +250,7 @@ class BiLM(nn.Module):
                 for weight in (cell.input_weight, cell.recurrent_weight, cell.projection_weight):
                     if weight is not None:
                         # Drawn in the (out, in) order whatever the layout (some weights are
-                        # transposed views), so that a seed gives the same weights as ever.
+                        # transposed views), so that a seed's weights do not depend on it.
                         weight.copy_(torch.empty(weight.shape).uniform_(-bound, bound))
                 cell.bias.zero_()
 

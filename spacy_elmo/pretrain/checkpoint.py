@@ -3,7 +3,7 @@
 A checkpoint is a `torch.save` archive of plain types only (dicts, lists, numbers, strings and
 tensors: the weights, the optimizer and scheduler state, the RNG state), so that it loads with
 `torch.load(weights_only=True)`, which refuses any other object: a crafted file cannot run
-code. Checkpoints of earlier versions hold the same types and load the same way.
+code.
 """
 
 from __future__ import annotations

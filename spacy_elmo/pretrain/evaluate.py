@@ -20,7 +20,7 @@ def load_language_model(model: str | Path | BiLMSource):
     """The biLM, its softmax and vocabulary: the bundled biLM or one `spacy-elmo pretrain`
     wrote (its run directory or the run's `model/`), named as `bilm.sources` takes it."""
     from ..bilm.io import read_safetensors
-    from .trainer import LanguageModel, load_head
+    from .objective import LanguageModel, load_head
 
     source = model if isinstance(model, BiLMSource) else resolve_source(model)
     model_dir = source.path
@@ -48,7 +48,7 @@ def perplexity(
     max_sentence_tokens: int = 50,
 ) -> dict[str, Any]:
     """Forward, backward and average perplexity over every sentence of `inputs`."""
-    from .trainer import target_tensor
+    from .objective import target_tensor
 
     model, vocab = load_language_model(model)
     splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(pipeline)

@@ -257,11 +257,10 @@ def test_the_switch_turns_every_fast_path_off(monkeypatch, files, reference):
 
 @pytest.mark.parametrize(
     "environment, enabled",
-    [({}, True), ({"SPACY_ELMO_REFERENCE": "1"}, False),
-     ({"SPACY_ELMO_REFERENCE_TRAINING": "1"}, False), ({"SPACY_ELMO_REFERENCE": "0"}, True)],
+    [({}, True), ({"SPACY_ELMO_REFERENCE": "1"}, False), ({"SPACY_ELMO_REFERENCE": "0"}, True)],
 )  # fmt: skip
 def test_the_environment_sets_the_switch(monkeypatch, environment, enabled):
-    names = ("SPACY_ELMO_REFERENCE", "SPACY_ELMO_REFERENCE_TRAINING", "SPACY_ELMO_DISABLE_ONEDNN")
+    names = ("SPACY_ELMO_REFERENCE", "SPACY_ELMO_DISABLE_ONEDNN")
     try:
         for name in names:
             monkeypatch.delenv(name, raising=False)
