@@ -145,13 +145,13 @@ def test_an_unwritable_output_fails_before_the_computation(embed_setup):
         with pytest.raises(ValueError, match=message):
             embed_file(bilm, text, output, progress=False, tokenize=tokenize)
     assert calls == []
-    result = run("perplexity", tmp_path, text, "--output", blocker / "out.json")
+    result = run("perplexity", text, "--output", blocker / "out.json")
     assert result.exit_code == 1 and "cannot write output" in result.output
 
 
 def test_perplexity_output_is_not_an_input(embed_setup):
     tmp_path, _, text = embed_setup
-    result = run("perplexity", tmp_path, text, "--output", text)
+    result = run("perplexity", text, "--output", text, "--force")
     assert result.exit_code == 1 and "is the input" in result.output
     assert text.read_text(encoding="utf-8").startswith("the river bank")
 

@@ -53,9 +53,9 @@ def probe(
     source = resolve_source(model if options is None else None, options, weights)
     if output.exists() and not output.is_dir():
         raise ValueError(f"output {output} is a file; name a folder for the reports")
+    check_assets(assets, settings.tasks)  # FileNotFoundError: each missing file, where to get it
     for name in REPORT_FILES:  # every report is checked before the probes run
         opt.check_new_output(output / name, force, source.files())
-    check_assets(assets, settings.tasks)  # FileNotFoundError: each missing file, where to get it
     opt.set_threads(threads if threads is not None else 1)
     bilm = source.load().to(opt.device(gpu_id))
     result = run_probes(bilm, assets, settings, log=typer.echo)

@@ -29,6 +29,7 @@ from ..bilm import BiLM, BiLMOptions, batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.io import write_safetensors
 from ..bilm.lm_head import LMHead
+from ..bilm.sources import resolve_source
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import DEFAULT_MAX_STEPS, PretrainConfig, build_options, resumed_config
 from .corpus import (
@@ -41,6 +42,7 @@ from .corpus import (
 )
 from .distill import DistillationHeads, StaticVectors
 from .objective import LanguageModel, load_head, load_init_model, mean_loss, target_tensor
+from .presets import preset
 from .rundir import RunDirectoryLock, prepare_run_directory
 from .vocab import Vocab
 
@@ -477,6 +479,27 @@ def _truncate_metrics(path: Path, step: int) -> None:
     write_text(path, "".join(line + "\n" for line in kept))
 
 
+def check_sources(config: PretrainConfig) -> None:
+    """Raise ValueError / FileNotFoundError for an input, held-out text, biLM to adapt or
+    static-vectors pipeline that is not there, so that nothing is written for a run that
+    cannot start."""
+    import spacy
+
+    if config.options is None:
+        preset(config.preset)  # an unknown name is refused here
+    for setting in ("inputs", "dev"):
+        for item in getattr(config, setting):
+            if not Path(item).exists():
+                raise FileNotFoundError(f"pretraining {setting} {item} does not exist")
+    if config.init_from:
+        resolve_source(config.init_from)
+    vectors = config.static_vectors
+    if vectors and not (spacy.util.is_package(vectors) or Path(vectors).is_dir()):
+        raise ValueError(
+            f"static_vectors {vectors}: not an installed spaCy pipeline or a pipeline directory"
+        )
+
+
 def pretrain(
     config: PretrainConfig,
     resume: bool = False,
@@ -489,6 +512,8 @@ def pretrain(
     refused unless `resume` (continue it) or `overwrite` (delete it and start again).
     """
     is_main = int(os.environ.get("RANK", "0")) == 0
+    if not resume:
+        check_sources(config)  # before the run directory or anything in it is made
     lock = RunDirectoryLock(Path(config.output)) if is_main else nullcontext()
     with lock:
         if is_main:
