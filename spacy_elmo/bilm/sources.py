@@ -5,6 +5,8 @@ Every entry point that takes a biLM (the `spacy-elmo` commands, `init-config`, p
 through `resolve_source`:
 
 * `"bundled"` (or nothing): the English biLM that ships in the package;
+* `"small"`, `"medium"`, `"original"`, `"original-5.5b"`: a published AllenNLP biLM, read from
+  the cache where `spacy-elmo download NAME` puts it (`published.py`; never downloaded here);
 * a directory written by `BiLM.save` (`config.json` + `model.safetensors`);
 * a run directory of `spacy-elmo pretrain` (its `model/` folder is the biLM);
 * a folder with one bilm-tf/AllenNLP `*options*.json` and one `*weights*.hdf5`, or the two
@@ -21,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
+from .elmoformanylangs import is_elmoformanylangs_dir
 from .io import CONFIG_NAME, WEIGHTS_NAME, MissingFileError, read_saved_options
 from .options import BiLMOptions
+from .published import CACHE_VARIABLE, PUBLISHED, cached_files, published_model
 
 if TYPE_CHECKING:
     from .model import BiLM
@@ -31,15 +35,14 @@ PathLike = Union[str, Path]
 
 BUNDLED_NAME = "bundled"
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "en_elmo_bundled"
-# The published bilm-tf/AllenNLP English models, which this version cannot download.
-PUBLISHED_NAMES = ("small", "medium", "original", "original-5.5b")
+# The published bilm-tf/AllenNLP English models, by the names `spacy-elmo download` takes.
+PUBLISHED_NAMES = tuple(PUBLISHED)
 # A run directory of `spacy-elmo pretrain` keeps its biLM here.
 RUN_MODEL_DIR = "model"
-# Files that mark an ELMoForManyLangs model directory (its loader names any that are missing).
-EFML_MARKERS = ("char.dic", "encoder.pkl", "token_embedder.pkl", "word.dic")
 KINDS = ("bundled", "saved", "run", "allennlp", "elmoformanylangs")
 ACCEPTED = (
-    "'bundled', a directory written by BiLM.save, a `spacy-elmo pretrain` run directory, a "
+    "'bundled', a published model (small, medium, original, original-5.5b), a directory "
+    "written by BiLM.save, a `spacy-elmo pretrain` run directory, a "
     "folder with one *options*.json and one *weights*.hdf5 (bilm-tf/AllenNLP), or an "
     "ELMoForManyLangs model directory"
 )
@@ -93,6 +96,8 @@ class BiLMSource:
         """A phrase for messages: which biLM this is."""
         if self.kind == "bundled":
             return "the bundled English biLM"
+        if self.kind == "allennlp" and self.name in PUBLISHED_NAMES:
+            return f"the published AllenNLP biLM '{self.name}' ({self.path})"
         if self.kind == "allennlp":
             return f"the bilm-tf/AllenNLP biLM {self.options_file} + {self.weights_file}"
         if self.kind == "run":
@@ -131,13 +136,10 @@ def resolve_source(
                 f"another biLM: {ACCEPTED}"
             )
         return BiLMSource("bundled", name, BUNDLED_DIR)
+    if name in PUBLISHED_NAMES:
+        return _published_source(name)
     path = Path(name).expanduser()
     if not path.exists():
-        if name in PUBLISHED_NAMES:
-            raise MissingFileError(
-                f"biLM '{name}' is a published AllenNLP model, which this version cannot "
-                "download: fetch its *_options.json and *_weights.hdf5 and name their folder"
-            )
         raise MissingFileError(f"biLM {name} does not exist; name {ACCEPTED}")
     if path.is_file():
         raise ValueError(
@@ -147,8 +149,22 @@ def resolve_source(
     return _resolve_directory(name, path)
 
 
+def _published_source(name: str) -> BiLMSource:
+    """A published model's files in the cache (a folder of that name is `./NAME`)."""
+    files = cached_files(name)
+    if files is None:
+        folder = published_model(name).folder()
+        raise MissingFileError(
+            f"biLM '{name}' is a published AllenNLP model that is not downloaded (not in "
+            f"{folder}); run `spacy-elmo download {name}` (or set {CACHE_VARIABLE} to the cache "
+            f"that holds it; a folder named '{name}' is ./{name})"
+        )
+    options, weights = files
+    return BiLMSource("allennlp", name, options.parent, options, weights)
+
+
 def _resolve_directory(name: str, path: Path) -> BiLMSource:
-    if any((path / marker).exists() for marker in EFML_MARKERS):
+    if is_elmoformanylangs_dir(path):
         return BiLMSource("elmoformanylangs", name, path)
     if (path / CONFIG_NAME).exists() or (path / WEIGHTS_NAME).exists():
         return BiLMSource("saved", name, path)

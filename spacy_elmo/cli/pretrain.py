@@ -6,13 +6,13 @@ match), so the settings are declared once here and validated once there.
 
 from __future__ import annotations
 
-import json
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from ..bilm.json_files import read_json
 from ..pretrain import PretrainConfig
 from . import _util as opt
 from ._util import command
@@ -128,13 +128,5 @@ def settings(params: dict[str, Any]) -> dict[str, Any]:
     values["output"] = str(params["output"])
     values["dev"] = [str(p) for p in params["dev"] or []]
     values["pipeline"] = opt.tokenizer_name(params["lang"], params["pipeline"])
-    values["options"] = _read_json(params["options"]) if params["options"] else None
+    values["options"] = read_json(params["options"], "options file") if params["options"] else None
     return values
-
-
-def _read_json(path: Path) -> Any:
-    """A JSON file's content; ValueError naming the file when it is not JSON."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"options file {path} is not valid JSON: {err}") from None

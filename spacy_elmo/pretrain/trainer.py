@@ -138,7 +138,10 @@ class Pretrainer:
         self.config = config
         if config.threads:
             torch.set_num_threads(config.threads)
-        self.device = torch.device(f"cuda:{config.gpu_id}" if config.gpu_id >= 0 else "cpu")
+        # Under torchrun each process of a machine takes its own GPU: gpu_id + its local rank.
+        local_rank = int(os.environ.get("LOCAL_RANK", "0")) if self.distributed else 0
+        gpu = config.gpu_id + local_rank
+        self.device = torch.device(f"cuda:{gpu}" if config.gpu_id >= 0 else "cpu")
         if self.distributed and not torch.distributed.is_initialized():
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             torch.distributed.init_process_group(backend)
