@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -62,6 +63,29 @@ def read_lines(path: Path, lines: Optional[LineRange] = None) -> Iterator[str]:
 def whitespace_tokenizer(line: str) -> list[str]:
     """Pre-tokenised input: tokens are separated by whitespace."""
     return line.split()
+
+
+# Tokens that a tokenizer would have split: punctuation stuck to a word, a contraction, a
+# sentence-final period on the last word of a line ("office."; "U.S." is left alone).
+_RAW_TOKEN = re.compile(
+    r"\w[,;:!?\"')\]]$|^[\"'(\[]\w|\w(n't|'s|'re|'ve|'ll|'d|'m)$", re.IGNORECASE
+)
+_FINAL_PERIOD = re.compile(r"^[^.]*\w{2}\.$")
+
+
+def raw_looking_token(path: Path, max_lines: int = 1000) -> Optional[tuple[int, str]]:
+    """The first (line number, token) among the first `max_lines` lines of `path` that looks
+    like untokenised text, or None."""
+    for number, line in enumerate(read_lines(path), start=1):
+        if number > max_lines:
+            break
+        tokens = line.split()
+        for token in tokens:
+            if len(token) > 1 and _RAW_TOKEN.search(token):
+                return number, token
+        if tokens and _FINAL_PERIOD.match(tokens[-1]):
+            return number, tokens[-1]
+    return None
 
 
 def spacy_tokenizer(lang: str = "en") -> Callable[[str], list[str]]:

@@ -119,9 +119,50 @@ def test_pretrain_options_are_the_run_settings():
     params = {p.name: p for p in typer.main.get_command(app).commands["pretrain"].params}
     assert set(params) - set(NOT_SETTINGS) == set(fields_)
     for name, field in fields_.items():
-        if field.default is not MISSING and name != "pipeline":
+        if field.default is not MISSING and name not in ("pipeline", "pretokenized"):
             assert params[name].default == field.default, name
     values = {name: param.default for name, param in params.items()}
     values.update(inputs=[Path("a.txt")], output=Path("run"), dev=None)
     config = PretrainConfig(**settings(values))
     assert config.pipeline == "en" and config.inputs == ["a.txt"] and config.output == "run"
+    assert config.pretokenized is False  # pretrain reads raw text unless told otherwise
+    values.update(pretokenized=None, lang="de")
+    assert PretrainConfig(**settings(values)).pipeline == "de"
+
+
+@pytest.mark.parametrize(
+    "given, lang, pipeline, default, expected",
+    [
+        (None, None, None, True, True),  # the command's default
+        (None, None, None, False, False),
+        (None, "de", None, True, False),  # naming a tokenizer means raw text
+        (None, None, "en_core_web_sm", True, False),
+        (False, None, None, True, False),
+        (True, None, None, False, True),
+    ],
+)
+def test_pretokenized_or_raw(given, lang, pipeline, default, expected):
+    from spacy_elmo.cli._util import is_pretokenized
+
+    assert is_pretokenized(given, lang, pipeline, default) is expected
+
+
+def test_a_tokenizer_named_for_pretokenized_input_is_an_error():
+    from spacy_elmo.cli._util import is_pretokenized
+
+    with pytest.raises(ValueError, match="give one or the other"):
+        is_pretokenized(True, "de", None, True)
+
+
+def test_embed_with_lang_tokenises_and_raw_looking_input_warns(setup):
+    tmp_path, options, weights, _ = setup
+    raw = tmp_path / "raw.txt"
+    raw.write_text("He left the office.\nno punctuation here\n", encoding="utf-8")
+    pair = ["--options", options, "--weights", weights, "-q"]
+    result = run("embed", raw, tmp_path / "a.hdf5", *pair)
+    assert result.exit_code == 0, result.output
+    assert "line 1 has the token 'office.'" in result.stderr
+    result = run("embed", raw, tmp_path / "b.hdf5", *pair, "--lang", "en")
+    assert result.exit_code == 0 and "warning" not in result.stderr
+    with h5py.File(tmp_path / "a.hdf5") as split, h5py.File(tmp_path / "b.hdf5") as tokenised:
+        assert split["0"].shape[1] == 4 and tokenised["0"].shape[1] == 5  # "office" "."

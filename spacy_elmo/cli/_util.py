@@ -155,7 +155,14 @@ def weights_option() -> Any:
 
 
 def lang_option() -> Any:
-    return typer.Option("en", "--lang", "-l", help="Language of the tokenizer for raw text.")
+    return typer.Option(
+        None,
+        "--lang",
+        "-l",
+        help="Language of the tokenizer for raw text (en when none is named); naming one "
+        "means the input is raw text.",
+        show_default=False,
+    )
 
 
 def pipeline_option() -> Any:
@@ -170,10 +177,29 @@ def pipeline_option() -> Any:
 
 def pretokenized_option(default: bool) -> Any:
     return typer.Option(
-        default,
+        None,
         "--pretokenized/--raw",
-        help="Lines are whitespace-separated tokens, or raw text that --lang/--pipeline tokenises.",
+        help="Lines are whitespace-separated tokens, or raw text that --lang/--pipeline "
+        f"tokenises. Default: {'--pretokenized' if default else '--raw'}, or --raw when "
+        "--lang or --pipeline is given.",
+        show_default=False,
     )
+
+
+def is_pretokenized(
+    pretokenized: Optional[bool], lang: Optional[str], pipeline: Optional[str], default: bool
+) -> bool:
+    """Whether the input is pre-tokenised: as given, else raw when a tokenizer is named, else
+    the command's default. A tokenizer named for pre-tokenised input is a contradiction."""
+    named = lang is not None or pipeline is not None
+    if pretokenized is None:
+        return False if named else default
+    if pretokenized and named:
+        raise ValueError(
+            "--lang/--pipeline name a tokenizer for raw text, but --pretokenized says the lines "
+            "are already tokens (split on spaces): give one or the other"
+        )
+    return pretokenized
 
 
 def batch_size_option(default: int = 64, unit: str = "sentences") -> Any:
@@ -199,16 +225,16 @@ def force_option(what: str = "an existing output") -> Any:
 
 
 # -------------------------------------------------------------------------- shared wiring
-def tokenizer_name(lang: str, pipeline: Optional[str]) -> str:
-    """What reads raw text: the pipeline when one is named, else the language."""
-    return pipeline if pipeline else lang
+def tokenizer_name(lang: Optional[str], pipeline: Optional[str]) -> str:
+    """What reads raw text: the pipeline when one is named, else the language (en)."""
+    return pipeline if pipeline else lang or "en"
 
 
-def raw_tokenizer(lang: str, pipeline: Optional[str]) -> Callable[[str], list[str]]:
+def raw_tokenizer(lang: Optional[str], pipeline: Optional[str]) -> Callable[[str], list[str]]:
     """The tokens of a raw line by `pipeline`'s tokenizer (or `lang`'s), whitespace dropped."""
     import spacy
 
-    tokenizer = (spacy.load(pipeline) if pipeline else spacy.blank(lang)).tokenizer
+    tokenizer = (spacy.load(pipeline) if pipeline else spacy.blank(lang or "en")).tokenizer
     return lambda line: [token.text for token in tokenizer(line) if not token.is_space]
 
 

@@ -20,8 +20,8 @@ def embed(
     weights: Optional[Path] = opt.weights_option(),
     top: bool = typer.Option(False, "--top", help="Write only the top layer, (n, D)."),
     average: bool = typer.Option(False, "--average", help="Write the layer average, (n, D)."),
-    pretokenized: bool = opt.pretokenized_option(True),
-    lang: str = opt.lang_option(),
+    pretokenized: Optional[bool] = opt.pretokenized_option(True),
+    lang: Optional[str] = opt.lang_option(),
     pipeline: Optional[str] = opt.pipeline_option(),
     batch_size: int = opt.batch_size_option(),
     max_tokens: Optional[int] = typer.Option(
@@ -52,7 +52,12 @@ def embed(
     opt.check_new_output(output_file, force, [input_file, *source.files()])
     opt.set_threads(threads)
     device = opt.device(gpu_id)
-    tokenize = whitespace_tokenizer if pretokenized else opt.raw_tokenizer(lang, pipeline)
+    if opt.is_pretokenized(pretokenized, lang, pipeline, default=True):
+        tokenize = whitespace_tokenizer
+        if pretokenized is None:
+            warn_if_raw(input_file)
+    else:
+        tokenize = opt.raw_tokenizer(lang, pipeline)
     bilm = source.load(stateful=stateful).to(device)
     count = embed_file(
         bilm,
@@ -65,3 +70,17 @@ def embed(
         **({"max_tokens": max_tokens} if max_tokens is not None else {}),
     )
     typer.echo(f"wrote {count} sentences to {output_file}")
+
+
+def warn_if_raw(path: Path) -> None:
+    """Warn once when pre-tokenised input looks like raw text (punctuation stuck to words)."""
+    from ..embed_file import raw_looking_token
+
+    found = raw_looking_token(path)
+    if found is not None:
+        number, token = found
+        typer.echo(
+            f"warning: {path} line {number} has the token '{token}', which looks like raw text; "
+            "lines are split on spaces only: give --raw (and --lang) to tokenise them",
+            err=True,
+        )

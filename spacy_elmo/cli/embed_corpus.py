@@ -25,8 +25,8 @@ def embed_corpus(
     weights: Optional[Path] = opt.weights_option(),
     top: bool = typer.Option(False, "--top", help="Write only the top layer, (n, D)."),
     average: bool = typer.Option(False, "--average", help="Write the layer average, (n, D)."),
-    pretokenized: bool = opt.pretokenized_option(True),
-    lang: str = opt.lang_option(),
+    pretokenized: Optional[bool] = opt.pretokenized_option(True),
+    lang: Optional[str] = opt.lang_option(),
     max_tokens: int = typer.Option(
         256, "--max-tokens", min=1, help="Longer lines run as windows of this many tokens."
     ),
@@ -65,8 +65,8 @@ def embed_corpus(
         options_file=options,
         weights_file=weights,
         output_format="top" if top else "average" if average else "all",
-        pretokenized=pretokenized,
-        lang=lang,
+        pretokenized=opt.is_pretokenized(pretokenized, lang, None, default=True),
+        lang=lang or "en",
         max_tokens=max_tokens,
         batch_size=batch_size,
         float16=float16,

@@ -18,8 +18,8 @@ def perplexity(
     model: str = opt.model_option(
         " It needs its softmax: the bundled biLM or one written by `spacy-elmo pretrain`."
     ),
-    pretokenized: bool = opt.pretokenized_option(False),
-    lang: str = opt.lang_option(),
+    pretokenized: Optional[bool] = opt.pretokenized_option(False),
+    lang: Optional[str] = opt.lang_option(),
     pipeline: Optional[str] = opt.pipeline_option(),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON here."),
     force: bool = opt.force_option(),
@@ -35,7 +35,10 @@ def perplexity(
         opt.check_new_output(output, force, [*source.files(), *inputs])
     opt.set_threads(threads)
     result = compute(
-        source, inputs, pretokenized=pretokenized, pipeline=opt.tokenizer_name(lang, pipeline)
+        source,
+        inputs,
+        pretokenized=opt.is_pretokenized(pretokenized, lang, pipeline, default=False),
+        pipeline=opt.tokenizer_name(lang, pipeline),
     )
     text = json.dumps(result, indent=2)
     if output is not None:

@@ -39,9 +39,9 @@ def pretrain(
     ),
     dev_every: int = typer.Option(DEFAULTS["dev_every"], help="Held out: every Nth sentence."),
     max_dev_sentences: int = typer.Option(DEFAULTS["max_dev_sentences"]),
-    lang: str = opt.lang_option(),
+    lang: Optional[str] = opt.lang_option(),
     pipeline: Optional[str] = opt.pipeline_option(),
-    pretokenized: bool = opt.pretokenized_option(DEFAULTS["pretokenized"]),
+    pretokenized: Optional[bool] = opt.pretokenized_option(DEFAULTS["pretokenized"]),
     vocab_size: int = typer.Option(DEFAULTS["vocab_size"], help="Softmax words (top-K)."),
     min_count: int = typer.Option(DEFAULTS["min_count"], help="Minimum count of a softmax word."),
     max_sentence_tokens: int = typer.Option(
@@ -128,5 +128,8 @@ def settings(params: dict[str, Any]) -> dict[str, Any]:
     values["output"] = str(params["output"])
     values["dev"] = [str(p) for p in params["dev"] or []]
     values["pipeline"] = opt.tokenizer_name(params["lang"], params["pipeline"])
+    values["pretokenized"] = opt.is_pretokenized(
+        params["pretokenized"], params["lang"], params["pipeline"], DEFAULTS["pretokenized"]
+    )
     values["options"] = read_json(params["options"], "options file") if params["options"] else None
     return values
