@@ -18,7 +18,7 @@ from thinc.api import Config
 
 from .architectures import LISTENER, TOK2VEC, TOK2VEC_V2, ElmoListener, architecture_defaults
 from .bilm import BiLMOptions
-from .bilm.sources import BiLMSource, resolve_source
+from .bilm.sources import PUBLISHED_NAMES, BiLMSource, resolve_source
 from .pipeline import DEFAULT_CONFIG
 
 # Every component's mix, as in configs/ner_tagger_elmo.cfg: the listener's defaults but for
@@ -111,6 +111,9 @@ class ElmoSource:
 
     @property
     def kind(self) -> str:
+        """The source's kind; "published" for a published model named as such."""
+        if self.bilm.kind == "allennlp" and self.bilm.name in PUBLISHED_NAMES:
+            return "published"
         return self.bilm.kind
 
     def weights_config(self) -> Optional[Dict[str, Any]]:
@@ -119,6 +122,8 @@ class ElmoSource:
             return {"@misc": "spacy_elmo.SavedBiLM.v1", "path": "${paths.elmo_model}"}
         if self.kind == "elmoformanylangs":
             return {"@misc": "spacy_elmo.ElmoForManyLangsWeights.v1", "path": "${paths.elmo_model}"}
+        if self.kind == "published":  # downloaded at `initialize` where it is not cached
+            return {"@misc": "spacy_elmo.PublishedWeights.v1", "name": self.bilm.name}
         if self.kind == "allennlp":
             return {
                 "@misc": "spacy_elmo.AllenNLPWeights.v1",

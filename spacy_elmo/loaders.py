@@ -9,6 +9,7 @@ from typing import Callable
 from spacy.util import registry
 
 from .bilm import BiLM
+from .bilm.published import ensure, published_model
 from .bilm.sources import BUNDLED_DIR, resolve_source
 
 BUNDLED_MODEL = BUNDLED_DIR
@@ -38,6 +39,20 @@ def _loader(name: str, *source_args: object, efml_only: bool = False) -> Callabl
 def allennlp_weights(options_file: Path, weights_file: Path) -> Callable[[], BiLM]:
     """The published AllenNLP/bilm-tf files: options.json and the weights hdf5."""
     return _loader(f"{options_file} + {weights_file}", None, options_file, weights_file)
+
+
+@registry.misc("spacy_elmo.PublishedWeights.v1")
+def published_weights(name: str) -> Callable[[], BiLM]:
+    """A published AllenNLP biLM by name (small, medium, original, original-5.5b), read from
+    the cache and downloaded into it first when missing (`bilm.published`)."""
+    published_model(name)  # an unknown name fails when the config is read
+
+    def load() -> BiLM:
+        ensure(name)
+        return resolve_source(name).load()
+
+    load.source = name  # type: ignore[attr-defined]
+    return load
 
 
 @registry.misc("spacy_elmo.SavedBiLM.v1")

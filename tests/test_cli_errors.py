@@ -87,6 +87,10 @@ CASES = {
         ["{missing}", "{folder}", "{tmp}/out"],
         ["blank:en", "{missing}", "{tmp}/out"],
     ],
+    "download": [  # names refused before any network; the mirror and cache: below
+        ["large"],
+        ["{missing}"],
+    ],
 }
 CALLS = [(command, args) for command, cases in CASES.items() for args in cases]
 
@@ -114,3 +118,22 @@ def test_bad_arguments_give_one_line_and_no_traceback(places, command, args):
         assert len(lines) == 1 and lines[0].startswith("error: "), (argv, result.stderr)
         assert "internal error" not in lines[0]
     assert sorted(p for p in places["tmp"].rglob("*")) == before, argv
+
+
+@pytest.mark.parametrize("setting", ["unreachable mirror", "unwritable cache"])
+def test_download_failures_give_one_line_and_leave_no_file(places, monkeypatch, setting):
+    """SPACY_ELMO_MIRROR on a port nothing listens on, SPACY_ELMO_CACHE under a file: one
+    line, and no file in the cache (nothing is fetched from beyond 127.0.0.1)."""
+    cache = places["tmp"] / "cache"
+    monkeypatch.setenv("SPACY_ELMO_MIRROR", "http://127.0.0.1:9")
+    if setting == "unwritable cache":
+        cache = places["blocker"] / "cache"
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(cache))
+    result = CliRunner().invoke(app, ["download", "small", "-q"])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert (
+        "SPACY_ELMO_MIRROR" if setting == "unreachable mirror" else "SPACY_ELMO_CACHE"
+    ) in lines[0]
+    assert not [p for p in places["tmp"].rglob("*") if p.is_file() and cache in p.parents]

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401 - each module registers its command on `app`
     apply,
     debug_model,
+    download,
     embed,
     embed_corpus,
     init_config,
