@@ -162,7 +162,10 @@ def test_download_then_load_by_name(mirror, fixture_files, allennlp_fixture):
 def test_download_command_and_embed_by_name(mirror, allennlp_fixture, tmp_path):
     result = CliRunner().invoke(app, ["download", "small", "-q"])
     assert result.exit_code == 0, result.output
-    assert "--model small" in result.output
+    assert "small: downloaded" in result.output and "--model small" in result.output
+    result = CliRunner().invoke(app, ["download", "small"])
+    assert result.exit_code == 0, result.output
+    assert "small: already downloaded, verified against" in result.output
     text = tmp_path / "in.txt"
     text.write_text("\n".join(" ".join(words) for words in WORDS) + "\n", encoding="utf-8")
     out = tmp_path / "out.hdf5"
@@ -230,6 +233,40 @@ def test_part_longer_than_the_file_restarts_cleanly(mirror, fixture_files):
     download("small", progress=False)
     assert mirror.ranges(SMALL.weights_name) == [f"bytes={size + 10}-", None]
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
+
+
+def test_a_whole_part_is_installed_without_a_transfer(mirror, fixture_files):
+    """A part that is already whole (a download cut between transfer and rename): the server
+    answers 416 with the size, and the part is checked and renamed."""
+    cached().mkdir(parents=True)
+    size = len(fixture_files["weights"])
+    (cached() / (SMALL.weights_name + ".part")).write_bytes(fixture_files["weights"])
+    download("small", progress=False)
+    assert mirror.ranges(SMALL.weights_name) == [f"bytes={size}-"]
+    assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
+
+
+def test_a_second_download_of_the_same_file_stops(mirror):
+    fcntl = pytest.importorskip("fcntl")
+    cached().mkdir(parents=True)
+    part = cached() / (SMALL.options_name + ".part")
+    with part.open("a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(DownloadError, match=f"another download is writing {part}"):
+            download("small", progress=False)
+    assert mirror.requests == []
+
+
+def test_a_file_mirror(fixture_files, tmp_path, monkeypatch):
+    """An air-gapped mirror can be a folder: SPACY_ELMO_MIRROR=file:///..."""
+    root = tmp_path / "mirror" / SMALL.shape
+    root.mkdir(parents=True)
+    (root / SMALL.options_name).write_bytes(fixture_files["options"])
+    (root / SMALL.weights_name).write_bytes(fixture_files["weights"])
+    monkeypatch.setenv("SPACY_ELMO_MIRROR", (tmp_path / "mirror").as_uri())
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    _, weights = download("small", progress=False)
+    assert weights.read_bytes() == fixture_files["weights"]
 
 
 # ------------------------------------------------------------------------ checksums

@@ -156,7 +156,7 @@ def download(
         if final.exists() and not force:
             _verify_cached(model, final)
             continue
-        _fetch(model, model.url(file_name, base), final, progress, retries, timeout)
+        _fetch(model, model.url(file_name, base), final, force, progress, retries, timeout)
     return (folder / model.options_name, folder / model.weights_name)
 
 
@@ -231,9 +231,16 @@ def _entry(size: int, digest: str, source: str) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ the transfer
 def _fetch(
-    model: PublishedModel, url: str, final: Path, progress: bool, retries: int, timeout: float
+    model: PublishedModel,
+    url: str,
+    final: Path,
+    force: bool,
+    progress: bool,
+    retries: int,
+    timeout: float,
 ) -> None:
-    """`url` into `final` through `final.part`: resumed, checked, then renamed."""
+    """`url` into `final` through `final.part`: resumed, checked, then renamed, all under a
+    lock on the part (another download of the same file waits for none of it: it stops)."""
     part = final.with_name(final.name + PART_SUFFIX)
     try:
         handle = part.open("a+b")
@@ -245,6 +252,11 @@ def _fetch(
     with handle:
         _lock(handle, part)
         try:
+            if final.exists() and not force:  # another download finished it meanwhile
+                if handle.seek(0, os.SEEK_END) == 0:
+                    part.unlink(missing_ok=True)
+                _verify_cached(model, final)
+                return
             _transfer_with_retries(model, url, handle, part, progress, retries, timeout)
         except BaseException:
             if handle.seek(0, os.SEEK_END) == 0:  # nothing arrived: leave no empty part
@@ -252,7 +264,7 @@ def _fetch(
             raise
         handle.flush()
         os.fsync(handle.fileno())
-    _check_and_install(model, url, part, final)
+        _check_and_install(model, url, part, final)
 
 
 def _transfer_with_retries(
@@ -280,6 +292,13 @@ def _transfer_with_retries(
                     f"continue from there ({part} keeps what arrived)"
                 ) from None
             attempt += 1
+
+
+@dataclass(frozen=True)
+class _Unsatisfiable:
+    """A 416 answer to a Range request: the file's size as the server states it."""
+
+    size: Optional[int]
 
 
 class _Cut(Exception):
@@ -310,8 +329,10 @@ def _transfer(
     """One request: the rest of the file after what `handle` holds (or all of it)."""
     offset = handle.seek(0, os.SEEK_END)
     response = _open(model, url, offset, timeout)
-    if response is None:  # 416: the part is not a prefix of the file; start again
-        handle.truncate(0)
+    if isinstance(response, _Unsatisfiable):  # 416 to a request from byte `offset`
+        if response.size == offset:  # the part is whole (its check or rename was cut)
+            return
+        handle.truncate(0)  # the part is longer than the file: start again
         offset = 0
         response = _open(model, url, 0, timeout)
     with response:
@@ -358,7 +379,7 @@ def _write(handle: BinaryIO, block: bytes, part: Path) -> None:
 
 
 def _open(model: PublishedModel, url: str, offset: int, timeout: float) -> Any:
-    """The response to a GET of `url` from byte `offset`; None for a 416 to a Range request."""
+    """The response to a GET of `url` from byte `offset` (a 416 to it: `_Unsatisfiable`)."""
     headers = {"User-Agent": "spacy-elmo", "Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
@@ -368,7 +389,8 @@ def _open(model: PublishedModel, url: str, offset: int, timeout: float) -> Any:
     except urllib.error.HTTPError as error:
         error.close()
         if error.code == 416 and offset:
-            return None
+            total = error.headers.get("Content-Range", "").rpartition("/")[2]
+            return _Unsatisfiable(int(total) if total.isdigit() else None)
         hint = (
             f"does the mirror ({MIRROR_VARIABLE}) hold {model.shape}/ as published?"
             if os.environ.get(MIRROR_VARIABLE, "").strip()

@@ -21,8 +21,10 @@ def download(
     verified against the sha256 recorded at their first download."""
     from ..bilm import published
 
+    cached = not force and published.cached_files(name) is not None
     options_file, weights_file = published.download(name, force=force, progress=not quiet)
+    state = "already downloaded, verified against" if cached else "downloaded, size and sha256 in"
     typer.echo(
-        f"{name}: {options_file.parent} ({options_file.name}, {weights_file.name}); use it as "
-        f"--model {name}"
+        f"{name}: {state} {options_file.parent / published.RECORD_NAME}; {options_file.name} "
+        f"and {weights_file.name} are in {options_file.parent}; use it as --model {name}"
     )
