@@ -149,13 +149,14 @@ def download(
     its options and weights files. Files already there are verified against the record of
     their first download, not fetched again, unless `force`."""
     model = published_model(name)
-    folder = _writable_folder(model.folder())
+    folder = model.folder()
     base = base_url()
     for file_name in model.file_names:
         final = folder / file_name
-        if final.exists() and not force:
+        if final.exists() and not force:  # a read-only cache is fine for this
             _verify_cached(model, final)
             continue
+        _writable_folder(folder)
         _fetch(model, model.url(file_name, base), final, force, progress, retries, timeout)
     return (folder / model.options_name, folder / model.weights_name)
 
