@@ -106,7 +106,7 @@ def mirror(fixture_files, tmp_path, monkeypatch):
     for model in (SMALL, ORIGINAL):
         server.files[f"/{model.shape}/{model.options_name}"] = fixture_files["options"]
         server.files[f"/{model.shape}/{model.weights_name}"] = fixture_files["weights"]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     monkeypatch.setenv("SPACY_ELMO_MIRROR", server.url + "/")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
