@@ -12,7 +12,7 @@ from .layers.elmo_model import elmo_model
 from .layers.leading_columns import leading_columns
 from .layers.listener import ElmoLayersListener
 from .layers.own_dropout import own_dropout
-from .layers.scalar_mix import SCALAR_MIX, scalar_mix
+from .layers.scalar_mix import scalar_mix
 from .loaders import bundled_bilm
 
 MODEL = "spacy_elmo.ElmoModel.v1"
@@ -214,11 +214,6 @@ def ElmoTok2Vec_v2(
     if elmo.has_dim("nO"):
         model.set_dim("nO", width + elmo.get_dim("nO"))
     return model
-
-
-# An alias: the scalar mix is a Thinc layer (`@layers = "spacy_elmo.ScalarMix.v1"`); configs
-# that name it as an architecture resolve to the same function.
-registry.architectures(SCALAR_MIX)(scalar_mix)
 
 
 def _replace_listener(model: Model) -> Model:

@@ -43,8 +43,9 @@ def test_every_entry_point_is_the_registered_function(group, name, target):
 
 def test_listener_names():
     assert registry.architectures.get("spacy_elmo.ElmoListener.v1") is architectures.ElmoListener
-    # The scalar mix is a layer; its architecture name is an alias of the same function.
-    assert registry.architectures.get("spacy_elmo.ScalarMix.v1") is scalar_mix
+    # The scalar mix is a Thinc layer only (`@layers`), not also an architecture.
+    assert registry.layers.get("spacy_elmo.ScalarMix.v1") is scalar_mix
+    assert "spacy_elmo.ScalarMix.v1" not in registry.architectures
 
 
 def listener_config(**settings) -> Config:

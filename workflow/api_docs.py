@@ -18,12 +18,12 @@ REPO = Path(__file__).resolve().parent.parent
 GROUPS = {
     "spacy_factories": "Pipeline component factory (`[components.NAME] factory = ...`)",
     "spacy_architectures": "Architectures (`@architectures = ...`)",
-    "spacy_layers": "Layers (`@layers = ...`)",
+    "thinc_layers": "Layers (`@layers = ...`)",
     "spacy_misc": "Weight loaders (`@misc = ...`, in `[initialize.components.elmo.weights]`)",
 }
-# Names registered in a second group for older configs: (group, name) -> the group that
-# describes the function; the second group only names it as an alias.
-ALIASES = {("spacy_architectures", "spacy_elmo.ScalarMix.v1"): "spacy_layers"}
+# Names registered in a second group: (group, name) -> the group that describes the function;
+# the second group only names it as an alias. None today.
+ALIASES: dict[tuple[str, str], str] = {}
 
 
 def entry_points() -> dict[str, list[tuple[str, str]]]:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from spacy_elmo.pretrain.corpus import spacy_sentence_splitter, write_tokenized
-from spacy_elmo.pretrain.trainer import PretrainConfig
+from spacy_elmo.pretrain import PretrainConfig
 
 DEFAULTS = PretrainConfig(inputs=["-"], output="-")
 

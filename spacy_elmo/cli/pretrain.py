@@ -14,6 +14,7 @@ import typer
 
 from ..bilm.json_files import read_json
 from ..pretrain import PretrainConfig
+from ..pretrain.config import DEFAULT_MAX_STEPS
 from . import _util as opt
 from ._util import command
 
@@ -49,7 +50,8 @@ def pretrain(
     ),
     max_steps: Optional[int] = typer.Option(
         None,
-        help="Training steps (batches per rank); default 4500, on --resume the run's own.",
+        help=f"Training steps (batches per rank); default {DEFAULT_MAX_STEPS}, on --resume the "
+        "run's own.",
         show_default=False,
     ),
     batch_tokens: int = typer.Option(

@@ -254,7 +254,8 @@ def test_registered_for_configs_and_serialises():
     }
     model = registry.resolve(config)["mix"]
     assert model.attrs["layer_norm"] is True
-    assert registry.architectures.get("spacy_elmo.ScalarMix.v1") is scalar_mix
+    assert registry.layers.get("spacy_elmo.ScalarMix.v1") is scalar_mix
+    assert "spacy_elmo.ScalarMix.v1" not in registry.architectures  # a layer, no alias
     copy = scalar_mix(3).from_bytes(model.to_bytes())
     assert softmax_weights_and_gamma(copy)[0] == pytest.approx(softmax_weights_and_gamma(model)[0])
     assert softmax_weights_and_gamma(copy)[1] == pytest.approx(0.5)
