@@ -137,8 +137,9 @@ def model_option(help_extra: str = "") -> Any:
         "bundled",
         "--model",
         "-m",
-        help="The biLM: 'bundled', a BiLM.save directory, a `spacy-elmo pretrain` run directory, "
-        "a bilm-tf/AllenNLP folder or an ELMoForManyLangs directory." + help_extra,
+        help="The biLM: 'bundled', a published name (small, medium, original, original-5.5b; "
+        "after `spacy-elmo download NAME`), a BiLM.save directory, a `spacy-elmo pretrain` run "
+        "directory, a bilm-tf/AllenNLP folder or an ELMoForManyLangs directory." + help_extra,
     )
 
 
