@@ -6,8 +6,9 @@ and results; an actor keeps its model between shards; and Ray's actor restarts r
 of a worker that was killed (docs/corpus.md argues the choice).
 
 `Cluster(workers=N)` starts a local Ray instance for the run and ends it after (its processes
-share the driver's fate: they end when it ends, even by SIGKILL); `Cluster(address=...)` (or
-RAY_ADDRESS) joins a running cluster and leaves it running.
+end when the driver ends, even by SIGKILL: Ray's fate sharing, and reaper.py for the agents
+that outlive it); `Cluster(address=...)` (or RAY_ADDRESS) joins a running cluster and leaves it
+running.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
+
+from .reaper import start_reaper, stop_reaper
 
 RAY_EXTRA = "pip install 'spacy-elmo[ray]'"
 # A killed worker is restarted and its shards retried this many times (then the shard fails).
@@ -159,16 +162,22 @@ def run_tasks(
         cpus = os.cpu_count() or 1
         threads = threads or max(1, cpus // (workers or cpus))
         workers = workers or max(1, cpus // threads)
+        reaper = start_reaper()
         _init_local(ray, cpus=max(cpus, workers * threads))
     else:
+        reaper = None
         _init_join(ray, address)
     try:
         resources = ray.cluster_resources()
+        node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         if not local:
-            cpus = int(resources.get("CPU", 1))
-            threads = threads or max(1, cpus // (workers or cpus))
-            workers = workers or max(1, cpus // threads)
-        _check_resources(resources, workers, threads, cluster.gpus_per_worker, address)
+            # a worker's threads are on one node: never more than the largest node has
+            total = int(sum(node_cpus)) or 1
+            threads = threads or max(
+                1, min(int(max(node_cpus, default=1)), total // (workers or total))
+            )
+            workers = workers or max(1, sum(int(c // threads) for c in node_cpus))
+        _check_resources(resources, node_cpus, workers, threads, cluster.gpus_per_worker, address)
         actor_class = ray.remote(
             num_cpus=threads,
             num_gpus=cluster.gpus_per_worker,
@@ -184,6 +193,7 @@ def run_tasks(
     finally:
         closing = time.perf_counter()
         ray.shutdown()
+        stop_reaper(reaper)
         stats.shutdown_seconds = time.perf_counter() - closing
     return stats
 
@@ -270,17 +280,20 @@ def _gather(ray, refs: list) -> list[dict[str, Any]]:
         raise ValueError(f"a worker could not load the model: {_cause(error)}") from None
 
 
-def _check_resources(resources, workers, threads, gpus, address) -> None:
+def _check_resources(resources, node_cpus, workers, threads, gpus, address) -> None:
+    """Refuse workers that could never all start (Ray would wait for them for ever)."""
     where = f"the Ray cluster at {address}" if address else "this machine's Ray instance"
     if gpus and resources.get("GPU", 0) < workers * gpus:
         raise ValueError(
-            f"{workers} workers x {gpus} GPUs need {workers * gpus:g} GPUs; {where} has "
+            f"{workers} workers x {gpus:g} GPUs need {workers * gpus:g} GPUs; {where} has "
             f"{resources.get('GPU', 0):g}"
         )
-    if resources.get("CPU", 0) < workers * threads:
+    slots = sum(int(cpus // threads) for cpus in node_cpus)
+    if slots < workers:
         raise ValueError(
-            f"{workers} workers x {threads} threads need {workers * threads} CPUs; {where} has "
-            f"{resources.get('CPU', 0):g} (lower --workers or --threads-per-worker)"
+            f"{workers} workers x {threads} threads do not fit on {where}: its nodes have "
+            f"{', '.join(f'{c:g}' for c in node_cpus)} CPUs, room for {slots} such workers "
+            "(lower --workers or --threads-per-worker)"
         )
 
 

@@ -1,0 +1,268 @@
+"""embed-corpus on Ray against single-process `embed`, side by side in one run.
+
+For each biLM shape (the bundled biLM; a random-weight biLM of the published "small" shape,
+13.6M parameters, whose speed does not depend on its weights):
+
+* single-process `embed` (embed_file) of the whole corpus as one file, torch with 2 threads;
+* `embed-corpus --workers 1` and `--workers 2`, 1 thread each, the corpus as 50 files (50
+  shards), on a local Ray instance started by the run;
+* Ray's start-up (instance + workers with their model loaded) and per-shard overhead (the
+  driver's wall time per shard beyond the workers' compute), peak RSS per worker;
+* re-running the finished 50-shard run (nothing to do: the manifest is read, the inputs hashed).
+
+The corpus: the tokenised sentences of CoNLL-2003 train (assets/conll2003/train.txt, fetched
+by project.yml), repeated in a seeded shuffled order up to --sentences lines.
+
+Ray binds network ports, so the script re-runs itself inside a private network namespace
+(`unshare --net`, loopback only) unless it is in one. Usage:
+
+    python benchmarks/bench_corpus.py --sentences 50000 --out benchmarks/results/corpus_cpu.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.common import git_commit, machine_info  # noqa: E402
+
+IN_NAMESPACE = "SPACY_ELMO_BENCH_NETNS"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sentences", type=int, default=50_000)
+    parser.add_argument("--files", type=int, default=50)
+    parser.add_argument("--shapes", default="bundled,small")
+    parser.add_argument("--source", type=Path, default=REPO / "assets" / "conll2003" / "train.txt")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/corpus_cpu.md")
+    parser.add_argument("--work", type=Path, default=None, help="Scratch folder (a temp dir).")
+    args = parser.parse_args()
+    if os.environ.get(IN_NAMESPACE) != "1":
+        sys.exit(_rerun_in_namespace())
+    work = Path(tempfile.mkdtemp(prefix="bench_corpus_", dir=args.work))
+    try:
+        results = run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    args.out.write_text(report(results, args))
+    print(args.out.read_text())
+
+
+def _rerun_in_namespace() -> int:
+    prefix = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--net", "--map-root-user"]
+    env = {**os.environ, IN_NAMESPACE: "1", "RAY_AUTH_MODE": "disabled"}
+    command = [*prefix, "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable]
+    return subprocess.call(command + sys.argv, env=env)
+
+
+def corpus(source: Path, n: int, seed: int = 0) -> list[str]:
+    """`n` pre-tokenised sentences: CoNLL-2003 train's, reshuffled and repeated as needed."""
+    sentences, words = [], []
+    for line in source.read_text(encoding="utf-8").splitlines():
+        token = line.split(" ")[0] if line.strip() else ""
+        if token and token != "-DOCSTART-":
+            words.append(token)
+        elif words:
+            sentences.append(" ".join(words))
+            words = []
+    if words:
+        sentences.append(" ".join(words))
+    rng = random.Random(seed)
+    out: list[str] = []
+    while len(out) < n:
+        block = sentences[:]
+        rng.shuffle(block)
+        out += block
+    return out[:n]
+
+
+def run(args, work: Path) -> dict:
+    import torch
+
+    from spacy_elmo.bilm import BiLM, BiLMOptions
+    from spacy_elmo.bilm.sources import load_bilm
+    from spacy_elmo.corpus import Cluster, embed_corpus
+    from spacy_elmo.embed_file import embed_file
+    from spacy_elmo.pretrain.presets import preset
+
+    lines = corpus(args.source, args.sentences)
+    whole = work / "corpus.txt"
+    whole.write_text("".join(s + "\n" for s in lines), encoding="utf-8")
+    folder = work / "corpus"
+    per_file = -(-len(lines) // args.files)
+    for i in range(args.files):
+        chunk = lines[i * per_file : (i + 1) * per_file]
+        (folder / f"{i:03d}.txt").parent.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i:03d}.txt").write_text("".join(s + "\n" for s in chunk), encoding="utf-8")
+    tokens = sum(len(s.split()) for s in lines)
+    results: dict = {
+        "machine": machine_info("torch", "ray", "h5py"),
+        "commit": git_commit(),
+        "sentences": len(lines),
+        "tokens": tokens,
+        "files": args.files,
+        "load_before": os.getloadavg(),
+        "shapes": {},
+    }
+    for shape in args.shapes.split(","):
+        if shape == "bundled":
+            model = "bundled"
+        else:
+            torch.manual_seed(0)
+            model = str(work / f"model_{shape}")
+            BiLM(BiLMOptions.from_dict(preset(shape))).save(model)
+        row: dict = {"model": shape}
+        torch.set_num_threads(2)
+        bilm = load_bilm(model)
+        start = time.perf_counter()
+        embed_file(bilm, whole, work / "single.hdf5", progress=False)
+        row["single_seconds"] = time.perf_counter() - start
+        row["output_bytes"] = (work / "single.hdf5").stat().st_size
+        (work / "single.hdf5").unlink()
+        del bilm
+        for workers in (1, 2):
+            out = work / f"out_{shape}_{workers}"
+            start = time.perf_counter()
+            result = embed_corpus(
+                folder,
+                out,
+                model=model,
+                cluster=Cluster(workers=workers, threads_per_worker=1),
+                progress=False,
+            )
+            wall = time.perf_counter() - start
+            stats = result.stats
+            row[f"workers{workers}"] = {
+                "wall_seconds": wall,
+                "startup_seconds": stats.startup_seconds,
+                "run_seconds": stats.run_seconds,
+                "shutdown_seconds": stats.shutdown_seconds,
+                "shards": len(stats.task_seconds),
+                "task_seconds": sum(stats.task_seconds),
+                "overhead_per_shard": (stats.run_seconds * workers - sum(stats.task_seconds))
+                / len(stats.task_seconds),
+                "peak_rss_mb": sorted(w["peak_rss_mb"] for w in stats.workers.values()),
+                "load_seconds": sorted(w["load_seconds"] for w in stats.workers.values()),
+            }
+            if workers == 2:
+                start = time.perf_counter()
+                again = embed_corpus(folder, out, model=model, progress=False)
+                row["rerun_seconds"] = time.perf_counter() - start
+                row["rerun_skipped"] = len(again.skipped)
+            shutil.rmtree(out)
+        results["shapes"][shape] = row
+    # Per-shard overhead alone: 100 one-line files with the bundled biLM, 2 workers.
+    tiny = work / "tiny"
+    for i in range(100):
+        (tiny / f"{i:03d}.txt").parent.mkdir(parents=True, exist_ok=True)
+        (tiny / f"{i:03d}.txt").write_text(lines[i] + "\n", encoding="utf-8")
+    result = embed_corpus(
+        tiny, work / "tiny_out", cluster=Cluster(workers=2, threads_per_worker=1), progress=False
+    )
+    stats = result.stats
+    results["tiny_shards"] = {
+        "shards": len(stats.task_seconds),
+        "run_seconds": stats.run_seconds,
+        "startup_seconds": stats.startup_seconds,
+        "task_seconds": sum(stats.task_seconds),
+        "overhead_per_shard": (stats.run_seconds * 2 - sum(stats.task_seconds))
+        / len(stats.task_seconds),
+    }
+    results["load_after"] = os.getloadavg()
+    return results
+
+
+def report(results: dict, args) -> str:
+    n = results["sentences"]
+    rows = [
+        "| biLM | single-process embed, 2 threads | --workers 1 (1 thread) | --workers 2 "
+        "(1 thread each) | w2 / single | w2 / w1 | Ray start-up (w1, w2) | re-run, 50 shards |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    memory, overheads = [], []
+    for shape, row in results["shapes"].items():
+        single = n / row["single_seconds"]
+        w1, w2 = (n / row[f"workers{k}"]["run_seconds"] for k in (1, 2))
+        e1, e2 = (n / row[f"workers{k}"]["wall_seconds"] for k in (1, 2))
+        rows.append(
+            f"| {shape} | {single:.1f} sent/s | {w1:.1f} sent/s ({e1:.1f} with start-up) | "
+            f"{w2:.1f} sent/s ({e2:.1f} with start-up) | {w2 / single:.2f}x | {w2 / w1:.2f}x | "
+            f"{row['workers1']['startup_seconds']:.1f} s, {row['workers2']['startup_seconds']:.1f}"
+            f" s | {row['rerun_seconds']:.2f} s ({row['rerun_skipped']} skipped, no Ray start) |"
+        )
+        for k in (1, 2):
+            w = row[f"workers{k}"]
+            memory.append(
+                f"| {shape} | --workers {k} | "
+                + ", ".join(f"{m:.0f} MB" for m in w["peak_rss_mb"])
+                + f" | {', '.join(f'{s:.1f} s' for s in w['load_seconds'])} |"
+            )
+            overheads.append(
+                f"| {shape} | --workers {k} | {w['shards']} | {w['overhead_per_shard'] * 1000:.0f}"
+                " ms |"
+            )
+        rows_bytes = row["output_bytes"] / n
+        memory.append(f"| {shape} | output | {rows_bytes / 1024:.1f} KB per sentence (float32) | |")
+    tiny = results["tiny_shards"]
+    m = results["machine"]
+    return "\n".join(
+        [
+            "# embed-corpus on Ray vs single-process embed (CPU)",
+            "",
+            f"Corpus: {n:,} pre-tokenised sentences ({results['tokens']:,} tokens), CoNLL-2003 "
+            "train's sentences in a seeded shuffled order, repeated; one file for `embed`, "
+            f"{results['files']} files (50 shards) for `embed-corpus`. The `small` biLM has "
+            "random weights of the published small shape (speed does not depend on the weights).",
+            "",
+            f"Machine: {m.get('cpu', '?')}, {m.get('cpu_cores')} cores; "
+            f"torch {m.get('torch', '?')}, ray {m.get('ray', '?')}; commit {results['commit']}. "
+            f"Load average before / after: {results['load_before'][0]:.1f} / "
+            f"{results['load_after'][0]:.1f} (other jobs shared the machine when above 0.5).",
+            "",
+            f"Command: `python benchmarks/bench_corpus.py --sentences {n} --source "
+            f"{args.source.name if args.source else ''} --out {args.out.relative_to(REPO)}`"
+            " (the source as fetched into assets/conll2003/)",
+            "",
+            "Sentences per second of computing (the run without Ray's start-up; in brackets with"
+            " it):",
+            "",
+            *rows,
+            "",
+            "Targets: `--workers 2` >= 1.0x single-process with 2 threads and >= 1.8x `--workers"
+            " 1`; a re-run of a finished run < 10 s beyond Ray's start-up.",
+            "",
+            "Per-shard overhead (driver's wall time x workers, minus the workers' compute, per "
+            "shard):",
+            "",
+            "| biLM | run | shards | overhead per shard |",
+            "|---|---|---|---|",
+            *overheads,
+            f"| bundled | 100 one-line files, --workers 2 | {tiny['shards']} | "
+            f"{tiny['overhead_per_shard'] * 1000:.0f} ms |",
+            "",
+            "Peak resident memory per worker (ru_maxrss of the worker process) and model load:",
+            "",
+            "| biLM | run | peak RSS per worker | model load |",
+            "|---|---|---|---|",
+            *memory,
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
