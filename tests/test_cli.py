@@ -107,7 +107,7 @@ def test_console_script_is_installed():
 def test_pretrain_options_are_the_run_settings():
     """`spacy-elmo pretrain` has one option (or argument) per PretrainConfig field, under the
     field's name and with its default, and nothing else but what to do with the run
-    directory and --lang; the settings the command builds are accepted by PretrainConfig."""
+    directory; the settings the command builds are accepted by PretrainConfig."""
     from dataclasses import MISSING, fields
 
     import typer
@@ -119,15 +119,16 @@ def test_pretrain_options_are_the_run_settings():
     params = {p.name: p for p in typer.main.get_command(app).commands["pretrain"].params}
     assert set(params) - set(NOT_SETTINGS) == set(fields_)
     for name, field in fields_.items():
-        if field.default is not MISSING and name not in ("pipeline", "pretokenized"):
+        if field.default is not MISSING and name not in ("lang", "pretokenized"):
             assert params[name].default == field.default, name
     values = {name: param.default for name, param in params.items()}
     values.update(inputs=[Path("a.txt")], output=Path("run"), dev=None)
     config = PretrainConfig(**settings(values))
-    assert config.pipeline == "en" and config.inputs == ["a.txt"] and config.output == "run"
+    assert config.lang == "en" and config.pipeline is None
+    assert config.inputs == ["a.txt"] and config.output == "run"
     assert config.pretokenized is False  # pretrain reads raw text unless told otherwise
     values.update(pretokenized=None, lang="de")
-    assert PretrainConfig(**settings(values)).pipeline == "de"
+    assert PretrainConfig(**settings(values)).lang == "de"
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,8 @@ def perplexity(
         source,
         inputs,
         pretokenized=opt.is_pretokenized(pretokenized, lang, pipeline, default=False),
-        pipeline=opt.tokenizer_name(lang, pipeline),
+        lang=lang or "en",
+        pipeline=pipeline,
     )
     text = json.dumps(result, indent=2)
     if output is not None:

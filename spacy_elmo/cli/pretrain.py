@@ -19,9 +19,8 @@ from . import _util as opt
 from ._util import command
 
 DEFAULTS = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
-# Options that are not settings of the run: what to do with the run directory, and --lang,
-# which fills the `pipeline` setting when no pipeline is named.
-NOT_SETTINGS = ("resume", "force", "lang")
+# Options that are not settings of the run: what to do with the run directory.
+NOT_SETTINGS = ("resume", "force")
 
 
 @command("pretrain")
@@ -108,13 +107,11 @@ def pretrain(
         if getattr(ctx.get_parameter_source(name), "name", None)
         in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
     }
-    if "lang" in explicit and pipeline is None:
-        explicit.add("pipeline")
     config = PretrainConfig(**settings(given))
     summary = run_pretraining(config, resume=resume, overwrite=force, explicit=explicit)
     if summary.get("interrupted"):
         typer.echo(f"interrupted at step {summary['step']}; continue with --resume")
-        raise typer.Exit(code=130)
+        raise typer.Exit(code=128 + (summary.get("signal") or 2))  # 130 SIGINT, 143 SIGTERM
     if "dev_ppl" in summary:
         typer.echo(
             f"done: {summary['steps']} steps, {summary['tokens_seen']:,} tokens, held-out "
@@ -129,7 +126,7 @@ def settings(params: dict[str, Any]) -> dict[str, Any]:
     values["inputs"] = [str(p) for p in params["inputs"]]
     values["output"] = str(params["output"])
     values["dev"] = [str(p) for p in params["dev"] or []]
-    values["pipeline"] = opt.tokenizer_name(params["lang"], params["pipeline"])
+    values["lang"] = params["lang"] or DEFAULTS["lang"]
     values["pretokenized"] = opt.is_pretokenized(
         params["pretokenized"], params["lang"], params["pipeline"], DEFAULTS["pretokenized"]
     )

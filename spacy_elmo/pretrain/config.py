@@ -26,7 +26,8 @@ class PretrainConfig:
     dev: list[str] = field(default_factory=list)  # else every `dev_every`-th sentence
     dev_every: int = 100
     max_dev_sentences: int = 2000
-    pipeline: str = "en"  # spaCy pipeline name/path or language code for raw text
+    lang: str = "en"  # the language whose tokenizer reads raw text
+    pipeline: Optional[str] = None  # a spaCy pipeline (name or path) that reads it instead
     pretokenized: bool = False
     vocab_size: int = 50000
     min_count: int = 3
@@ -69,9 +70,11 @@ class PretrainConfig:
                 raise ValueError(f"{name} must be a list of paths (strings), got {value!r}")
         if not self.inputs:
             raise ValueError("no pretraining inputs given")
-        for name in ("output", "preset", "pipeline"):
+        for name in ("output", "preset", "lang"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+        if self.pipeline is not None and not isinstance(self.pipeline, str):
+            raise ValueError(f"pipeline must be a string or None, got {self.pipeline!r}")
 
 
 # setting -> (type, lower bound, whether it is exclusive, exclusive upper bound, None allowed)

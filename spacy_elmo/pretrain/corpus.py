@@ -11,7 +11,7 @@ import logging
 import random
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from ..atomic_files import atomic_path
 from ..bilm.batching import batches_by_padded_tokens
@@ -110,24 +110,21 @@ def _cut(text: str, max_chars: int) -> tuple[str, str]:
 
 
 def spacy_sentence_splitter(
-    pipeline: str = "en", batch_size: int = 256
+    lang: str = "en", pipeline: Optional[str] = None, batch_size: int = 256
 ) -> Callable[[Iterable[str]], Iterator[list[str]]]:
-    """Sentences of tokens from raw lines, with a spaCy pipeline name/path or a language code.
-
-    A language code gives the blank tokenizer plus the rule-based sentencizer.
+    """Sentences of tokens from raw lines: with a spaCy `pipeline` (installed name or
+    directory) when one is named, else `lang`'s blank tokenizer plus the rule-based sentencizer.
     """
     import spacy
 
     try:
-        if spacy.util.is_package(pipeline) or Path(pipeline).exists():
-            nlp = spacy.load(pipeline)
-        else:
-            nlp = spacy.blank(pipeline)
+        nlp = spacy.load(pipeline) if pipeline is not None else spacy.blank(lang)
     except (ImportError, OSError, ValueError, KeyError) as err:
-        raise ValueError(
-            f"pipeline {pipeline!r}: not an installed spaCy pipeline, a pipeline directory or a "
-            f"language code ({str(err).splitlines()[0] if str(err) else err!r})"
-        ) from None
+        what = f"pipeline {pipeline!r}: not an installed spaCy pipeline or a pipeline directory"
+        if pipeline is None:
+            what = f"lang {lang!r}: not a language spaCy has (or its extra package is missing)"
+        reason = str(err).splitlines()[0] if str(err) else repr(err)
+        raise ValueError(f"{what} ({reason})") from None
     if not any(nlp.has_pipe(name) for name in ("sentencizer", "senter", "parser")):
         nlp.add_pipe("sentencizer")
 

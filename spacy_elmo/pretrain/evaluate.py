@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -43,7 +43,8 @@ def perplexity(
     model: str | Path | BiLMSource,
     inputs: list[Path],
     pretokenized: bool = True,
-    pipeline: str = "en",
+    lang: str = "en",
+    pipeline: Optional[str] = None,
     batch_tokens: int = 4096,
     max_sentence_tokens: int = 50,
 ) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def perplexity(
     from .objective import target_tensor
 
     model, vocab = load_language_model(model)
-    splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(pipeline)
+    splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(lang, pipeline)
     sums = torch.zeros(4, dtype=torch.float64)
     n_sentences = 0
 
