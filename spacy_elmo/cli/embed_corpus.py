@@ -27,6 +27,7 @@ def embed_corpus(
     average: bool = typer.Option(False, "--average", help="Write the layer average, (n, D)."),
     pretokenized: Optional[bool] = opt.pretokenized_option(True),
     lang: Optional[str] = opt.lang_option(),
+    pipeline: Optional[str] = opt.pipeline_option(),
     max_tokens: int = typer.Option(
         256, "--max-tokens", min=1, help="Longer lines run as windows of this many tokens."
     ),
@@ -65,8 +66,9 @@ def embed_corpus(
         options_file=options,
         weights_file=weights,
         output_format="top" if top else "average" if average else "all",
-        pretokenized=opt.is_pretokenized(pretokenized, lang, None, default=True),
+        pretokenized=opt.is_pretokenized(pretokenized, lang, pipeline, default=True),
         lang=lang or "en",
+        pipeline=pipeline,
         max_tokens=max_tokens,
         batch_size=batch_size,
         float16=float16,

@@ -26,6 +26,7 @@ class EmbedJob:
     batch_size: int = 64
     pretokenized: bool = True
     lang: str = "en"
+    pipeline: Optional[str] = None  # a spaCy pipeline whose tokenizer reads raw text
     max_tokens: int = MAX_TOKENS
     float16: bool = False
     compression: Optional[str] = None
@@ -38,7 +39,15 @@ class EmbedJob:
         bilm = load_bilm(self.model, self.options_file, self.weights_file, stateful=False)
         if self.gpu:
             bilm = bilm.to("cuda")  # the GPU Ray gave this worker (CUDA_VISIBLE_DEVICES)
-        tokenize = whitespace_tokenizer if self.pretokenized else spacy_tokenizer(self.lang)
+        if self.pretokenized:
+            tokenize = whitespace_tokenizer
+        elif self.pipeline is not None:
+            import spacy
+
+            tokenizer = spacy.load(self.pipeline).tokenizer
+            tokenize = lambda line: [t.text for t in tokenizer(line) if not t.is_space]  # noqa: E731
+        else:
+            tokenize = spacy_tokenizer(self.lang)
         return bilm, tokenize
 
     def run(self, state: Any, payload: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +81,9 @@ class EmbedJob:
         return {
             "command": "embed-corpus",
             "output_format": self.output_format,
-            "tokens": "pretokenized" if self.pretokenized else f"spacy:{self.lang}",
+            "tokens": "pretokenized"
+            if self.pretokenized
+            else f"spacy:{self.pipeline or self.lang}",
             "max_tokens": self.max_tokens,
             "float16": self.float16,
             "compression": self.compression,
@@ -117,6 +128,7 @@ def embed_corpus(
     output_format: str = "all",
     pretokenized: bool = True,
     lang: str = "en",
+    pipeline: Optional[str] = None,
     max_tokens: int = MAX_TOKENS,
     batch_size: int = 64,
     float16: bool = False,
@@ -152,6 +164,7 @@ def embed_corpus(
         batch_size=batch_size,
         pretokenized=pretokenized,
         lang=lang,
+        pipeline=None if pipeline is None else _pipeline_name(pipeline),
         max_tokens=max_tokens,
         float16=float16,
         compression=compression,
@@ -160,6 +173,12 @@ def embed_corpus(
     return run_corpus(
         "embed-corpus", inputs, output_dir, job, identity, job.options(), cluster, progress
     )
+
+
+def _pipeline_name(pipeline: str) -> str:
+    """An installed package's name, or a folder's absolute path (workers load it)."""
+    path = Path(pipeline).expanduser()
+    return str(path.absolute()) if path.exists() else pipeline
 
 
 def _model_name(source) -> Optional[str]:
