@@ -31,6 +31,17 @@ def embed(
         help="Longer lines run as windows of this many tokens, vectors concatenated (256).",
         show_default=False,
     ),
+    float16: bool = typer.Option(
+        False,
+        "--float16",
+        help="Store half precision: half the size, each value within a relative 2^-11 "
+        "(4.9e-4) of float32.",
+    ),
+    compression: Optional[str] = typer.Option(
+        None,
+        "--compression",
+        help="Compress each dataset: gzip (level 4) or lzf; lossless, slower to write and read.",
+    ),
     stateful: bool = typer.Option(
         False, "--stateful", help="Carry LSTM states between batches like AllenNLP."
     ),
@@ -67,6 +78,8 @@ def embed(
         batch_size=batch_size,
         tokenize=tokenize,
         progress=not quiet,
+        float16=float16,
+        compression=compression,
         **({"max_tokens": max_tokens} if max_tokens is not None else {}),
     )
     typer.echo(f"wrote {count} sentences to {output_file}")
