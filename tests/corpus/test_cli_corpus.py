@@ -1,0 +1,91 @@
+"""`spacy-elmo embed-corpus` and `spacy-elmo apply` as commands (cases that need no Ray start)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo.cli import app
+
+OPTIONS = {
+    "embed-corpus": [
+        "--model",
+        "-m",
+        "--options",
+        "--weights",
+        "--top",
+        "--average",
+        "--pretokenized",
+        "--raw",
+        "--lang",
+        "-l",
+        "--max-tokens",
+        "--batch-size",
+        "-b",
+        "--float16",
+        "--compression",
+        "--shard-lines",
+        "--workers",
+        "--address",
+        "--threads-per-worker",
+        "--gpus-per-worker",
+        "--quiet",
+        "-q",
+    ],
+    "apply": [
+        "--text-key",
+        "--batch-size",
+        "--gpu-id",
+        "-g",
+        "--shard-docs",
+        "--workers",
+        "--address",
+        "--threads-per-worker",
+        "--gpus-per-worker",
+        "--quiet",
+    ],
+}
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.parametrize("command", sorted(OPTIONS))
+def test_help_has_the_shared_vocabulary(command):
+    result = run(command, "--help")
+    assert result.exit_code == 0
+    for option in OPTIONS[command]:
+        assert f"{option} " in result.output or f"{option}," in result.output, option
+
+
+def test_bad_input_is_one_line_naming_the_file(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_bytes(b"ok\n\xc3\x28 broken\n")
+    result = run("embed-corpus", str(tmp_path / "in"), str(tmp_path / "out"), "-q")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"error: input file {tmp_path / 'in' / 'a.txt'}, line 2: not UTF-8 text "
+        "(invalid continuation byte at byte 0)"
+    ]
+    assert not (tmp_path / "out" / "a.hdf5").exists()
+
+
+def test_apply_names_a_missing_pipeline(tmp_path):
+    (tmp_path / "a.txt").write_text("one\n")
+    result = run("apply", str(tmp_path / "nope"), str(tmp_path / "a.txt"), str(tmp_path / "o"))
+    assert result.exit_code == 1
+    assert "neither a folder nor an installed spaCy package" in result.output
+
+
+def test_without_ray_the_command_names_the_extra(tmp_path, monkeypatch):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("a b\n")
+    monkeypatch.setitem(sys.modules, "ray", None)
+    result = run("embed-corpus", str(tmp_path / "in"), str(tmp_path / "out"), "--workers", "1")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: corpus commands run on Ray, which is not installed: pip install 'spacy-elmo[ray]'"
+    )
