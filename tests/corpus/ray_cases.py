@@ -421,3 +421,19 @@ def test_killed_driver_leaves_whole_outputs_and_the_rerun_finishes(tmp_path):
             assert_same_as_embed(bundled, text, out / f"{text.stem}.hdf5")
     assert not list(out.rglob("*.tmp"))
     assert (out / MANIFEST_NAME).exists()
+
+
+def test_workers_that_cannot_be_placed_are_refused(tmp_path, cluster, tiny):
+    """A worker needing more than any node has would wait for ever: refused with the reason."""
+    write(tmp_path / "in" / "a.txt", sentences(3, seed=7))
+    cases = [
+        (Cluster(workers=1, address=cluster, gpus_per_worker=1), r"need 1 GPUs; .* has 0"),
+        (
+            Cluster(workers=1, address=cluster, threads_per_worker=2),
+            r"1 workers x 2 threads do not fit .* nodes have 1, 1 CPUs",
+        ),
+    ]
+    for engine, message in cases:
+        with pytest.raises(ValueError, match=message):
+            embed_corpus(tmp_path / "in", tmp_path / "out", **tiny, cluster=engine, progress=False)
+    assert not (tmp_path / "out" / "a.hdf5").exists()
