@@ -57,25 +57,61 @@ def bilm_layer(bilm: torch.nn.Module) -> Model[Ints3d, Floats4d]:
     )
 
 
+class NonFiniteUpdate(ValueError):
+    """A fine-tuning step of the biLM met a NaN or infinite gradient or weight: not applied."""
+
+
 class BiLMShim(PyTorchShim):
     """thinc's `PyTorchShim`, but an optimiser step writes the new values into the weights
-    rather than replacing their tensors, so that the weights keep their memory layout."""
+    rather than replacing their tensors, so that the weights keep their memory layout.
+
+    A step is all or nothing: a NaN or infinite gradient (a loss that overflowed downstream),
+    or new weights that are not finite (a learning rate that blows them up), raise
+    `NonFiniteUpdate` with every weight left as it was, instead of fine-tuning a NaN biLM.
+    """
 
     def finish_update(self, optimizer: Optimizer) -> None:
-        for name, weight in self._model.named_parameters():
-            if weight.grad is None:
-                continue
+        params = [(n, w) for n, w in self._model.named_parameters() if w.grad is not None]
+        try:
             if not self._grad_scaler.found_inf:  # no step when a gradient overflowed
-                # Contiguous (out, in) arrays, whatever the layout: thinc's optimiser then
-                # updates a plain weight in place and sums the gradient norm in row order.
-                data, grad = weight.data.contiguous(), weight.grad.contiguous()
-                values, _ = optimizer((self.id, name), torch2xp(data), torch2xp(grad))
-                new = xp2torch(values, device=weight.device)
-                if new.data_ptr() != weight.data_ptr():  # else updated in place already
-                    with torch.no_grad():
-                        weight.copy_(new)
-            weight.grad.zero_()
-        self._grad_scaler.update()
+                self._step(params, optimizer)
+        finally:  # the gradients are spent, applied or not
+            for _, weight in params:
+                weight.grad.zero_()
+            self._grad_scaler.update()
+
+    def _step(self, params: list[tuple[str, torch.nn.Parameter]], optimizer: Optimizer) -> None:
+        _check_finite(params, "gradient", lambda weight: weight.grad)
+        updates = []
+        for name, weight in params:
+            # Contiguous (out, in) arrays, whatever the layout: thinc's optimiser then updates
+            # a plain copy and sums the gradient norm in row order. A copy, so that the weight
+            # is written only once every new value is known to be finite.
+            data = weight.data.clone(memory_format=torch.contiguous_format)
+            grad = weight.grad.contiguous()
+            values, _ = optimizer((self.id, name), torch2xp(data), torch2xp(grad))
+            updates.append((name, xp2torch(values, device=weight.device)))
+        _check_finite(updates, "updated weight", lambda new: new)
+        for (_, weight), (_, new) in zip(params, updates):
+            # Through `.data`, as thinc's in-place step: a graph built before this update and
+            # backpropagated after it (spaCy's listeners lag one step) is not invalidated.
+            weight.data.copy_(new)
+
+
+def _check_finite(named: list, what: str, tensor_of: Callable[[Any], torch.Tensor]) -> None:
+    """NonFiniteUpdate naming the first of `named` whose tensor holds NaN or inf."""
+    for name, item in named:
+        tensor = tensor_of(item)
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            bad = tensor.flatten()[int((~finite).flatten().nonzero()[0])].item()
+            raise NonFiniteUpdate(
+                f"fine-tuning the elmo biLM: the {what} of '{name}' holds {bad} "
+                f"({int((~finite).sum()):,} of {tensor.numel():,} values); the update was not "
+                "applied and the biLM's weights are unchanged. A loss that overflowed "
+                "downstream or a learning rate too high for fine-tuning "
+                "(training.optimizer.learn_rate) makes them; lower it, or keep the biLM frozen"
+            )
 
 
 def torch_bilm(layer: Model) -> BiLM:

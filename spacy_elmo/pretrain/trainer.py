@@ -15,11 +15,12 @@ import logging
 import math
 import os
 import signal
+import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any, Collection, Iterator, Optional
+from typing import Any, Collection, Iterator, NoReturn, Optional
 
 import torch
 from torch import nn
@@ -50,6 +51,20 @@ logger = logging.getLogger("spacy_elmo.pretrain")
 
 CHECKPOINT = "checkpoints/last.pt"
 METRICS = "metrics.jsonl"
+# Written when a run diverges (the step, loss, gradient norm, learning rate and the step of the
+# checkpoint kept); removed by the next checkpoint. While it is there, a resumed run may change
+# the settings that tame a divergence.
+DIVERGED = "checkpoints/diverged.json"
+DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# A mean NLL (nats a token) past this has a perplexity no float holds (exp overflows): counted
+# as a divergence like NaN, as no model reaches it that has not blown up (uniform guessing over
+# V words costs ln V, about 11 nats for 50,000).
+MAX_LOSS = math.log(sys.float_info.max)
+
+
+class TrainingDiverged(ValueError):
+    """A non-finite loss, gradient, weight or held-out loss: the run stopped before writing it."""
 
 
 # ---------------------------------------------------------------------- set-up
@@ -59,7 +74,9 @@ def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
     if train.exists() and dev.exists():
         return train, dev
     splitter = (
-        pretokenized_splitter if config.pretokenized else spacy_sentence_splitter(config.pipeline)
+        pretokenized_splitter
+        if config.pretokenized
+        else spacy_sentence_splitter(config.lang, config.pipeline)
     )
     files = iter_input_files(config.inputs)
     if not files:
@@ -129,10 +146,16 @@ class Pretrainer:
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         checkpoint = None
+        self.checkpoint_step: Optional[int] = None
+        remedied: dict[str, tuple[Any, Any]] = {}
         if resume:
             path = self.work / CHECKPOINT
             checkpoint = load_checkpoint(path)
-            config = resumed_config(checkpoint["config"], config, path, explicit)
+            saved, remedied = _remedies_after_divergence(
+                checkpoint["config"], config, self.work / DIVERGED, explicit
+            )
+            config = resumed_config(saved, config, path, explicit)
+            self.checkpoint_step = checkpoint["step"]
         elif config.max_steps is None:
             config = replace(config, max_steps=DEFAULT_MAX_STEPS)
         self.config = config
@@ -200,6 +223,14 @@ class Pretrainer:
         self.train_seconds = 0.0
         if checkpoint is not None:
             self._restore(checkpoint)
+            if remedied:
+                self._set_learning_rate()
+                if self.is_main:
+                    logger.warning(
+                        "resuming after a divergence from the checkpoint of step %d with %s",
+                        self.step,
+                        ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in remedied.items()),
+                    )
             if self.is_main:
                 _truncate_metrics(self.work / METRICS, self.step)
         self.train_module: nn.Module = self.model
@@ -212,6 +243,9 @@ class Pretrainer:
                 find_unused_parameters=True,
             )
         self.stop_requested = False
+        self.stop_signal: Optional[int] = None
+        self.last_train_ppl: Optional[float] = None  # the last one logged
+        self.checkpoint_ppl: Optional[float] = None  # the last one logged before the checkpoint
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
         """Weights, optimizer, scheduler and RNG state from a checked checkpoint."""
@@ -230,6 +264,16 @@ class Pretrainer:
         self.step = checkpoint["step"]
         self.tokens_seen = checkpoint["tokens_seen"]
         self.train_seconds = float(checkpoint["train_seconds"])
+
+    def _set_learning_rate(self) -> None:
+        """The scheduler's base rate and the current rate from `config` (a resumed run whose
+        learning rate or warm-up changed after a divergence; the checkpoint holds the old)."""
+        rate = self.config.learning_rate
+        for group in self.optimizer.param_groups:
+            group["initial_lr"] = rate
+            group["lr"] = rate * self._lr_factor(self.scheduler.last_epoch)
+        self.scheduler.base_lrs = [rate] * len(self.optimizer.param_groups)
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     def _lr_factor(self, step: int) -> float:
         """Linear warm-up, then linear decay to 10% at max_steps."""
@@ -268,7 +312,9 @@ class Pretrainer:
         from tqdm import tqdm
 
         config = self.config
-        previous = signal.signal(signal.SIGINT, self._request_stop)
+        # Ctrl-C and SIGTERM (what torchrun and job schedulers send) end the step, write a
+        # checkpoint and return; the command then exits with 130 or 143.
+        previous = {number: signal.signal(number, self._request_stop) for number in STOP_SIGNALS}
         bar = tqdm(total=config.max_steps, initial=self.step, disable=not self.is_main, unit="step")
         window_tokens, window_start = 0, time.perf_counter()
         window_nll = torch.zeros(8 if self.static_vectors is not None else 4)
@@ -283,7 +329,10 @@ class Pretrainer:
                 loss = mean_loss(sums, config.vectors_weight)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), config.clip_norm
+                )
+                self._check_step(loss, grad_norm)  # before the step: the weights stay finite
                 self.optimizer.step()
                 self.scheduler.step()
                 self.step += 1
@@ -295,9 +344,9 @@ class Pretrainer:
                 bar.update(1)
                 if self.step % config.log_every == 0 or self.step == config.max_steps:
                     elapsed = time.perf_counter() - window_start
-                    ppl = math.exp(
-                        (window_nll[0] + window_nll[2]).item()
-                        / max(1.0, (window_nll[1] + window_nll[3]).item())
+                    ppl = _perplexity(
+                        (window_nll[0] + window_nll[2]).item(),
+                        (window_nll[1] + window_nll[3]).item(),
                     )
                     record = {
                         "step": self.step,
@@ -319,15 +368,19 @@ class Pretrainer:
                         tok_s=f"{record['tokens_per_s']:.0f}",
                     )
                     self._log(record)
+                    self.last_train_ppl = ppl
                     window_tokens, window_start = 0, time.perf_counter()
                     window_nll = torch.zeros_like(window_nll)
                 if self.step % config.eval_every == 0 or self.step == config.max_steps:
-                    self._log({"step": self.step, **self.evaluate()})
+                    held_out = self.evaluate()
+                    self._log({"step": self.step, **held_out})
+                    self._check_held_out(held_out)
                 if self.step % config.checkpoint_every == 0:
                     self.save_checkpoint()
         finally:
             bar.close()
-            signal.signal(signal.SIGINT, previous)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
         self.save_checkpoint()
         if self.stop_requested:
             if self.is_main:
@@ -335,20 +388,101 @@ class Pretrainer:
                     "interrupted: checkpoint written at step %d; resume the run to continue",
                     self.step,
                 )
-            return {"interrupted": True, "step": self.step}
+            return {"interrupted": True, "step": self.step, "signal": self.stop_signal}
         summary = self.finish()
         return summary
 
     def _request_stop(self, signum, frame) -> None:  # noqa: ARG002
         self.stop_requested = True
+        self.stop_signal = signum
 
     def _should_stop(self) -> bool:
         if not self.distributed:
             return self.stop_requested
-        flag = torch.tensor([1.0 if self.stop_requested else 0.0], device=self.device)
-        torch.distributed.all_reduce(flag)  # on the device: NCCL reduces CUDA tensors only
-        self.stop_requested = flag.item() > 0
+        # The signal's number, 0 for none: every rank stops when one was signalled.
+        flag = torch.tensor([float(self.stop_signal or 0)], device=self.device)
+        # On the device: NCCL reduces CUDA tensors only.
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        self.stop_signal = int(flag.item()) or None
+        self.stop_requested = self.stop_signal is not None
         return self.stop_requested
+
+    # ------------------------------------------------------------------ divergence
+    def _any_rank(self, flag: bool) -> bool:
+        """Whether `flag` holds on any rank: every rank gets the same answer, so that all of
+        them stop together."""
+        if not self.distributed:
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        return value.item() > 0
+
+    def _check_step(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """TrainingDiverged when the loss or the gradient norm is not finite on any rank
+        (called before the optimizer's step, which would write them into the weights)."""
+        values = torch.stack([loss.detach().float(), grad_norm.detach().float().to(loss.device)])
+        loss_value, norm_value = values.tolist()
+        bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
+        if self._any_rank(bad or loss_value > MAX_LOSS):
+            self._diverged(
+                f"the loss is {loss_value:.6g} (nats a token) and the gradient norm "
+                f"{norm_value:.6g}",
+                self.step + 1,
+            )
+
+    def _check_held_out(self, held_out: dict[str, float]) -> None:
+        """TrainingDiverged when the held-out perplexity (rank 0's) is not finite."""
+        bad = not all(math.isfinite(value) for value in held_out.values())
+        if self._any_rank(bad):
+            self._diverged(f"the held-out perplexity is {held_out.get('dev_ppl', 'not finite')}")
+
+    def _check_weights(self) -> None:
+        """TrainingDiverged when a weight or an optimizer moment is not finite."""
+        bad = None
+        for name, weight in self.model.named_parameters():
+            if not bool(torch.isfinite(weight).all()):
+                bad = f"weight '{name}' holds NaN or inf"
+                break
+            for key, moment in self.optimizer.state.get(weight, {}).items():
+                finite = not moment.is_floating_point() or bool(torch.isfinite(moment).all())
+                if not finite:
+                    bad = f"the optimizer's '{key}' of weight '{name}' holds NaN or inf"
+                    break
+            if bad:
+                break
+        if self._any_rank(bad is not None):
+            self._diverged(bad or "a weight on another rank holds NaN or inf")
+
+    def _diverged(self, what: str, step: Optional[int] = None) -> NoReturn:
+        """Stop the run: record the divergence beside the checkpoint, which is kept as it was,
+        and raise TrainingDiverged saying how to continue."""
+        step = self.step if step is None else step
+        rate = self.scheduler.get_last_lr()[0]
+        kept = self.checkpoint_step
+        if self.is_main:
+            record = {"step": step, "what": what, "learning_rate": rate, "checkpoint_step": kept}
+            write_text(self.work / DIVERGED, json.dumps(record) + "\n")
+        rates = (self.config.learning_rate / 10, DEFAULT_LEARNING_RATE)
+        lower = f"{min(rates):.3g}"
+        if kept is None:
+            advice = (
+                f"no checkpoint was written before it (checkpoint_every is "
+                f"{self.config.checkpoint_every}): start the run again (overwrite it) with a lower "
+                f"learning_rate (e.g. {lower}) or more warmup_steps"
+            )
+        else:
+            ppl = self.checkpoint_ppl
+            advice = (
+                f"the checkpoint of step {kept} ({self.work / CHECKPOINT}"
+                f"{f', training perplexity {ppl:.4g} when written' if ppl is not None else ''}) "
+                f"is kept: resume the run from it with a lower learning_rate (e.g. {lower}); after "
+                f"a divergence a resumed run may change {', '.join(DIVERGENCE_REMEDIES)} (with the "
+                f"same settings it replays the same batches and diverges again)"
+            )
+        raise TrainingDiverged(
+            f"training diverged at step {step}: {what} (learning rate {rate:.3g}); no model was "
+            f"written; {advice}"
+        )
 
     def _log(self, record: dict[str, Any]) -> None:
         if self.is_main:
@@ -368,8 +502,8 @@ class Pretrainer:
             sums += self._loss(batch, self.model)[:4].cpu()
         if sums[1].item() == 0:  # not a perplexity of 1.0
             raise ValueError(f"the held-out file {self.dev_path} has no sentences")
-        forward = math.exp(sums[0].item() / max(1.0, sums[1].item()))
-        backward = math.exp(sums[2].item() / max(1.0, sums[3].item()))
+        forward = _perplexity(sums[0].item(), sums[1].item())
+        backward = _perplexity(sums[2].item(), sums[3].item())
         return {
             "dev_ppl_forward": forward,
             "dev_ppl_backward": backward,
@@ -387,7 +521,9 @@ class Pretrainer:
         return list(self._dev_cache)
 
     def save_checkpoint(self) -> None:
-        """Write checkpoints/last.pt atomically (rank 0 only)."""
+        """Write checkpoints/last.pt atomically (rank 0 only); never from non-finite weights,
+        which leave the last checkpoint as it was (TrainingDiverged)."""
+        self._check_weights()
         self._barrier()
         if self.is_main:
             path = self.work / CHECKPOINT
@@ -405,6 +541,8 @@ class Pretrainer:
                 "train_seconds": self.train_seconds,
             }
             save_checkpoint(state, path)
+            (self.work / DIVERGED).unlink(missing_ok=True)  # this checkpoint has the settings
+        self.checkpoint_step, self.checkpoint_ppl = self.step, self.last_train_ppl
         self._barrier()
 
     def finish(self) -> dict[str, Any]:
@@ -412,6 +550,19 @@ class Pretrainer:
         summary: dict[str, Any] = {}
         if self.distributed:
             summary["rank_checksums"] = self._rank_checksums()
+        # Checked before anything is written: no model from non-finite weights.
+        self._check_weights()
+        final_eval = self.evaluate()
+        self._check_held_out(final_eval)
+        if self.is_main and final_eval["dev_ppl"] > 2 * len(self.vocab):
+            logger.warning(
+                "the held-out perplexity %.4g is over twice the vocabulary's size (%d): far worse "
+                "than guessing every word equally likely; the run has probably diverged "
+                "(learning rate %g)",
+                final_eval["dev_ppl"],
+                len(self.vocab),
+                self.config.learning_rate,
+            )
         if self.is_main:
             model_dir = self.work / "model"
             bilm = self.model.bilm
@@ -419,7 +570,6 @@ class Pretrainer:
             bilm.save(model_dir)
             write_safetensors(self.model.head.state_dict(), model_dir / "lm_head.safetensors")
             self.vocab.to_file(model_dir / "vocab.txt")
-            final_eval = self.evaluate()
             summary.update(
                 {
                     "options": bilm.options.to_dict(),
@@ -456,6 +606,35 @@ class Pretrainer:
         gathered = [torch.zeros_like(local) for _ in range(self.world)]
         torch.distributed.all_gather(gathered, local)
         return [g.item() for g in gathered]  # .item() moves each to the host
+
+
+DEFAULT_LEARNING_RATE = next(f.default for f in fields(PretrainConfig) if f.name == "learning_rate")
+
+
+def _perplexity(nll_sum: float, count: float) -> float:
+    """exp(mean NLL); inf past what a float holds (not an OverflowError), NaN stays NaN."""
+    mean = nll_sum / max(1.0, count)
+    return math.exp(mean) if mean < 709.0 else (math.inf if mean == mean else math.nan)
+
+
+def _remedies_after_divergence(
+    saved: dict[str, Any],
+    given: PretrainConfig,
+    marker: Path,
+    explicit: Optional[Collection[str]],
+) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
+    """The checkpoint's settings with the DIVERGENCE_REMEDIES given for this resume, when the
+    run diverged after that checkpoint (`marker` exists); and {setting: (old, new)} changed."""
+    if not marker.exists():
+        return saved, {}
+    changed = {}
+    for name in DIVERGENCE_REMEDIES:
+        if explicit is not None and name not in explicit:
+            continue
+        old, new = saved.get(name), getattr(given, name)
+        if old != new:
+            changed[name] = (old, new)
+    return {**saved, **{name: new for name, (_, new) in changed.items()}}, changed
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
@@ -496,6 +675,17 @@ def check_sources(config: PretrainConfig) -> None:
                 raise FileNotFoundError(f"pretraining {setting} {item} does not exist")
     if config.init_from:
         resolve_source(config.init_from)
+    if config.pipeline and not (
+        spacy.util.is_package(config.pipeline) or Path(config.pipeline).is_dir()
+    ):
+        raise ValueError(
+            f"pipeline {config.pipeline!r}: not an installed spaCy pipeline or a pipeline directory"
+        )
+    if not config.pretokenized and config.pipeline is None:
+        try:
+            spacy.util.get_lang_class(config.lang)
+        except ImportError as err:
+            raise ValueError(f"lang {config.lang!r}: {str(err).splitlines()[0]}") from None
     vectors = config.static_vectors
     if vectors and not (spacy.util.is_package(vectors) or Path(vectors).is_dir()):
         raise ValueError(
