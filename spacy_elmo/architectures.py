@@ -1,5 +1,6 @@
 """Every registered architecture of spacy-elmo (versioned; never change a released version)."""
 
+import functools
 import inspect
 from typing import Any, Callable, Dict, List, Optional
 
@@ -51,8 +52,6 @@ def ElmoModel(
     grad_factor: float = 1.0,
     cache_tokens: int = 1_000_000,
     store_dtype: str = "float32",
-    split_sentences: bool = False,
-    sentence_punct: Optional[List[str]] = None,
     cache_mb: Optional[float] = None,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM (dims as in options.json) over doc sentences, one (L+1, n, 2P) array per doc.
@@ -63,9 +62,11 @@ def ElmoModel(
     not part of the architecture: they come from `[initialize.components.elmo]`, from the
     pipeline directory, or, when none were given, the bundled English biLM.
 
-    split_sentences: cut docs without sentence boundaries into sentences with spaCy's
-    rule-based sentencizer rule (`sentence_punct`, default its punctuation) before the biLM.
     cache_mb: bound the training cache of frozen layers in megabytes too (null: tokens only).
+
+    How docs are cut into sentences (`split_sentences`, `sentence_punct`) is a setting of the
+    `elmo` component (or of the `spacy_elmo.ElmoMix.v1` that replaces a listener), not of this
+    model: whoever holds the model sets it.
     """
     architecture = {
         "char_embedding_dim": char_embedding_dim,
@@ -88,13 +89,34 @@ def ElmoModel(
         cache_tokens=cache_tokens,
         cache_mb=cache_mb,
         store_dtype=store_dtype,
-        split_sentences=split_sentences,
-        sentence_punct=sentence_punct,
+        split_sentences=True,  # the owner's setting replaces it (set_unit_rule)
+        sentence_punct=None,
     )
     model.attrs["default_weights"] = bundled_bilm
     model.attrs["replace_listener"] = _replace_listener
-    model.attrs["replace_listener_cfg"] = _replace_listener_cfg
+    set_unit_rule(model, split_sentences=True, sentence_punct=None)
     return model
+
+
+def set_unit_rule(model: Model, *, split_sentences: bool, sentence_punct: Optional[List[str]]):
+    """How `model` (an ElmoModel.v1) cuts docs without sentence boundaries: with
+    `split_sentences`, into the sentences of spaCy's rule-based sentencizer rule (a sentence
+    ends after a token in `sentence_punct`, default the sentencizer's); else the doc is one unit.
+    Set by the model's owner: the `elmo` component, or the inline ElmoMix.v1 that
+    `nlp.replace_listeners` writes (with the component's values)."""
+    if not isinstance(split_sentences, bool):
+        raise TypeError(f"split_sentences must be true or false, got {split_sentences!r}")
+    if sentence_punct is not None and (
+        isinstance(sentence_punct, str) or not all(isinstance(p, str) and p for p in sentence_punct)
+    ):
+        raise TypeError(
+            f"sentence_punct must be null or a list of non-empty strings, got {sentence_punct!r}"
+        )
+    model.attrs["split_sentences"] = split_sentences
+    model.attrs["sentence_punct"] = None if sentence_punct is None else list(sentence_punct)
+    model.attrs["replace_listener_cfg"] = functools.partial(
+        _replace_listener_cfg, split_sentences=split_sentences, sentence_punct=sentence_punct
+    )
 
 
 # scalar_mix's keyword arguments: the mix settings of a listener and of an inline ElmoMix.
@@ -142,9 +164,15 @@ def ElmoListener(
 def ElmoMix(
     elmo: Model[List[Doc], List[Floats3d]],
     n_layers: Optional[int] = None,
+    split_sentences: bool = True,
+    sentence_punct: Optional[List[str]] = None,
     **mix: Any,
 ) -> Model[List[Doc], List[Floats2d]]:
-    """An inline biLM with its mix: what `nlp.replace_listeners` puts in a listener's place."""
+    """An inline biLM with its mix: what `nlp.replace_listeners` puts in a listener's place.
+
+    split_sentences, sentence_punct: the sentence rule of the inline biLM, the `elmo`
+    component's (copied by `nlp.replace_listeners`)."""
+    set_unit_rule(elmo, split_sentences=split_sentences, sentence_punct=sentence_punct)
     return _with_mix(elmo, elmo.maybe_get_dim("nO"), n_layers, mix)
 
 
@@ -222,8 +250,15 @@ def _replace_listener(model: Model) -> Model:
     return model
 
 
-def _replace_listener_cfg(elmo_cfg: Dict[str, Any], tok2vec_cfg: Dict[str, Any]) -> Dict:
-    """The config of an inline ElmoMix.v1 that keeps the listener's own mix settings."""
+def _replace_listener_cfg(
+    elmo_cfg: Dict[str, Any],
+    tok2vec_cfg: Dict[str, Any],
+    *,
+    split_sentences: bool,
+    sentence_punct: Optional[List[str]],
+) -> Dict:
+    """The config of an inline ElmoMix.v1 that keeps the listener's own mix settings and the
+    `elmo` component's sentence rule."""
     listener_cfg = tok2vec_cfg
     if tok2vec_cfg.get("@architectures") in TOK2VECS:
         listener_cfg = tok2vec_cfg["elmo"]
@@ -233,4 +268,5 @@ def _replace_listener_cfg(elmo_cfg: Dict[str, Any], tok2vec_cfg: Dict[str, Any])
             f"{listener_cfg.get('@architectures')!r}"
         )
     mix = {key: listener_cfg[key] for key in MIX_KEYS if key in listener_cfg}
-    return {"@architectures": MIX, "elmo": elmo_cfg, **mix}
+    units = {"split_sentences": split_sentences, "sentence_punct": sentence_punct}
+    return {"@architectures": MIX, "elmo": elmo_cfg, **units, **mix}

@@ -215,7 +215,7 @@ def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, 
     model = settings.pop("model")
     block = {"factory": "elmo", **settings, "model": model}  # the model block last
     block["model"]["frozen"] = not fine_tune
-    block["model"]["split_sentences"] = split_sentences
+    block["split_sentences"] = split_sentences
     if gpu:
         block["model"]["batch_tokens"] = GPU_BATCH_TOKENS
     return block

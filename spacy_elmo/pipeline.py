@@ -7,6 +7,13 @@ The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
 * `doc._.elmo`, `span._.elmo`, `token._.elmo`: the component's own mix sum_j c_j h_j.
 * `doc._.elmo_mix_coefficients`: c = gamma * s, one float per layer, kept on the doc so that a
   saved doc's `doc._.elmo` needs no pipeline.
+* `doc._.elmo_vector_layer`: with `vector_hooks = true`, the rule ("top", "average" or "mix")
+  of the doc's ELMo `token.vector`, `span.vector`, `doc.vector` and `.similarity` (spaCy user
+  hooks, `vector_hooks.py`); kept on the doc so that `set_vector_hooks(doc)` restores them on
+  a doc read from bytes, which loses its hooks.
+
+Setting `doc._.elmo_layers` by hand is checked: a (L + 1, len(doc), 2P) float32 or float16
+array, L + 1 the number of the doc's mix coefficients when it has them.
 
 The names of a mix: s are the layer weights normalised to sum 1 and gamma a scale. The `elmo`
 component's `mix_weights` are its fixed weights before normalising (s = mix_weights / their
@@ -28,7 +35,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
-from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults
+from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
 from .bilm import BiLM
 from .extensions import install_extensions, mix_layers
 from .layers.elmo_model import (
@@ -40,12 +47,22 @@ from .layers.elmo_model import (
 )
 from .layers.listener import ElmoLayersListener, set_listener_dims
 from .layers.scalar_mix import check_one_per_layer
+from .vector_hooks import VECTOR_LAYERS, set_vector_hooks
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
 # from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
 # written into the pipeline's config. Every default is the one of the registered function.
 DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
-DEFAULT_CONFIG = {"model": DEFAULT_MODEL, "mix_weights": None, "gamma": 1.0, "set_tensor": False}
+DEFAULT_CONFIG = {
+    "model": DEFAULT_MODEL,
+    "mix_weights": None,
+    "gamma": 1.0,
+    "set_tensor": False,
+    "split_sentences": True,
+    "sentence_punct": None,
+    "vector_hooks": False,
+    "vector_layer": "top",
+}
 
 
 @Language.factory(
@@ -60,12 +77,36 @@ def make_elmo(
     mix_weights: Optional[List[float]],
     gamma: float,
     set_tensor: bool,
+    split_sentences: bool,
+    sentence_punct: Optional[List[str]],
+    vector_hooks: bool,
+    vector_layer: str,
 ) -> "Elmo":
     """ELMo layers for every token, and this component's own mix of them, `doc._.elmo` =
     sum_j c_j h_j with c = gamma * s: `mix_weights` are the layer weights before s normalises
     them to sum 1 (non-negative; null: equal), `gamma` the scale. c is stored on every doc as
-    `doc._.elmo_mix_coefficients`; `set_tensor` writes the mix into `doc.tensor`."""
-    return Elmo(nlp.vocab, model, name, mix_weights=mix_weights, gamma=gamma, set_tensor=set_tensor)
+    `doc._.elmo_mix_coefficients`; `set_tensor` writes the mix into `doc.tensor`.
+
+    split_sentences: the biLM reads a doc without sentence boundaries sentence by sentence, cut
+    by spaCy's rule-based sentencizer rule (a sentence ends after a token in `sentence_punct`,
+    null: the sentencizer's punctuation), without writing boundaries to the doc; false: the
+    doc is one unit. Docs with sentence boundaries are read by their sentences either way.
+    vector_hooks: `token.vector`, `span.vector`, `doc.vector`, `has_vector`, `vector_norm` and
+    `.similarity` use ELMo (spaCy's user hooks): `vector_layer` "top" (the top layer h_L),
+    "average" (the mean of the layers) or "mix" (`token._.elmo`); a span's or doc's vector is
+    the mean of its tokens' vectors, similarity their cosine."""
+    return Elmo(
+        nlp.vocab,
+        model,
+        name,
+        mix_weights=mix_weights,
+        gamma=gamma,
+        set_tensor=set_tensor,
+        split_sentences=split_sentences,
+        sentence_punct=sentence_punct,
+        vector_hooks=vector_hooks,
+        vector_layer=vector_layer,
+    )
 
 
 class Elmo(TrainablePipe):
@@ -80,8 +121,17 @@ class Elmo(TrainablePipe):
         mix_weights: Optional[List[float]] = None,
         gamma: float = 1.0,
         set_tensor: bool = False,
+        split_sentences: bool = True,
+        sentence_punct: Optional[List[str]] = None,
+        vector_hooks: bool = False,
+        vector_layer: str = "top",
     ) -> None:
         install_extensions()
+        if vector_layer not in VECTOR_LAYERS:
+            raise ValueError(
+                f"vector_layer of the '{name}' component must be one of "
+                f"{', '.join(repr(v) for v in VECTOR_LAYERS)}, got {vector_layer!r}"
+            )
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -90,7 +140,12 @@ class Elmo(TrainablePipe):
             "mix_weights": mix_weights,
             "gamma": gamma,
             "set_tensor": set_tensor,
+            "split_sentences": split_sentences,
+            "sentence_punct": sentence_punct,
+            "vector_hooks": vector_hooks,
+            "vector_layer": vector_layer,
         }
+        set_unit_rule(model, split_sentences=split_sentences, sentence_punct=sentence_punct)
         self._mix_coefficients: Optional[numpy.ndarray] = None
         if model.maybe_get_dim("n_layers") is not None:
             n_layers = model.get_dim("n_layers")
@@ -149,10 +204,12 @@ class Elmo(TrainablePipe):
     def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
         coefficients = self.model.ops.asarray(self.mix_coefficients)
         for doc, doc_layers in zip(docs, layers):
-            doc._.elmo_layers = doc_layers
             doc._.elmo_mix_coefficients = self.mix_coefficients.tolist()
+            doc._.elmo_layers = doc_layers  # checked against the coefficients and the doc
             if self.cfg["set_tensor"]:
                 doc.tensor = mix_layers(doc_layers, coefficients)
+            if self.cfg["vector_hooks"]:
+                set_vector_hooks(doc, self.cfg["vector_layer"])
 
     # ------------------------------------------------------------------ training
     def update(
@@ -223,13 +280,15 @@ class Elmo(TrainablePipe):
         )
         if nlp is not None:
             self._record_architecture(nlp)
-        if not self.listeners and not self.cfg["set_tensor"]:
+        if not self.listeners and not self.cfg["set_tensor"] and not self.cfg["vector_hooks"]:
             warnings.warn(
-                f"nothing listens to the '{self.name}' component and set_tensor is false: "
+                f"nothing listens to the '{self.name}' component and set_tensor and "
+                "vector_hooks are false: "
                 "it computes doc._.elmo_layers, but no component uses them (training runs "
                 "the biLM for nothing). Give components a spacy_elmo.ElmoListener.v1 "
                 f'(upstream = "{self.name}"), e.g. with `spacy-elmo init-config`, or set '
-                "set_tensor = true to get doc.tensor; ignore this if your own code reads "
+                "set_tensor = true to get doc.tensor (vector_hooks = true: token.vector and "
+                ".similarity); ignore this if your own code reads "
                 "doc._.elmo_layers",
                 ElmoUnusedWarning,
                 stacklevel=2,
@@ -265,12 +324,26 @@ class Elmo(TrainablePipe):
                         if block.get(key) is None:
                             block[key] = value
 
-    def from_bytes(self, bytes_data, *, exclude=tuple()):
-        result = super().from_bytes(bytes_data, exclude=exclude)
+    def _keep_settings(self, settings: Dict[str, Any]) -> None:
+        """After loading: the settings stay those this component was built with from its
+        config (so that `spacy.load(path, config=...)` overrides work), not those of the
+        saved `cfg` file or of the saved model's attributes."""
+        self.cfg.update(settings)
+        set_unit_rule(
+            self.model,
+            split_sentences=self.cfg["split_sentences"],
+            sentence_punct=self.cfg["sentence_punct"],
+        )
         self.model.attrs["cache"].clear()
+
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        settings = dict(self.cfg)
+        result = super().from_bytes(bytes_data, exclude=exclude)
+        self._keep_settings(settings)
         return result
 
     def from_disk(self, path, *, exclude=tuple()):
+        settings = dict(self.cfg)
         try:
             result = super().from_disk(path, exclude=exclude)
         except (ValueError, OSError, KeyError, TypeError) as err:
@@ -279,7 +352,7 @@ class Elmo(TrainablePipe):
                 f"pipeline directory may be truncated or damaged (its weights are in "
                 f"{Path(path) / 'model'})"
             ) from err
-        self.model.attrs["cache"].clear()
+        self._keep_settings(settings)
         return result
 
 

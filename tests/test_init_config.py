@@ -165,7 +165,8 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
     config = load_config(path, interpolate=False)
     elmo = config["components"]["elmo"]["model"]
     assert elmo["frozen"] is ("--fine-tune" not in extra)
-    assert elmo["split_sentences"] is ("--no-split-sentences" not in extra)
+    split = config["components"]["elmo"]["split_sentences"]
+    assert split is ("--no-split-sentences" not in extra)
     assert config["system"]["gpu_allocator"] == ("pytorch" if "--for-gpu" in extra else None)
     tok2vec = config["components"]["ner"]["model"]["tok2vec"]
     assert tok2vec["embed"]["include_static_vectors"] is ("--vectors" in extra)

@@ -88,6 +88,31 @@ def test_layers_and_coefficients_are_what_a_saved_doc_keeps(nlp, bilm):
     assert not Doc.has_extension("elmo_mix_weights")
 
 
+def test_setting_layers_by_hand_is_checked_against_the_doc(nlp):
+    """doc._.elmo_layers must be (n_layers, len(doc), D), float32 or float16; the error names
+    the expected and the given shape."""
+    blank = nlp.make_doc("the river bank")
+    blank._.elmo_layers = np.zeros((2, 3, 5), dtype=np.float16)  # no coefficients: any depth
+    assert blank._.elmo_layers.shape == (2, 3, 5)
+    doc = nlp("the river bank")  # 3 tokens, 3 layers (its 3 mix coefficients)
+    layers = doc._.elmo_layers
+    with pytest.raises(ValueError, match=r"shape \(3, 3, D\) .*got \(3, 4, 16\)"):
+        doc._.elmo_layers = np.zeros((3, 4, 16), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"got \(2, 3, 16\); the doc has 3 mix coefficients"):
+        doc._.elmo_layers = np.zeros((2, 3, 16), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"got \(3, 16\)"):
+        doc._.elmo_layers = np.zeros((3, 16), dtype=np.float32)
+    with pytest.raises(TypeError, match="float32 or float16, got float64"):
+        doc._.elmo_layers = np.zeros((3, 3, 16))
+    with pytest.raises(TypeError, match="numpy or cupy array of shape \\(3, 3, D\\), got list"):
+        doc._.elmo_layers = [[[0.0]]]
+    assert doc._.elmo_layers is layers  # nothing changed
+    doc._.elmo_layers = layers * 2  # a right one is kept, and read back from bytes
+    restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
+    np.testing.assert_array_equal(restored._.elmo_layers, layers * 2)
+    doc._.elmo_layers = None
+
+
 def test_sentences_are_the_units(bilm_dir, bilm):
     nlp = tiny_nlp(bilm_dir, pipeline=("elmo", "sentencizer"))
     nlp.remove_pipe("sentencizer")

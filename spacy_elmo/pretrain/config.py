@@ -103,6 +103,21 @@ _BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
 _LOCATION_SETTINGS = ("output",)
 
 
+def warmup_longer_than_run(config: PretrainConfig) -> Optional[str]:
+    """A warning when the learning-rate warm-up outlasts the run (warmup_steps > max_steps):
+    the rate rises linearly over the warm-up, so the run never reaches its peak; else None."""
+    if config.max_steps is None or config.warmup_steps <= config.max_steps:
+        return None
+    end = config.max_steps / config.warmup_steps
+    return (
+        f"warmup_steps={config.warmup_steps} (--warmup-steps) is longer than max_steps="
+        f"{config.max_steps} (--max-steps): the learning rate rises linearly over the warm-up, "
+        f"so it starts at 1/{config.warmup_steps} of its peak (--lr {config.learning_rate:g}) "
+        f"and stops at {end:.2%} of it without reaching it; give --warmup-steps at most "
+        f"{config.max_steps} (or more --max-steps)"
+    )
+
+
 def build_options(config: PretrainConfig) -> BiLMOptions:
     """The architecture a new run trains: `options` if given, else the named `preset`."""
     raw = config.options if config.options is not None else preset(config.preset)

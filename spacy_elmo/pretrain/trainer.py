@@ -32,7 +32,13 @@ from ..bilm.io import write_safetensors
 from ..bilm.lm_head import LMHead
 from ..bilm.sources import resolve_source
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import DEFAULT_MAX_STEPS, PretrainConfig, build_options, resumed_config
+from .config import (
+    DEFAULT_MAX_STEPS,
+    PretrainConfig,
+    build_options,
+    resumed_config,
+    warmup_longer_than_run,
+)
 from .corpus import (
     iter_batches,
     iter_input_files,
@@ -170,6 +176,9 @@ class Pretrainer:
             torch.distributed.init_process_group(backend)
         self.is_main = self.rank == 0
         torch.manual_seed(config.seed)
+        short_run = warmup_longer_than_run(config)
+        if short_run is not None and self.is_main:
+            logger.warning(short_run)
 
         if self.is_main:
             self.train_path, self.dev_path = prepare_corpus(config, self.work)

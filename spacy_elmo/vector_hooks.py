@@ -1,0 +1,142 @@
+"""ELMo behind spaCy's vectors: `token.vector`, `span.vector`, `doc.vector`, `has_vector`,
+`vector_norm` and every `.similarity`, through a doc's user hooks.
+
+The `elmo` component sets them on each doc it annotates when `vector_hooks = true`. A token's
+vector is one rule applied to its layers h_0 .. h_L (`token._.elmo_layers`), `vector_layer`:
+
+* "top": h_L, the top biLSTM layer (the most contextual: it tells word senses apart best);
+* "average": the mean of h_0 .. h_L;
+* "mix": the component's own mix sum_j c_j h_j, i.e. `token._.elmo`.
+
+A span's or doc's vector is the mean of its tokens' vectors, whitespace tokens (which the biLM
+does not read: their layers are 0) left out. `.similarity` is the cosine of the two vectors,
+for a token, span or doc against a token, span or doc of any doc with ELMo layers (the other
+one's vector taken by the same rule); equal word forms get no short-cut, a vector of norm 0
+gives 0.0.
+
+Hooks are functions, not data: a pickled doc keeps them, but `Doc.to_bytes`, `DocBin` and
+`nlp.pipe(n_process=N)` (which sends docs as bytes) do not (spaCy warns W109); what they need is
+kept (`doc._.elmo_layers`, `doc._.elmo_mix_coefficients` and the rule, `doc._.elmo_vector_layer`),
+so `set_vector_hooks(doc)` puts them back on a doc read from bytes.
+"""
+
+from functools import partial
+from typing import Any, Optional, Union
+
+from spacy.tokens import Doc, Span, Token
+from thinc.api import get_array_module
+
+from .extensions import install_extensions, mix_layers
+
+VECTOR_LAYERS = ("top", "average", "mix")
+
+
+def set_vector_hooks(doc: Doc, vector_layer: Optional[str] = None) -> Doc:
+    """Make `doc`'s tokens, spans and itself take their vectors and similarities from ELMo,
+    by `vector_layer` (default: the rule recorded on the doc, `doc._.elmo_vector_layer`)."""
+    install_extensions()
+    if vector_layer is None:
+        vector_layer = doc._.elmo_vector_layer
+        if vector_layer is None:
+            raise ValueError(
+                "set_vector_hooks: the doc records no vector_layer (doc._.elmo_vector_layer is "
+                f"not set): name one of {', '.join(repr(v) for v in VECTOR_LAYERS)}"
+            )
+    if vector_layer not in VECTOR_LAYERS:
+        raise ValueError(
+            f"vector_layer must be one of {', '.join(repr(v) for v in VECTOR_LAYERS)}, "
+            f"got {vector_layer!r}"
+        )
+    if doc._.elmo_layers is None:
+        raise ValueError(
+            "set_vector_hooks: the doc has no ELMo layers (doc._.elmo_layers is None); run it "
+            "through a pipeline with the elmo component first"
+        )
+    doc._.elmo_vector_layer = vector_layer
+    vector = partial(elmo_vector, vector_layer=vector_layer)
+    similarity = partial(elmo_similarity, vector_layer=vector_layer)
+    norm = partial(_vector_norm, vector_layer=vector_layer)
+    hooks = {"vector": vector, "has_vector": _has_vector, "similarity": similarity}
+    doc.user_hooks.update(hooks, vector_norm=norm)
+    doc.user_token_hooks.update(hooks, vector_norm=norm)
+    # No span "vector_norm" hook: spaCy 3's Span.vector_norm calls the span's *vector* hook
+    # when one is set; without it, it takes the norm of span.vector, our vector.
+    doc.user_span_hooks.update(hooks)
+    return doc
+
+
+def elmo_vector(obj: Union[Token, Span, Doc], vector_layer: str = "top") -> Any:
+    """The (D,) float32 ELMo vector of a token, span or doc: `vector_layer` of each token's
+    layers, averaged over the tokens of a span or doc (whitespace left out)."""
+    doc = _doc_of(obj)
+    layers = doc._.elmo_layers
+    if layers is None:
+        raise ValueError(
+            f"{type(obj).__name__} {_quote(obj)} has no ELMo vector: its doc has no layers "
+            "(doc._.elmo_layers is None); run its text through the pipeline with the elmo "
+            "component"
+        )
+    coefficients = doc._.elmo_mix_coefficients
+    if isinstance(obj, Token):
+        return _layer_rule(layers[:, obj.i], vector_layer, coefficients)  # (D,)
+    start, end = (obj.start, obj.end) if isinstance(obj, Span) else (0, len(doc))
+    positions = [i for i in range(start, end) if not doc[i].is_space]
+    xp = get_array_module(layers)
+    if not positions:
+        return xp.zeros((layers.shape[2],), dtype="float32")
+    vectors = _layer_rule(layers[:, positions], vector_layer, coefficients)  # (n, D)
+    return vectors.mean(axis=0)
+
+
+def elmo_similarity(
+    obj: Union[Token, Span, Doc], other: Union[Token, Span, Doc], vector_layer: str = "top"
+) -> float:
+    """The cosine of the ELMo vectors of `obj` and `other` (0.0 when one has norm 0)."""
+    if not isinstance(other, (Token, Span, Doc)):
+        raise TypeError(
+            f"ELMo similarity compares a Token, Span or Doc with another, got "
+            f"{type(other).__name__}: a word without its sentence has no ELMo vector"
+        )
+    a = elmo_vector(obj, vector_layer)
+    b = elmo_vector(other, vector_layer)
+    if a.shape != b.shape:
+        raise ValueError(
+            f"cannot compare {_quote(obj)} with {_quote(other)}: their ELMo vectors have "
+            f"widths {a.shape[0]} and {b.shape[0]} (different biLMs)"
+        )
+    xp = get_array_module(a)
+    norms = float(xp.linalg.norm(a)) * float(xp.linalg.norm(b))
+    return 0.0 if norms == 0.0 else float(xp.dot(a, b)) / norms
+
+
+def _layer_rule(layers: Any, vector_layer: str, coefficients: Any) -> Any:
+    """(L + 1, ..., D) layers -> (..., D) float32 vectors by `vector_layer`."""
+    if vector_layer == "top":
+        return layers[-1].astype("float32")
+    if vector_layer == "average":
+        return layers.astype("float32").mean(axis=0)
+    if vector_layer == "mix":
+        return mix_layers(layers, coefficients)
+    raise ValueError(f"vector_layer must be one of {VECTOR_LAYERS}, got {vector_layer!r}")
+
+
+def _has_vector(obj: Union[Token, Span, Doc]) -> bool:
+    return _doc_of(obj)._.elmo_layers is not None
+
+
+def _vector_norm(obj: Union[Token, Doc], vector_layer: str) -> float:
+    vector = elmo_vector(obj, vector_layer)
+    return float(get_array_module(vector).linalg.norm(vector))
+
+
+def _doc_of(obj: Union[Token, Span, Doc]) -> Doc:
+    if isinstance(obj, Doc):
+        return obj
+    if isinstance(obj, (Token, Span)):
+        return obj.doc
+    raise TypeError(f"expected a Token, Span or Doc, got {type(obj).__name__}")
+
+
+def _quote(obj: Any) -> str:
+    text = getattr(obj, "text", str(obj))
+    return repr(text if len(text) <= 40 else text[:37] + "...")
