@@ -52,12 +52,18 @@ def read_lines(path: Path, lines: Optional[LineRange] = None) -> Iterator[str]:
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
-                yield raw.decode("utf-8").rstrip("\r\n")
+                text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as err:
                 raise ValueError(
                     f"input file {path}, line {number}: not UTF-8 text ({err.reason} at byte "
                     f"{err.start})"
                 ) from None
+            if "\x00" in text:  # valid UTF-8, but not text: a binary file
+                raise ValueError(
+                    f"input file {path}, line {number}: not UTF-8 text (a NUL byte at "
+                    f"character {text.index(chr(0)) + 1})"
+                )
+            yield text
 
 
 def whitespace_tokenizer(line: str) -> list[str]:

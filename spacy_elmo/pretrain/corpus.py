@@ -9,25 +9,31 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import re
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence
 
 from ..atomic_files import atomic_path
 from ..bilm.batching import batches_by_padded_tokens
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
-TEXT_PROBE_BYTES = 8192
+TEXT_PROBE_BYTES = 8192  # a file whose first bytes are not text is skipped whole
+# Read with errors="surrogateescape", a byte that is not UTF-8 becomes one of U+DC80..U+DCFF
+# (which UTF-8 text cannot hold): a line holding one of them or a NUL is not text.
+_NOT_TEXT = re.compile("[\x00\udc80-\udcff]")
 # Longer lines are read in pieces cut at whitespace (with a warning naming file and line): a
 # line is never held whole, and spaCy's `max_length` (1,000,000 characters) is never reached.
 MAX_LINE_CHARS = 100_000
 
 
-def iter_input_files(inputs: Sequence[str | Path]) -> list[Path]:
+def iter_input_files(inputs: Sequence[str | Path], refuse_binary: bool = False) -> list[Path]:
     """Expand files and folders (recursively, sorted) into the list of readable text files.
 
-    Empty and binary files are skipped with a warning naming them.
+    Empty files are skipped with a warning naming them; binary ones too, or with
+    `refuse_binary` a ValueError naming the file.
     """
     files: list[Path] = []
     for item in inputs:
@@ -40,6 +46,8 @@ def iter_input_files(inputs: Sequence[str | Path]) -> list[Path]:
             raise FileNotFoundError(f"pretraining input {path} does not exist")
         for candidate in candidates:
             reason = _unusable_reason(candidate)
+            if reason and refuse_binary and reason != "empty file":
+                raise ValueError(f"input {candidate}: {reason}")
             if reason:
                 logger.warning("skipping %s: %s", candidate, reason)
             else:
@@ -62,26 +70,71 @@ def _unusable_reason(path: Path) -> str | None:
     return None
 
 
-def iter_lines(files: Iterable[Path], max_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
-    """Stream the non-blank lines of text files, replacing undecodable bytes.
+@dataclass
+class SkippedLines:
+    """Lines that were not text (bytes that are not UTF-8, NUL), counted by file."""
 
-    A leading byte-order mark is dropped. A line longer than `max_chars` characters comes in
-    pieces cut at whitespace, with a warning naming the file and line.
+    by_file: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lines(self) -> int:
+        return sum(self.by_file.values())
+
+    def to_dict(self) -> dict[str, object]:
+        return {"skipped_lines": self.lines, "skipped_by_file": dict(self.by_file)}
+
+
+def iter_lines(
+    files: Iterable[Path],
+    max_chars: int = MAX_LINE_CHARS,
+    not_text: Literal["skip", "refuse"] = "skip",
+    skipped: Optional[SkippedLines] = None,
+) -> Iterator[str]:
+    """Stream the non-blank lines of text files, every byte checked as it is read.
+
+    A line holding bytes that are not UTF-8 or a NUL byte is skipped (`not_text="skip"`: one
+    warning a file naming its first such line and their count, which `skipped` adds up) or
+    refused (`"refuse"`: ValueError naming the file, line and byte). A leading byte-order mark
+    is dropped. A line longer than `max_chars` characters comes in pieces cut at whitespace,
+    with a warning naming the file and line (each piece checked on its own).
     """
     for path in files:
-        for line in _read_lines(path, max_chars):
+        count, first = 0, ""
+        for number, line in _read_lines(path, max_chars):
+            bad = _NOT_TEXT.search(line)
+            if bad is not None:
+                what = _byte_name(bad.group())
+                where = f"{path}, line {number}: {what} at character {bad.start() + 1}"
+                if not_text == "refuse":
+                    raise ValueError(f"{where}; the input must be UTF-8 text")
+                count, first = count + 1, first or where
+                continue
             line = line.strip()
             if line:
                 yield line
+        if count:
+            logger.warning(
+                "%s: skipped %d line(s) that are not UTF-8 text; the first: %s", path, count, first
+            )
+            if skipped is not None:
+                skipped.by_file[str(path)] = skipped.by_file.get(str(path), 0) + count
 
 
-def _read_lines(path: Path, max_chars: int) -> Iterator[str]:
-    with path.open("r", encoding="utf-8-sig", errors="replace") as handle:
+def _byte_name(char: str) -> str:
+    """The byte behind a character of _NOT_TEXT."""
+    if char == "\x00":
+        return "a NUL byte"
+    return f"byte 0x{ord(char) - 0xDC00:02x}, which is not UTF-8,"
+
+
+def _read_lines(path: Path, max_chars: int) -> Iterator[tuple[int, str]]:
+    """(line number, line or piece of a long line), undecodable bytes as surrogates."""
+    with path.open("r", encoding="utf-8-sig", errors="surrogateescape") as handle:
         number = 0
         for piece in iter(lambda: handle.readline(max_chars + 1), ""):
             number += 1
             if piece.endswith("\n") or len(piece) <= max_chars:
-                yield piece  # the whole line
+                yield number, piece  # the whole line
                 continue
             logger.warning(
                 "%s, line %d: longer than %d characters; split at whitespace",
@@ -95,10 +148,10 @@ def _read_lines(path: Path, max_chars: int) -> Iterator[str]:
                 text += piece
                 while len(text) > max_chars:
                     head, text = _cut(text, max_chars)
-                    yield head
+                    yield number, head
                 if not piece or piece.endswith("\n"):
                     break
-            yield text
+            yield number, text
 
 
 def _cut(text: str, max_chars: int) -> tuple[str, str]:
@@ -153,10 +206,12 @@ def write_tokenized(
     max_tokens: int,
     dev_output: Path | None = None,
     dev_every: int = 0,
+    skipped: Optional[SkippedLines] = None,
 ) -> tuple[int, int]:
     """Tokenise `files` into `output` (sentences longer than `max_tokens` are cut in pieces).
 
     With `dev_output`, every `dev_every`-th sentence goes there instead (a held-out split).
+    Lines that are not text are skipped and counted in `skipped` (`iter_lines`).
     Returns (sentences, tokens) written to `output`. Files are written under a temporary name
     and renamed when complete; ValueError when `output` or the held-out split would be empty.
     """
@@ -168,7 +223,7 @@ def write_tokenized(
         if dev_output is not None:
             dev_tmp = stack.enter_context(atomic_path(dev_output))
             dev_out = stack.enter_context(dev_tmp.open("w", encoding="utf-8"))
-        for tokens in splitter(iter_lines(files)):
+        for tokens in splitter(iter_lines(files, skipped=skipped)):
             for start in range(0, len(tokens), max_tokens):
                 piece = " ".join(tokens[start : start + max_tokens]) + "\n"
                 n_seen += 1

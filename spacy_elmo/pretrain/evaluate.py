@@ -58,7 +58,9 @@ def perplexity(
 
     def sentences() -> Iterator[list[str]]:
         nonlocal n_sentences
-        for tokens in splitter(iter_lines(iter_input_files(inputs))):
+        # Held-out text is refused, not skipped, where it is not text: a perplexity is of text.
+        files = iter_input_files(inputs, refuse_binary=True)
+        for tokens in splitter(iter_lines(files, not_text="refuse")):
             for start in range(0, len(tokens), max_sentence_tokens):
                 n_sentences += 1
                 yield tokens[start : start + max_sentence_tokens]

@@ -40,6 +40,7 @@ from .config import (
     warmup_longer_than_run,
 )
 from .corpus import (
+    SkippedLines,
     iter_batches,
     iter_input_files,
     pretokenized_splitter,
@@ -57,6 +58,7 @@ logger = logging.getLogger("spacy_elmo.pretrain")
 
 CHECKPOINT = "checkpoints/last.pt"
 METRICS = "metrics.jsonl"
+SKIPPED = "corpus/skipped.json"  # the input lines that were not text, by file
 # Written when a run diverges (the step, loss, gradient norm, learning rate and the step of the
 # checkpoint kept); removed by the next checkpoint. While it is there, a resumed run may change
 # the settings that tame a divergence.
@@ -87,12 +89,15 @@ def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
     files = iter_input_files(config.inputs)
     if not files:
         raise ValueError(f"no usable text files in {', '.join(config.inputs)}")
+    skipped = SkippedLines()  # lines that are not text: warned about, counted in the summary
+    limit = config.max_sentence_tokens
     if config.dev:
         dev_files = iter_input_files(config.dev)
-        write_tokenized(files, train, splitter, config.max_sentence_tokens)
-        write_tokenized(dev_files, dev, splitter, config.max_sentence_tokens)
+        write_tokenized(files, train, splitter, limit, skipped=skipped)
+        write_tokenized(dev_files, dev, splitter, limit, skipped=skipped)
     else:
-        write_tokenized(files, train, splitter, config.max_sentence_tokens, dev, config.dev_every)
+        write_tokenized(files, train, splitter, limit, dev, config.dev_every, skipped=skipped)
+    write_text(work / SKIPPED, json.dumps(skipped.to_dict(), indent=2) + "\n")
     return train, dev
 
 
@@ -589,6 +594,7 @@ class Pretrainer:
                     "train_seconds": round(self.train_seconds, 1),
                     "world_size": self.world,
                     **final_eval,
+                    **_read_skipped(self.work / SKIPPED),
                 }
             )
             write_text(model_dir / "pretrain.json", json.dumps(summary, indent=2) + "\n")
@@ -618,6 +624,17 @@ class Pretrainer:
 
 
 DEFAULT_LEARNING_RATE = next(f.default for f in fields(PretrainConfig) if f.name == "learning_rate")
+
+
+def _read_skipped(path: Path) -> dict[str, Any]:
+    """The count of input lines skipped as not text (corpus/skipped.json), if recorded."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict) or not isinstance(record.get("skipped_lines"), int):
+        return {}
+    return {"skipped_lines": record["skipped_lines"]}
 
 
 def _perplexity(nll_sum: float, count: float) -> float:
