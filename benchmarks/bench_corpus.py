@@ -99,33 +99,30 @@ def run(args, work: Path) -> dict:
     from spacy_elmo.embed_file import embed_file
     from spacy_elmo.pretrain.presets import preset
 
-    lines = corpus(args.source, args.sentences)
-    whole = work / "corpus.txt"
-    whole.write_text("".join(s + "\n" for s in lines), encoding="utf-8")
-    folder = work / "corpus"
-    per_file = -(-len(lines) // args.files)
-    for i in range(args.files):
-        chunk = lines[i * per_file : (i + 1) * per_file]
-        (folder / f"{i:03d}.txt").parent.mkdir(parents=True, exist_ok=True)
-        (folder / f"{i:03d}.txt").write_text("".join(s + "\n" for s in chunk), encoding="utf-8")
-    tokens = sum(len(s.split()) for s in lines)
+    all_lines = corpus(args.source, args.sentences)
     results: dict = {
         "machine": machine_info("torch", "ray", "h5py"),
         "commit": git_commit(),
-        "sentences": len(lines),
-        "tokens": tokens,
         "files": args.files,
         "load_before": os.getloadavg(),
         "shapes": {},
     }
-    for shape in args.shapes.split(","):
+    for spec in args.shapes.split(","):
+        shape, _, count = spec.partition(":")
+        lines = all_lines[: int(count)] if count else all_lines
+        whole, folder = _write_corpus(work / shape, lines, args.files)
         if shape == "bundled":
             model = "bundled"
         else:
             torch.manual_seed(0)
             model = str(work / f"model_{shape}")
             BiLM(BiLMOptions.from_dict(preset(shape))).save(model)
-        row: dict = {"model": shape}
+        row: dict = {
+            "model": shape,
+            "sentences": len(lines),
+            "tokens": sum(len(s.split()) for s in lines),
+            "load_before": os.getloadavg(),
+        }
         torch.set_num_threads(2)
         bilm = load_bilm(model)
         start = time.perf_counter()
@@ -164,12 +161,14 @@ def run(args, work: Path) -> dict:
                 row["rerun_seconds"] = time.perf_counter() - start
                 row["rerun_skipped"] = len(again.skipped)
             shutil.rmtree(out)
+        row["load_after"] = os.getloadavg()
         results["shapes"][shape] = row
+        print(json.dumps(row), flush=True)
     # Per-shard overhead alone: 100 one-line files with the bundled biLM, 2 workers.
     tiny = work / "tiny"
     for i in range(100):
         (tiny / f"{i:03d}.txt").parent.mkdir(parents=True, exist_ok=True)
-        (tiny / f"{i:03d}.txt").write_text(lines[i] + "\n", encoding="utf-8")
+        (tiny / f"{i:03d}.txt").write_text(all_lines[i] + "\n", encoding="utf-8")
     result = embed_corpus(
         tiny, work / "tiny_out", cluster=Cluster(workers=2, threads_per_worker=1), progress=False
     )
@@ -186,20 +185,35 @@ def run(args, work: Path) -> dict:
     return results
 
 
+def _write_corpus(folder: Path, lines: list[str], files: int) -> tuple[Path, Path]:
+    """The corpus as one file (for embed) and as `files` files (for embed-corpus)."""
+    folder.mkdir(parents=True)
+    whole = folder / "corpus.txt"
+    whole.write_text("".join(s + "\n" for s in lines), encoding="utf-8")
+    per_file = -(-len(lines) // files)
+    for i in range(files):
+        chunk = lines[i * per_file : (i + 1) * per_file]
+        path = folder / "files" / f"{i:03d}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(s + "\n" for s in chunk), encoding="utf-8")
+    return whole, folder / "files"
+
+
 def report(results: dict, args) -> str:
-    n = results["sentences"]
     rows = [
-        "| biLM | single-process embed, 2 threads | --workers 1 (1 thread) | --workers 2 "
-        "(1 thread each) | w2 / single | w2 / w1 | Ray start-up (w1, w2) | re-run, 50 shards |",
+        "| biLM (sentences) | single-process embed, 2 threads | --workers 1 (1 thread) | "
+        "--workers 2 (1 thread each) | w2 / single | w2 / w1 | Ray start-up (w1, w2) | "
+        "re-run, 50 shards |",
         "|---|---|---|---|---|---|---|---|",
     ]
     memory, overheads = [], []
     for shape, row in results["shapes"].items():
+        n = row["sentences"]
         single = n / row["single_seconds"]
         w1, w2 = (n / row[f"workers{k}"]["run_seconds"] for k in (1, 2))
         e1, e2 = (n / row[f"workers{k}"]["wall_seconds"] for k in (1, 2))
         rows.append(
-            f"| {shape} | {single:.1f} sent/s | {w1:.1f} sent/s ({e1:.1f} with start-up) | "
+            f"| {shape} ({n:,}) | {single:.1f} sent/s | {w1:.1f} sent/s ({e1:.1f} with start-up) | "
             f"{w2:.1f} sent/s ({e2:.1f} with start-up) | {w2 / single:.2f}x | {w2 / w1:.2f}x | "
             f"{row['workers1']['startup_seconds']:.1f} s, {row['workers2']['startup_seconds']:.1f}"
             f" s | {row['rerun_seconds']:.2f} s ({row['rerun_skipped']} skipped, no Ray start) |"
@@ -223,19 +237,24 @@ def report(results: dict, args) -> str:
         [
             "# embed-corpus on Ray vs single-process embed (CPU)",
             "",
-            f"Corpus: {n:,} pre-tokenised sentences ({results['tokens']:,} tokens), CoNLL-2003 "
-            "train's sentences in a seeded shuffled order, repeated; one file for `embed`, "
+            "Corpus: pre-tokenised sentences of CoNLL-2003 train (14.5 tokens on average) in a "
+            "seeded shuffled order, repeated as needed, the first N per biLM; one file for "
+            "`embed`, "
             f"{results['files']} files (50 shards) for `embed-corpus`. The `small` biLM has "
             "random weights of the published small shape (speed does not depend on the weights).",
             "",
             f"Machine: {m.get('cpu', '?')}, {m.get('cpu_cores')} cores; "
             f"torch {m.get('torch', '?')}, ray {m.get('ray', '?')}; commit {results['commit']}. "
-            f"Load average before / after: {results['load_before'][0]:.1f} / "
-            f"{results['load_after'][0]:.1f} (other jobs shared the machine when above 0.5).",
+            "Load average (1 min) before / after each biLM: "
+            + ", ".join(
+                f"{shape} {row['load_before'][0]:.1f} / {row['load_after'][0]:.1f}"
+                for shape, row in results["shapes"].items()
+            )
+            + " (above 2, other jobs shared the 2 cores).",
             "",
-            f"Command: `python benchmarks/bench_corpus.py --sentences {n} --source "
-            f"{args.source.name if args.source else ''} --out {args.out.relative_to(REPO)}`"
-            " (the source as fetched into assets/conll2003/)",
+            f"Command: `python benchmarks/bench_corpus.py --shapes {args.shapes} --sentences "
+            f"{args.sentences} --source assets/conll2003/train.txt --out "
+            f"{args.out.relative_to(REPO)}`",
             "",
             "Sentences per second of computing (the run without Ray's start-up; in brackets with"
             " it):",

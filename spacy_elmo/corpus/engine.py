@@ -251,6 +251,8 @@ def _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm) -> N
             submit(actor)
             while queue and len(running) < len(alive) * (1 + QUEUE_PER_WORKER):
                 submit(min(alive, key=lambda a: sum(1 for b, _ in running.values() if b is a)))
+        for task in queue:  # every worker died for good: nothing can run these
+            _fail(stats, bar, task, "no worker is left to run it (every worker died)")
 
 
 def _fail(stats: RunStats, bar, task: Task, message: str) -> None:
