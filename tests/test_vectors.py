@@ -91,6 +91,7 @@ def test_whitespace_tokens_are_left_out_of_span_and_doc_vectors(hooked):
     assert doc[1:2].similarity(doc) == 0.0  # a span of whitespace only: norm 0
 
 
+@pytest.mark.filterwarnings("ignore:.*W008")
 def test_hooks_are_off_by_default(bilm_dir):
     nlp = tiny_nlp(bilm_dir)
     nlp.initialize()

@@ -32,7 +32,7 @@ def main() -> None:
     for path in args.pipelines:
         variants = [("", {})]
         if "elmo" in spacy.load(path).pipe_names:
-            split = {"components": {"elmo": {"model": {"split_sentences": True}}}}
+            split = {"components": {"elmo": {"split_sentences": True}}}
             variants.append((", split_sentences = true", split))
         for gold in (True, False):
             for label, config in variants if not gold else variants[:1]:
