@@ -19,10 +19,12 @@ import torch
 from spacy.training import Example
 from spacy.util import load_model_from_config
 from thinc.api import Adam
+from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import batch_to_ids
 from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.cli import app
 from spacy_elmo.layers.bilm_wrapper import BiLMShim, NonFiniteUpdate
 from spacy_elmo.layers.elmo_model import get_bilm
 from spacy_elmo.pretrain import pretrain
@@ -142,9 +144,12 @@ def test_after_a_divergence_a_resumed_run_may_lower_its_learning_rate(faulted, t
     corpus, _, faulted_run = faulted
     run = tmp_path / "run"
     shutil.copytree(faulted_run, run)
-    lower = tiny_config(tmp_path, corpus, learning_rate=1e-3, clip_norm=1.0)
-    summary = pretrain(lower, resume=True, explicit={"learning_rate", "clip_norm"})
-    assert summary["steps"] == 30
+    # The command line: the settings given are the run's own, but for the two remedies.
+    args = cli_args(corpus, run)
+    args[args.index("--lr") + 1] = "1e-3"
+    result = CliRunner().invoke(app, ["pretrain", *args, "--clip-norm", "1.0", "--resume"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((run / "model" / "pretrain.json").read_text())["steps"] == 30
     saved = load_checkpoint(run / "checkpoints" / "last.pt")
     assert (saved["config"]["learning_rate"], saved["config"]["clip_norm"]) == (1e-3, 1.0)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
