@@ -123,13 +123,16 @@ def run(args, work: Path) -> dict:
             "tokens": sum(len(s.split()) for s in lines),
             "load_before": os.getloadavg(),
         }
-        torch.set_num_threads(2)
         bilm = load_bilm(model)
-        start = time.perf_counter()
-        embed_file(bilm, whole, work / "single.hdf5", progress=False)
-        row["single_seconds"] = time.perf_counter() - start
-        row["output_bytes"] = (work / "single.hdf5").stat().st_size
-        (work / "single.hdf5").unlink()
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            start, cpu = time.perf_counter(), _cpu_seconds()
+            embed_file(bilm, whole, work / "single.hdf5", progress=False)
+            suffix = "" if threads == 2 else "_1thread"
+            row[f"single{suffix}_seconds"] = time.perf_counter() - start
+            row[f"single{suffix}_cpu_seconds"] = _cpu_seconds() - cpu
+            row["output_bytes"] = (work / "single.hdf5").stat().st_size
+            (work / "single.hdf5").unlink()
         del bilm
         for workers in (1, 2):
             out = work / f"out_{shape}_{workers}"
@@ -150,6 +153,7 @@ def run(args, work: Path) -> dict:
                 "shutdown_seconds": stats.shutdown_seconds,
                 "shards": len(stats.task_seconds),
                 "task_seconds": sum(stats.task_seconds),
+                "cpu_seconds": stats.cpu_seconds,
                 "overhead_per_shard": (stats.run_seconds * workers - sum(stats.task_seconds))
                 / len(stats.task_seconds),
                 "peak_rss_mb": sorted(w["peak_rss_mb"] for w in stats.workers.values()),
@@ -185,6 +189,13 @@ def run(args, work: Path) -> dict:
     return results
 
 
+def _cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _write_corpus(folder: Path, lines: list[str], files: int) -> tuple[Path, Path]:
     """The corpus as one file (for embed) and as `files` files (for embed-corpus)."""
     folder.mkdir(parents=True)
@@ -203,8 +214,12 @@ def report(results: dict, args) -> str:
     rows = [
         "| biLM (sentences) | single-process embed, 2 threads | --workers 1 (1 thread) | "
         "--workers 2 (1 thread each) | w2 / single | w2 / w1 | Ray start-up (w1, w2) | "
-        "re-run, 50 shards |",
-        "|---|---|---|---|---|---|---|---|",
+        "re-run of the finished run | single-process, 1 thread |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    cpu_rows = [
+        "| biLM | single, 2 threads | single, 1 thread | --workers 1 | --workers 2 |",
+        "|---|---|---|---|---|",
     ]
     memory, overheads = [], []
     for shape, row in results["shapes"].items():
@@ -216,8 +231,16 @@ def report(results: dict, args) -> str:
             f"| {shape} ({n:,}) | {single:.1f} sent/s | {w1:.1f} sent/s ({e1:.1f} with start-up) | "
             f"{w2:.1f} sent/s ({e2:.1f} with start-up) | {w2 / single:.2f}x | {w2 / w1:.2f}x | "
             f"{row['workers1']['startup_seconds']:.1f} s, {row['workers2']['startup_seconds']:.1f}"
-            f" s | {row['rerun_seconds']:.2f} s ({row['rerun_skipped']} skipped, no Ray start) |"
+            f" s | {row['rerun_seconds']:.2f} s ({row['rerun_skipped']} skipped, no Ray start) | "
+            f"{n / row['single_1thread_seconds']:.1f} sent/s |"
         )
+        cpu = [
+            row["single_cpu_seconds"],
+            row["single_1thread_cpu_seconds"],
+            row["workers1"]["cpu_seconds"],
+            row["workers2"]["cpu_seconds"],
+        ]
+        cpu_rows.append(f"| {shape} | " + " | ".join(f"{n / c:.1f}" for c in cpu) + " |")
         for k in (1, 2):
             w = row[f"workers{k}"]
             memory.append(
@@ -254,7 +277,7 @@ def report(results: dict, args) -> str:
             "",
             f"Command: `python benchmarks/bench_corpus.py --shapes {args.shapes} --sentences "
             f"{args.sentences} --source assets/conll2003/train.txt --out "
-            f"{args.out.relative_to(REPO)}`",
+            f"{args.out}`",
             "",
             "Sentences per second of computing (the run without Ray's start-up; in brackets with"
             " it):",
@@ -263,6 +286,11 @@ def report(results: dict, args) -> str:
             "",
             "Targets: `--workers 2` >= 1.0x single-process with 2 threads and >= 1.8x `--workers"
             " 1`; a re-run of a finished run < 10 s beyond Ray's start-up.",
+            "",
+            "Sentences per CPU-second (process CPU time, all threads; for embed-corpus the "
+            "workers' CPU time on their shards), which other jobs on the machine change little:",
+            "",
+            *cpu_rows,
             "",
             "Per-shard overhead (driver's wall time x workers, minus the workers' compute, per "
             "shard):",

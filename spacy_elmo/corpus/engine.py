@@ -84,6 +84,7 @@ class RunStats:
     tasks: int = 0
     lines: int = 0
     task_seconds: list[float] = field(default_factory=list)  # inside the worker, per task
+    cpu_seconds: float = 0.0  # CPU time of the workers on the tasks, all threads
     failures: list[tuple[str, str]] = field(default_factory=list)  # (task name, error)
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # "host:pid" -> stats
     nodes: set[str] = field(default_factory=set)
@@ -119,9 +120,10 @@ class CorpusWorker:
 
     def run(self, payload: Any) -> dict[str, Any]:
         self.setup()  # after a restart (the worker was killed), the model is loaded again
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _cpu_seconds()
         result = self.job.run(self.state, payload)
         result["seconds"] = time.perf_counter() - start
+        result["cpu_seconds"] = _cpu_seconds() - cpu
         result.update(self._identity())
         return result
 
@@ -133,6 +135,12 @@ class CorpusWorker:
             "load_seconds": self.load_seconds,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         }
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process so far, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_tasks(
@@ -243,6 +251,7 @@ def _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm) -> N
                 continue
             stats.lines += task.lines
             stats.task_seconds.append(result["seconds"])
+            stats.cpu_seconds += result["cpu_seconds"]
             _count_worker(stats, result)
             bar.update(task.lines)
             for follow_up in on_done(task, result):

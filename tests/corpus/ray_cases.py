@@ -346,7 +346,7 @@ def test_worker_killed_mid_shard_is_retried(tmp_path, cluster):
         assert_same_as_embed(bundled, text, tmp_path / "out" / f"{text.stem}.hdf5")
 
 
-def test_a_failed_shard_names_its_input_and_the_rest_is_written(tmp_path, cluster, tiny):
+def test_a_failed_shard_names_its_input_and_the_rest_is_written(tmp_path, cluster, tiny, capfd):
     good = write(tmp_path / "in" / "good.txt", sentences(8, seed=5))
     bad = write(tmp_path / "in" / "bad.txt", sentences(8, seed=6))
     out = tmp_path / "out"
@@ -365,6 +365,8 @@ def test_a_failed_shard_names_its_input_and_the_rest_is_written(tmp_path, cluste
             Cluster(workers=1, address=cluster),
             progress=False,
         )
+    printed = capfd.readouterr().err
+    assert f"error: {bad}: input file {bad}, line 2: not UTF-8 text" in printed, printed
     assert error.value.result.written == ["good.hdf5"]
     assert list(read_manifest(out)) == ["good.hdf5"]
     assert not (out / "bad.hdf5").exists()
