@@ -17,6 +17,7 @@ from typing import Callable
 
 import pytest
 
+from spacy_elmo.cli import _util
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -224,3 +225,29 @@ def test_a_signal_removes_the_temporary_files_and_exits_with_its_code(tmp_path, 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/fd").is_dir(), reason="reads /proc to see what a process has open"
 )
+
+
+def _raised_in_an_extension(signal_error: BaseException) -> SystemError:
+    """What Python raises when a signal handler's exception is set while a C function (Ray's
+    `CoreWorker.wait`) returns a result: a SystemError whose context is that exception."""
+    try:
+        try:
+            raise signal_error
+        except BaseException as error:
+            raise SystemError("returned a result with an exception set") from error
+    except SystemError as error:
+        return error
+
+
+@pytest.mark.parametrize(
+    "error, want",
+    [
+        (_raised_in_an_extension(_util._Terminated()), ("terminated", 143)),
+        (_raised_in_an_extension(KeyboardInterrupt()), ("interrupted", 130)),
+        (_raised_in_an_extension(ValueError("not a signal")), None),
+        (RuntimeError("a fault"), None),
+    ],
+    ids=["SIGTERM", "SIGINT", "other-cause", "no-cause"],
+)
+def test_a_signal_raised_inside_an_extension_still_gives_its_exit_code(error, want):
+    assert _util._signal_behind(error) == want

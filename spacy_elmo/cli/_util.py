@@ -87,6 +87,10 @@ def command(name: str, **settings: Any) -> Callable[[Callable[..., Any]], Callab
             except _user_errors() as error:
                 fail(_message(error))
             except Exception as error:  # noqa: BLE001 - the one place that reports faults
+                signalled = _signal_behind(error)
+                if signalled is not None:  # raised inside an extension's call (a SystemError)
+                    typer.echo(signalled[0], err=True)
+                    raise typer.Exit(code=signalled[1]) from None
                 if os.environ.get(TRACEBACK_VARIABLE) == "1":
                     raise
                 fail(
@@ -105,6 +109,21 @@ def command(name: str, **settings: Any) -> Callable[[Callable[..., Any]], Callab
 
 class _Terminated(BaseException):
     """SIGTERM, raised where the command is so that its cleanup runs."""
+
+
+def _signal_behind(error: BaseException) -> Optional[tuple[str, int]]:
+    """("interrupted", 130) or ("terminated", 143) when `error` was caused by Ctrl-C or SIGTERM:
+    raised by the handler while a C extension ran (Ray's wait, say), it comes out as the cause of
+    a SystemError ("returned a result with an exception set")."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt):
+            return "interrupted", 130
+        if isinstance(error, _Terminated):
+            return "terminated", 143
+        error = error.__cause__ or error.__context__
+    return None
 
 
 class _terminate_as_interrupt:
