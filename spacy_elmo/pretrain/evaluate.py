@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -49,7 +48,7 @@ def perplexity(
     max_sentence_tokens: int = 50,
 ) -> dict[str, Any]:
     """Forward, backward and average perplexity over every sentence of `inputs`."""
-    from .objective import target_tensor
+    from .objective import perplexity_of, target_tensor
 
     model, vocab = load_language_model(model)
     splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(lang, pipeline)
@@ -70,8 +69,9 @@ def perplexity(
         sums.add_(model(ids, targets).double())
     if n_sentences == 0:
         raise ValueError(f"no sentences in {', '.join(str(p) for p in inputs)}")
-    forward = math.exp(sums[0].item() / sums[1].item())
-    backward = math.exp(sums[2].item() / sums[3].item())
+    # A model this bad (a mean NLL past 709 nats) has an infinite perplexity, not an error.
+    forward = perplexity_of(sums[0].item(), sums[1].item())
+    backward = perplexity_of(sums[2].item(), sums[3].item())
     return {
         "sentences": n_sentences,
         "tokens": int(sums[1].item()) - n_sentences,  # targets minus one </S> per sentence

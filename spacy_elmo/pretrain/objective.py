@@ -4,6 +4,8 @@ adapts a biLM (`load_init_model`)."""
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Optional
 
 import torch
@@ -16,6 +18,9 @@ from ..bilm.lm_head import LMHead
 from ..bilm.sources import resolve_source
 from .distill import DistillationHeads
 from .vocab import Vocab
+
+# exp() of more overflows a float: the largest mean NLL (nats a token) a perplexity can have.
+MAX_LOG_FLOAT = math.log(sys.float_info.max)
 
 
 class LanguageModel(nn.Module):
@@ -94,6 +99,12 @@ def mean_loss(sums: torch.Tensor, vectors_weight: float) -> torch.Tensor:
         distance = sums[4] / sums[5].clamp(min=1) + sums[6] / sums[7].clamp(min=1)
         loss = loss + vectors_weight * distance
     return loss
+
+
+def perplexity_of(nll_sum: float, count: float) -> float:
+    """exp(mean NLL): inf past what a float holds (not an OverflowError); NaN stays NaN."""
+    mean = nll_sum / max(1.0, count)
+    return math.exp(mean) if mean < MAX_LOG_FLOAT else (math.inf if mean == mean else math.nan)
 
 
 def load_init_model(source: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:

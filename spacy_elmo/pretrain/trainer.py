@@ -15,7 +15,6 @@ import logging
 import math
 import os
 import signal
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, fields, replace
@@ -49,7 +48,15 @@ from .corpus import (
     write_tokenized,
 )
 from .distill import DistillationHeads, StaticVectors
-from .objective import LanguageModel, load_head, load_init_model, mean_loss, target_tensor
+from .objective import (
+    MAX_LOG_FLOAT,
+    LanguageModel,
+    load_head,
+    load_init_model,
+    mean_loss,
+    target_tensor,
+)
+from .objective import perplexity_of as _perplexity
 from .presets import preset
 from .rundir import RunDirectoryLock, prepare_run_directory
 from .vocab import Vocab
@@ -68,7 +75,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # A mean NLL (nats a token) past this has a perplexity no float holds (exp overflows): counted
 # as a divergence like NaN, as no model reaches it that has not blown up (uniform guessing over
 # V words costs ln V, about 11 nats for 50,000).
-MAX_LOSS = math.log(sys.float_info.max)
+MAX_LOSS = MAX_LOG_FLOAT
 
 
 class TrainingDiverged(ValueError):
@@ -635,12 +642,6 @@ def _read_skipped(path: Path) -> dict[str, Any]:
     if not isinstance(record, dict) or not isinstance(record.get("skipped_lines"), int):
         return {}
     return {"skipped_lines": record["skipped_lines"]}
-
-
-def _perplexity(nll_sum: float, count: float) -> float:
-    """exp(mean NLL); inf past what a float holds (not an OverflowError), NaN stays NaN."""
-    mean = nll_sum / max(1.0, count)
-    return math.exp(mean) if mean < 709.0 else (math.inf if mean == mean else math.nan)
 
 
 def _remedies_after_divergence(

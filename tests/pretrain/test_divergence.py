@@ -29,7 +29,7 @@ from spacy_elmo.layers.bilm_wrapper import BiLMShim, NonFiniteUpdate
 from spacy_elmo.layers.elmo_model import get_bilm
 from spacy_elmo.pretrain import pretrain
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
-from spacy_elmo.pretrain.objective import LanguageModel
+from spacy_elmo.pretrain.objective import LanguageModel, perplexity_of
 from spacy_elmo.pretrain.trainer import DIVERGED, MAX_LOSS, TrainingDiverged
 
 from ..bilm.util import tiny_options
@@ -242,3 +242,13 @@ def test_fine_tuning_in_a_pipeline_stops_before_the_bilm_turns_nan(bilm_dir, tmp
             nlp.update(examples, sgd=optimizer)
     for name, weight in bilm.named_parameters():
         assert torch.equal(weight, before[name]), name
+
+
+@pytest.mark.parametrize(
+    "nll_sum, count, want",
+    [(20.0, 10.0, math.exp(2.0)), (7100.0, 10.0, math.inf), (math.nan, 10.0, math.nan)],
+    ids=["finite", "overflowing", "nan"],
+)
+def test_a_perplexity_past_the_largest_float_is_infinite_not_an_error(nll_sum, count, want):
+    got = perplexity_of(nll_sum, count)
+    assert got == pytest.approx(want, rel=1e-12, nan_ok=True)
