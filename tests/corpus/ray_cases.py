@@ -29,6 +29,7 @@ from spacy_elmo.corpus import Cluster, apply_corpus, embed_corpus
 from spacy_elmo.corpus.embed import EmbedJob
 from spacy_elmo.corpus.manifest import MANIFEST_NAME, file_sha256, read_manifest
 from spacy_elmo.corpus.plan import plan_inputs
+from spacy_elmo.corpus.reaper import _descendants
 from spacy_elmo.corpus.runner import CorpusRunError, run_corpus
 from spacy_elmo.embed_file import embed_file
 
@@ -91,10 +92,16 @@ def ray_processes() -> dict[int, str]:
 
 
 def wait_gone(before: dict[int, str], seconds: float = 20.0) -> dict[int, str]:
-    """Ray processes that were not there `before` and are still there after `seconds`."""
+    """Ray processes that were not there `before` and are still there after `seconds`, but for
+    the module cluster's (below this process; a dead driver's orphans are not)."""
     deadline = time.monotonic() + seconds
     while True:
-        left = {pid: args for pid, args in ray_processes().items() if pid not in before}
+        ours = _descendants(os.getpid())
+        left = {
+            pid: args
+            for pid, args in ray_processes().items()
+            if pid not in before and pid not in ours
+        }
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
