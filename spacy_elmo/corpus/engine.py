@@ -26,7 +26,8 @@ from typing import Any, Callable, Optional, Protocol
 from .reaper import start_reaper, stop_reaper
 
 RAY_EXTRA = "pip install 'spacy-elmo[ray]'"
-# A killed worker is restarted and its shards retried this many times (then the shard fails).
+# A killed worker is restarted (each time: an overnight run may lose many), and the shard it was
+# running is retried this many times (a shard that kills every worker it meets then fails).
 MAX_RETRIES = 3
 # Shards queued on each worker beyond the one it runs, so it never waits for the driver.
 QUEUE_PER_WORKER = 1
@@ -153,7 +154,8 @@ def run_tasks(
 ) -> RunStats:
     """Run `tasks` on Ray workers; `on_done(task, result)` returns follow-up tasks (joins).
 
-    A task whose worker dies is retried (MAX_RETRIES); a task that raises is reported in
+    A task whose worker dies is run again on the restarted worker (MAX_RETRIES times); a task
+    that raises, or whose worker died every time, is reported in
     `stats.failures` with its name and error and the others go on. A local Ray instance
     started here is shut down before returning, however the run ends.
     """
@@ -189,7 +191,7 @@ def run_tasks(
         actor_class = ray.remote(
             num_cpus=threads,
             num_gpus=cluster.gpus_per_worker,
-            max_restarts=MAX_RETRIES,
+            max_restarts=-1,
             max_task_retries=MAX_RETRIES,
         )(CorpusWorker)
         actors = [actor_class.remote(job, threads, cluster.gpus_per_worker) for _ in range(workers)]
@@ -235,15 +237,16 @@ def _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm) -> N
             try:
                 result = ray.get(ref)
             except ray.exceptions.RayActorError as error:
-                # The worker died more often than it may be restarted (or cannot start again):
-                # try the task on another worker.
-                if actor in alive:
-                    alive.remove(actor)
-                if task.attempts <= MAX_RETRIES and alive:
-                    queue.appendleft(task)
-                    submit(alive[0])
-                else:
-                    _fail(stats, bar, task, f"its worker died ({_first_line(error)})")
+                # Ray restarted the worker and ran the shard again MAX_RETRIES times, and each
+                # time the worker died: a shard that kills workers (out of memory, say).
+                _fail(
+                    stats,
+                    bar,
+                    task,
+                    f"its worker died each of {MAX_RETRIES + 1} times it ran it (killed, or out "
+                    f"of memory?): {_first_line(error)}",
+                )
+                submit(actor)
                 continue
             except ray.exceptions.RayTaskError as error:
                 _fail(stats, bar, task, _cause(error))
@@ -260,8 +263,6 @@ def _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm) -> N
             submit(actor)
             while queue and len(running) < len(alive) * (1 + QUEUE_PER_WORKER):
                 submit(min(alive, key=lambda a: sum(1 for b, _ in running.values() if b is a)))
-        for task in queue:  # every worker died for good: nothing can run these
-            _fail(stats, bar, task, "no worker is left to run it (every worker died)")
 
 
 def _fail(stats: RunStats, bar, task: Task, message: str) -> None:
