@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", type=Path, help="raw text files")
     parser.add_argument("output", type=Path, help="tokenised text, one sentence a line")
-    parser.add_argument("--pipeline", default=DEFAULTS.pipeline, help="spaCy pipeline or language")
+    parser.add_argument("--lang", default=DEFAULTS.lang, help="language of the tokenizer")
+    parser.add_argument("--pipeline", default=None, help="a spaCy pipeline instead of --lang")
     parser.add_argument("--max-tokens", type=int, default=DEFAULTS.max_sentence_tokens)
     args = parser.parse_args(argv)
     missing = [str(path) for path in args.inputs if not path.is_file()]
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.output.resolve() in {path.resolve() for path in args.inputs}:
         print(f"error: the output {args.output} is one of the inputs", file=sys.stderr)
         return 1
-    splitter = spacy_sentence_splitter(args.pipeline)
+    splitter = spacy_sentence_splitter(args.lang, args.pipeline)
     sentences, tokens = write_tokenized(args.inputs, args.output, splitter, args.max_tokens)
     print(f"{args.output}: {sentences:,} sentences, {tokens:,} tokens")
     return 0
