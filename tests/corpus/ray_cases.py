@@ -39,7 +39,7 @@ WORDS = (
     "with Ben , who likes rivers ; 1984 was a year ."
 ).split()
 
-if os.environ.get("RAY_AUTH_MODE") != "disabled":  # pragma: no cover - outside test_ray.py
+if os.environ.get("SPACY_ELMO_TEST_NETNS") != "1":  # pragma: no cover - outside test_ray.py
     pytest.skip("run by tests/corpus/test_ray.py in a network namespace", allow_module_level=True)
 
 
@@ -446,3 +446,37 @@ def test_workers_that_cannot_be_placed_are_refused(tmp_path, cluster, tiny):
         with pytest.raises(ValueError, match=message):
             embed_corpus(tmp_path / "in", tmp_path / "out", **tiny, cluster=engine, progress=False)
     assert not (tmp_path / "out" / "a.hdf5").exists()
+
+
+def test_whole_parts_of_an_interrupted_run_are_reused_never_others(
+    tmp_path, cluster, tiny, tiny_bilm
+):
+    """A part left whole by an interrupted run (same input, model, options) is joined without
+    being embedded again; parts of another input or model (another key) are deleted unused."""
+    from spacy_elmo.bilm.sources import resolve_source
+    from spacy_elmo.corpus.embed import model_identity
+    from spacy_elmo.corpus.manifest import work_key
+
+    text = write(tmp_path / "in" / "big.txt", sentences(30, seed=40))
+    out = tmp_path / "out"
+    source = resolve_source(None, tiny["options_file"], tiny["weights_file"])
+    key = work_key(file_sha256(text), model_identity(source), EmbedJob(None, **tiny).options())
+    (item,) = plan_inputs(tmp_path / "in", out, (".txt",), ".hdf5", 10)
+    middle = item.shards()[1]
+    part = out / f".big.hdf5.parts-{key}" / f"{middle.first:012d}-{middle.count}.hdf5"
+    embed_file(tiny_bilm, text, part, progress=False, lines=middle)
+    stale = out / ".big.hdf5.parts-0123456789abcdef" / f"{middle.first:012d}-{middle.count}.hdf5"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"parts of another model")
+    result = embed_corpus(
+        tmp_path / "in",
+        out,
+        **tiny,
+        shard_lines=10,
+        cluster=Cluster(workers=2, address=cluster, threads_per_worker=1),
+        progress=False,
+    )
+    assert result.written == ["big.hdf5"]
+    assert result.lines == 20, "lines 11-20 came from the part already there"
+    assert_same_as_embed(tiny_bilm, text, out / "big.hdf5")
+    assert not part.parent.exists() and not stale.parent.exists()

@@ -73,7 +73,12 @@ def ray_outcomes(request, tmp_path_factory) -> dict[str, tuple[str, str]]:
         "faulthandler_timeout=300",
     ]
     command = [*_namespace_command(), "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *inner]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "SPACY_ELMO_TEST_NETNS": "1",  # ray_cases.py runs only here
+        "RAY_AUTH_MODE": "disabled",  # the second `ray start` needs no token
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     env.pop("RAY_ADDRESS", None)
     inner = subprocess.Popen(
         command,
