@@ -3,8 +3,8 @@
     python -m workflow.evaluate_raw training/evidence/baseline_all_s0/model-best \
         training/evidence/elmo_all_s0/model-best --test corpus/conll/test.spacy
 
-For an `elmo` pipeline trained on gold sentences it also scores the same pipeline with
-`split_sentences = true` (the component cuts raw docs into sentences itself, as in training).
+For an `elmo` pipeline it scores raw text with the pipeline's own `split_sentences` and with
+the other value (true: the component cuts raw docs into sentences itself, as gold data has them).
 """
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ def main() -> None:
     print("| pipeline | input | TAG_ACC | ENTS_F |\n|---|---|---:|---:|")
     for path in args.pipelines:
         variants = [("", {})]
-        if "elmo" in spacy.load(path).pipe_names:
-            split = {"components": {"elmo": {"split_sentences": True}}}
-            variants.append((", split_sentences = true", split))
+        saved = spacy.load(path)
+        if "elmo" in saved.pipe_names:  # the pipeline's own split_sentences, then the other
+            own = bool(saved.get_pipe("elmo").cfg.get("split_sentences"))
+            variants = [(f", split_sentences = {str(own).lower()}", {})]
+            other = {"components": {"elmo": {"split_sentences": not own}}}
+            variants.append((f", split_sentences = {str(not own).lower()}", other))
         for gold in (True, False):
             for label, config in variants if not gold else variants[:1]:
                 nlp = spacy.load(path, config=config)
