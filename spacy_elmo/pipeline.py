@@ -53,6 +53,9 @@ from .vector_hooks import VECTOR_LAYERS, set_vector_hooks
 # from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
 # written into the pipeline's config. Every default is the one of the registered function.
 DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
+# The ElmoModel.v1 settings that the model keeps as attributes (which Thinc saves and restores
+# with the weights): after loading, the config's values are put back, so overrides work.
+MODEL_SETTINGS = ("max_tokens", "batch_tokens", "frozen", "grad_factor", "store_dtype")
 DEFAULT_CONFIG = {
     "model": DEFAULT_MODEL,
     "mix_weights": None,
@@ -324,11 +327,17 @@ class Elmo(TrainablePipe):
                         if block.get(key) is None:
                             block[key] = value
 
+    def _settings(self) -> Dict[str, Any]:
+        """What the config gave: the component's settings and the model's run settings."""
+        attrs = {key: self.model.attrs[key] for key in MODEL_SETTINGS if key in self.model.attrs}
+        return {"cfg": dict(self.cfg), "attrs": attrs}
+
     def _keep_settings(self, settings: Dict[str, Any]) -> None:
         """After loading: the settings stay those this component was built with from its
         config (so that `spacy.load(path, config=...)` overrides work), not those of the
         saved `cfg` file or of the saved model's attributes."""
-        self.cfg.update(settings)
+        self.cfg.update(settings["cfg"])
+        self.model.attrs.update(settings["attrs"])
         set_unit_rule(
             self.model,
             split_sentences=self.cfg["split_sentences"],
@@ -337,13 +346,13 @@ class Elmo(TrainablePipe):
         self.model.attrs["cache"].clear()
 
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        settings = dict(self.cfg)
+        settings = self._settings()
         result = super().from_bytes(bytes_data, exclude=exclude)
         self._keep_settings(settings)
         return result
 
     def from_disk(self, path, *, exclude=tuple()):
-        settings = dict(self.cfg)
+        settings = self._settings()
         try:
             result = super().from_disk(path, exclude=exclude)
         except (ValueError, OSError, KeyError, TypeError) as err:

@@ -244,6 +244,21 @@ def test_to_disk_and_load_need_only_the_directory(nlp, tmp_path):
     )
 
 
+def test_settings_given_at_load_win_over_the_saved_ones(nlp, bilm, tmp_path):
+    """Thinc restores the saved model's attributes with its weights; the component puts the
+    values of the config it was built with back (here: windows of 4 tokens, float16)."""
+    nlp.to_disk(tmp_path / "pipeline")
+    override = {"max_tokens": 4, "batch_tokens": 12, "store_dtype": "float16"}
+    loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"model": override}}})
+    model = loaded.get_pipe("elmo").model
+    assert {key: model.attrs[key] for key in override} == override
+    words = [f"w{i}" for i in range(10)]
+    doc = loaded(Doc(loaded.vocab, words=words))
+    assert doc._.elmo_layers.dtype == np.float16
+    expected = np.concatenate(bilm.embed([words[0:4], words[4:8], words[8:10]]), axis=1)
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=2e-2, rtol=1e-2)
+
+
 def test_thinc_model_bytes_round_trip(nlp, bilm_dir):
     model = nlp.get_pipe("elmo").model
     fresh = tiny_nlp(bilm_dir).get_pipe("elmo").model  # random weights, not loaded
