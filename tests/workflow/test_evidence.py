@@ -14,6 +14,7 @@ from spacy.tokens import Doc, DocBin
 from spacy.util import load_config
 from spacy.vocab import Vocab
 
+from workflow import resumable_train
 from workflow.evidence import cli, report, runs, stats, subsets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -263,6 +264,80 @@ def test_a_size_without_step_settings_needs_them(tmp_path: Path):
         runs.make_spec("baseline", 500, 0, root=tmp_path)
     spec = runs.make_spec("baseline", 500, 0, root=tmp_path, max_steps=300, eval_frequency=100)
     assert spec.steps() == {"max_steps": 300, "eval_frequency": 100, "patience": 300}
+
+
+def test_transformer_runs_train_with_the_resumable_trainer(capsys, tmp_path: Path):
+    train, evaluate = dry_run(
+        capsys, tmp_path, "--pipeline", "transformer", "--size", "3000", "--seed", "1"
+    )
+    config = "configs/ner_tagger_transformer.cfg"
+    assert train[:4] == ["python", "-m", "workflow.resumable_train", config]
+    # the arguments of `spacy train`, which the trainer reads as spaCy does
+    spacy_args = runs.make_spec("baseline", "3000", 1, root=tmp_path / "runs").train_command()[5:]
+    assert train[4:] == [arg.replace("baseline_", "transformer_") for arg in spacy_args]
+    run_dir = tmp_path / "runs" / "transformer_3000_s1"
+    assert resumable_train.parse_args(train[3:])[:3] == (Path(config), run_dir, -1)
+    settings = runs.STEP_SETTINGS["3000"]
+    assert option(train, "--training.max_steps") == str(settings["max_steps"])
+    assert option(train, "--paths.train") == "corpus/conll/subsets/train_3000_s1.spacy"
+    assert "--initialize.vectors" not in train
+    assert evaluate[:5] == ["python", "-m", "spacy", "evaluate", str(run_dir / "model-best")]
+    # the config trains the weights the pipeline checks for, with the other pipelines' settings
+    cfg = load_config(REPO / config, interpolate=False)
+    assert Path(cfg["paths"]["transformer"]) == runs.TRANSFORMER_WEIGHTS
+    assert cfg["nlp"]["pipeline"] == ["transformer", "tagger", "ner"]
+    elmo = load_config(REPO / "configs/ner_tagger_elmo.cfg", interpolate=False)
+    assert cfg["training"]["batcher"] == elmo["training"]["batcher"]
+    assert cfg["corpora"] == elmo["corpora"]
+
+
+def test_a_transformer_run_checks_its_weights_and_package(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for path in ("train.spacy", "dev.spacy", "test.spacy", str(runs.TRANSFORMER_CONFIG)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text("")
+    spec = runs.make_spec(
+        "transformer", "all", 0, train=Path("train.spacy"), dev=Path("dev.spacy"),
+        test=Path("test.spacy"),
+    )  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="all-MiniLM-L6-v2/config.json"):
+        runs.run_one(spec)
+    for path in runs.PIPELINES["transformer"].needs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    monkeypatch.setattr(runs.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModuleNotFoundError, match=r"spacy-elmo\[transformer\]"):
+        runs.run_one(spec)
+    assert not spec.directory.exists()
+
+
+def test_a_resumed_run_counts_the_training_loop_once(tmp_path: Path):
+    logged = runs.Logged(seconds=50.0, rows=[(0, 9.0), (200, 30.0)])
+    timeline = {
+        "evaluations": [[0, 2.0], [200, 21.0]],
+        "segments": [[0, 7.0]],
+        "loop_seconds": 40.0,
+        "last_step": 300,
+    }
+    (tmp_path / "timeline.json").write_text(json.dumps(timeline))
+    one = runs.train_timing(tmp_path, logged)  # one start: the train process as it ran
+    assert one == {
+        "train_seconds": 50.0,
+        "steps": 300,
+        "evaluations": [{"step": 0, "seconds": 9.0}, {"step": 200, "seconds": 30.0}],
+        "segments": [[0, 7.0]],
+    }
+    # stopped after step 200's checkpoint, resumed: 7 s to the loop the first time, then the
+    # loop's own 40 s; the second start's loading and the redone steps are not counted
+    timeline["segments"] = [[0, 7.0], [201, 8.5]]
+    (tmp_path / "timeline.json").write_text(json.dumps(timeline))
+    two = runs.train_timing(tmp_path, runs.Logged(seconds=25.0, rows=[(200, 20.0)]))
+    assert two["train_seconds"] == 47.0
+    assert two["evaluations"] == [{"step": 0, "seconds": 9.0}, {"step": 200, "seconds": 28.0}]
+    assert two["segments"] == [[0, 7.0], [201, 8.5]]
+    (tmp_path / "timeline.json").unlink()
+    with pytest.raises(runs.RunError, match="timeline.json"):
+        runs.train_timing(tmp_path, logged)
 
 
 @pytest.mark.parametrize("config", ["ner_tagger_baseline.cfg", "ner_tagger_elmo.cfg"])

@@ -1,4 +1,5 @@
-"""CoNLL-2003 learning curves of four NER + tagger pipelines (`spacy project run evidence`).
+"""CoNLL-2003 learning curves of NER + tagger pipelines (`spacy project run evidence`; the
+transformer pipeline, hours a run on CPU, is opt-in: `spacy project run evidence-transformer`).
 
     python -m workflow.evidence subsets --train corpus/conll/train.spacy --sizes 1000 3000 \
         --seeds 0 1 2 --output corpus/conll/subsets
@@ -10,7 +11,8 @@
         [--page docs/learning-curves.md]
 
 `subsets` samples whole sentences (one Doc each, tags and entities kept) without replacement.
-`run` trains one tagger + NER pipeline with `python -m spacy train` into
+`run` trains one tagger + NER pipeline with `python -m spacy train` (the transformer with
+`python -m workflow.resumable_train`, which resumes a stopped run) into
 ROOT/{pipeline}_{size}_s{seed}/, scores model-best on the test set with gold tokens and writes
 run.json; a run whose run.json exists is skipped. `report` turns every run.json into the JSON,
 the Markdown tables (mean ± std over seeds of test NER F1 and tag accuracy) and the plot,
@@ -38,6 +40,9 @@ from workflow.evidence.runs import (
     run_one,
 )
 from workflow.evidence.subsets import FULL, SUBSETS, TRAIN, make_subsets
+
+# `runs` without --pipelines: those that need no optional package (the transformer is opt-in)
+DEFAULT_PIPELINES = [name for name, pipeline in PIPELINES.items() if pipeline.package is None]
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -120,7 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(run)
 
     runs = commands.add_parser("runs", help="every missing run of a grid")
-    runs.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(PIPELINES))
+    runs.add_argument(
+        "--pipelines",
+        nargs="+",
+        default=DEFAULT_PIPELINES,
+        choices=list(PIPELINES),
+        help=f"default: {' '.join(DEFAULT_PIPELINES)} (those without an optional package)",
+    )
     runs.add_argument("--sizes", nargs="+", required=True, help=f"numbers of sentences, {FULL!r}")
     runs.add_argument("--seeds", type=int, nargs="+", required=True)
     runs.add_argument(

