@@ -105,6 +105,7 @@ def run(args, work: Path) -> dict:
         "commit": git_commit(),
         "files": args.files,
         "load_before": os.getloadavg(),
+        "parallel_capacity": parallel_capacity(),
         "shapes": {},
     }
     for spec in args.shapes.split(","):
@@ -187,6 +188,28 @@ def run(args, work: Path) -> dict:
     }
     results["load_after"] = os.getloadavg()
     return results
+
+
+SPIN = (
+    "import time\nt = time.perf_counter()\nx = 0\nfor i in range(20_000_000): x += i\n"
+    "print(time.perf_counter() - t)"
+)
+
+
+def parallel_capacity() -> dict:
+    """How much two CPU-bound processes get done together against one alone (2.0 on two free
+    cores): the ceiling of `--workers 2` over `--workers 1` on this machine."""
+
+    def spin(n: int) -> list[float]:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+            for _ in range(n)
+        ]
+        return [float(p.communicate()[0]) for p in procs]
+
+    alone = min(spin(1)[0] for _ in range(2))
+    together = spin(2)
+    return {"alone": alone, "together": together, "ratio": 2 * alone / max(together)}
 
 
 def _cpu_seconds() -> float:
@@ -286,6 +309,10 @@ def report(results: dict, args) -> str:
             "",
             "Targets: `--workers 2` >= 1.0x single-process with 2 threads and >= 1.8x `--workers"
             " 1`; a re-run of a finished run < 10 s beyond Ray's start-up.",
+            "",
+            "This machine's parallel capacity: two CPU-bound Python processes together did "
+            f"{results['parallel_capacity']['ratio']:.2f}x the work of one alone (2.00x on two "
+            "free cores): the ceiling of `--workers 2` / `--workers 1` here.",
             "",
             "Sentences per CPU-second (process CPU time, all threads; for embed-corpus the "
             "workers' CPU time on their shards), which other jobs on the machine change little:",
