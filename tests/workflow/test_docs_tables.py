@@ -31,6 +31,13 @@ def test_learning_curves_page_holds_the_evidence_report():
     )
 
 
+def test_readme_holds_the_evidence_headline():
+    data = json.loads((REPO / "results" / "evidence.json").read_text())
+    assert section(REPO / "README.md", report.HEADLINE_MARKER) == report.headline(data["runs"]), (
+        "run `spacy project run evidence-report`"
+    )
+
+
 def test_model_card_holds_the_bundled_card_and_the_probes():
     assert section(DOCS / "model-card.md", report_bundled.MARKER) == report_bundled.card_table(
         report_bundled.BUNDLED_MODEL

@@ -470,6 +470,76 @@ def test_report_aggregates_every_run(tmp_path: Path):
     assert "old table" not in text and "training sentences](e.png)" in text  # beside the page
 
 
+def test_report_reads_several_roots_and_writes_the_readme_table(tmp_path: Path):
+    write_runs(tmp_path / "runs")
+    # finished transformer runs kept apart (results/transformer_runs), one also in the first root
+    kept = tmp_path / "transformer_runs"
+    transformer = {0: (0.76, 0.78), 1: (0.78, 0.77)}  # seed: (test ents_f, tag_acc)
+    for seed, (f1, tags) in transformer.items():
+        record = {
+            "pipeline": "transformer", "size": "1000", "train_sentences": 1000, "seed": seed,
+            "test": {"ents_f": f1, "tag_acc": tags}, "dev": {"ents_f": f1, "tag_acc": tags},
+        }  # fmt: skip
+        (kept / f"transformer_1000_s{seed}").mkdir(parents=True)
+        (kept / f"transformer_1000_s{seed}" / "run.json").write_text(json.dumps(record))
+    (tmp_path / "runs" / "transformer_1000_s0").mkdir()
+    (tmp_path / "runs" / "transformer_1000_s0" / "run.json").write_text(
+        (kept / "transformer_1000_s0" / "run.json").read_text()
+    )
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "# R\n<!-- evidence-headline:start -->\nold\n<!-- evidence-headline:end -->\n"
+    )
+    out = tmp_path / "out"
+    card = tmp_path / "card.json"
+    card.write_text("{}")
+    argv = ["report", "--root", str(tmp_path / "runs"), str(kept), "--bilm-card", str(card)]
+    argv += ["--json", str(out / "e.json"), "--markdown", str(out / "e.md")]
+    argv += ["--plot", str(out / "e.png"), "--readme", str(readme)]
+    assert cli.main(argv) == 0
+
+    data = json.loads((out / "e.json").read_text())
+    assert len(data["runs"]) == sum(len(v) for v in SCORES.values()) + 2  # s0 counted once
+    row = next(r for r in data["summary"] if r["pipeline"] == "transformer")
+    assert row["n"] == 2 and row["train_sentences"] == 1000
+    assert row["test"]["ents_f"]["mean"] == pytest.approx(0.77)
+    assert row["test"]["tag_acc"]["std"] == pytest.approx(np.std([0.78, 0.77], ddof=1))
+    lines = {
+        line.split(" | ")[0]: line
+        for line in (out / "e.md").read_text().split("**Tag accuracy**")[0].splitlines()
+        if line.startswith("|")
+    }
+    assert list(lines)[-2:] == ["| *transformer − elmo*", "| *transformer − elmo, 95% CI*"]
+    assert lines["| transformer"] == "| transformer | 77.00 ± 1.41 (2) | – |"
+    e = np.array(SCORES["elmo", 1000])
+    assert (
+        lines["| *transformer − elmo*"]
+        == f"| *transformer − elmo* | {77 - 100 * e.mean():+.2f} | – |"
+    )
+    gains = {(g["pipeline"], g["train_sentences"]): g for g in data["gains"]}
+    assert gains["transformer", 1000]["n"] == [2, 3]
+    assert report.TRANSFORMER_NOTE in (out / "e.md").read_text()
+    # the README gets the NER F1 table only
+    text = readme.read_text()
+    assert text == (
+        "# R\n<!-- evidence-headline:start -->\n"
+        + report.headline(data["runs"])
+        + "\n<!-- evidence-headline:end -->\n"
+    )
+    assert "**NER F1**" in text and "Tag accuracy" not in text
+
+
+def test_a_run_in_two_roots_is_taken_from_the_first(tmp_path: Path):
+    for root, f1 in (("a", 0.5), ("b", 0.6)):
+        (tmp_path / root / "baseline_1000_s0").mkdir(parents=True)
+        run = {"pipeline": "baseline", "train_sentences": 1000, "seed": 0,
+               "test": {"ents_f": f1, "tag_acc": 0.9}, "dev": {"ents_f": f1}}  # fmt: skip
+        (tmp_path / root / "baseline_1000_s0" / "run.json").write_text(json.dumps(run))
+    with pytest.warns(UserWarning, match="takes the first"):
+        runs_read = report.load_runs([tmp_path / "a", tmp_path / "b"])
+    assert [run["test"]["ents_f"] for run in runs_read] == [0.5]
+
+
 def test_report_leaves_a_page_without_markers(tmp_path: Path):
     write_runs(tmp_path / "runs")
     page = tmp_path / "learning-curves.md"

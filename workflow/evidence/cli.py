@@ -6,18 +6,19 @@ transformer pipeline, hours a run on CPU, is opt-in: `spacy project run evidence
     python -m workflow.evidence run --pipeline elmo --size 1000 --seed 0 [--dry-run]
     python -m workflow.evidence runs --pipelines baseline vectors elmo vectors+elmo \
         --sizes 1000 3000 all --seeds 0 1 2 --full-seeds 0 [--jobs 1]
-    python -m workflow.evidence report --json results/evidence.json \
-        --markdown results/evidence.md --plot docs/evidence.png \
-        [--page docs/learning-curves.md]
+    python -m workflow.evidence report --root training/evidence results/transformer_runs \
+        --json results/evidence.json --markdown results/evidence.md --plot docs/evidence.png \
+        [--page docs/learning-curves.md] [--readme README.md]
 
 `subsets` samples whole sentences (one Doc each, tags and entities kept) without replacement.
 `run` trains one tagger + NER pipeline with `python -m spacy train` (the transformer with
 `python -m workflow.resumable_train`, which resumes a stopped run) into
 ROOT/{pipeline}_{size}_s{seed}/, scores model-best on the test set with gold tokens and writes
 run.json; a run whose run.json exists is skipped. `report` turns every run.json into the JSON,
-the Markdown tables (mean ± std over seeds of test NER F1 and tag accuracy) and the plot,
-and with `--page` puts the tables in that docs page between <!-- evidence:start --> and
-<!-- evidence:end -->.
+the Markdown tables (mean ± std over seeds of test NER F1 and tag accuracy) and the plot;
+with `--page` it puts the tables in that docs page between <!-- evidence:start --> and
+<!-- evidence:end -->, and with `--readme` the NER F1 table between <!-- evidence-headline:start -->
+and <!-- evidence-headline:end -->.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from workflow.evidence.report import BILM_CARD, BILM_NAME, MARKER, PAGE, write_report
+from workflow.evidence.report import (
+    BILM_CARD,
+    BILM_NAME,
+    HEADLINE_MARKER,
+    MARKER,
+    PAGE,
+    README,
+    write_report,
+)
 from workflow.evidence.runs import (
     DEV,
     PIPELINES,
@@ -142,7 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(runs)
 
     rep = commands.add_parser("report", help="JSON, Markdown tables and plot of all runs")
-    rep.add_argument("--root", type=Path, default=ROOT)
+    rep.add_argument(
+        "--root",
+        type=Path,
+        nargs="+",
+        default=[ROOT],
+        help=f"runs folders ({ROOT}); a run in several is taken from the first",
+    )
     rep.add_argument("--bilm-card", type=Path, default=BILM_CARD)
     rep.add_argument(
         "--bilm-name", default=BILM_NAME, help=f"what the card describes ({BILM_NAME!r})"
@@ -155,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help=f"a docs page whose {MARKER} markers get the tables (e.g. {PAGE})",
+    )
+    rep.add_argument(
+        "--readme",
+        type=Path,
+        default=None,
+        help=f"a README whose {HEADLINE_MARKER} markers get the NER F1 table (e.g. {README})",
     )
     return parser
 
@@ -191,5 +212,6 @@ def main(argv: list[str] | None = None) -> int:
             args.bilm_card,
             args.page,
             args.bilm_name,
+            args.readme,
         )
     return 0

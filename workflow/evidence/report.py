@@ -1,10 +1,12 @@
 """The learning-curve report from the run.json files: JSON (runs, means, gains with Welch's
-intervals), Markdown tables, the plot, and the same tables in a docs page between markers."""
+intervals), Markdown tables, the plot, the same tables in a docs page between markers, and the
+NER table in the README between its headline markers."""
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -17,26 +19,49 @@ from workflow.markers import replace_between_markers
 BILM_NAME = "the bundled biLM"
 BILM_CARD = Path("spacy_elmo/data/en_elmo_bundled/pretrain.json")
 # the gains the report shows: (pipeline, the pipeline it is compared with)
-GAINS = (("elmo", "baseline"), ("vectors+elmo", "vectors"))
+GAINS = (("elmo", "baseline"), ("vectors+elmo", "vectors"), ("transformer", "elmo"))
 # the section of the docs page that the report rewrites: <!-- evidence:start --> ... end
 MARKER = "evidence"
 PAGE = Path("docs/learning-curves.md")
+# the README's NER table: <!-- evidence-headline:start --> ... end
+HEADLINE_MARKER = "evidence-headline"
+README = Path("README.md")
+# the finished transformer runs' run.json, kept in the repository (the runs take hours)
+TRANSFORMER_RUNS = Path("results/transformer_runs")
+TRANSFORMER_NOTE = (
+    "transformer: all-MiniLM-L6-v2 fine-tuned with the tagger and NER "
+    "(configs/ner_tagger_transformer.cfg), at the step budget of the other pipelines; its "
+    "cells count the runs that have finished."
+)
 RUN_KEYS = ("pipeline", "train_sentences", "seed", "test", "dev")
 
 
-def load_runs(root: Path) -> list[dict]:
-    """Every ``ROOT/*/run.json``, sorted by pipeline, size and seed."""
-    runs = []
-    for path in sorted(root.glob("*/run.json")):
-        run = json.loads(path.read_text())
-        missing = [key for key in RUN_KEYS if key not in run]
-        missing += [f"test.{key}" for key in ("ents_f", "tag_acc") if key not in run["test"]]
-        if missing:
-            raise ValueError(f"{path} has no {', '.join(missing)}; is it an evidence run.json?")
-        runs.append(run)
+def load_runs(roots: Path | Sequence[Path]) -> list[dict]:
+    """Every ``ROOT/*/run.json`` of each root, sorted by pipeline, size and seed; a run (folder
+    name) in several roots is taken from the first, with a warning if the records differ."""
+    roots = [roots] if isinstance(roots, Path) else list(roots)
+    found: dict[str, tuple[Path, dict]] = {}
+    for root in roots:
+        for path in sorted(root.glob("*/run.json")):
+            run = json.loads(path.read_text())
+            missing = [key for key in RUN_KEYS if key not in run]
+            missing += [f"test.{key}" for key in ("ents_f", "tag_acc") if key not in run["test"]]
+            if missing:
+                raise ValueError(f"{path} has no {', '.join(missing)}; is it an evidence run.json?")
+            name = path.parent.name
+            if name in found:
+                if found[name][1] != run:
+                    warnings.warn(
+                        f"{path} differs from {found[name][0]}; the report takes the first",
+                        stacklevel=2,
+                    )
+                continue
+            found[name] = (path, run)
+    runs = [run for _, run in found.values()]
     if not runs:
+        where = ", ".join(f"{root}/*/" for root in roots)
         raise FileNotFoundError(
-            f"no run.json under {root}/*/ (run `python -m workflow.evidence runs` first)"
+            f"no run.json under {where} (run `python -m workflow.evidence runs` first)"
         )
     return sorted(
         runs, key=lambda r: (pipeline_rank(r["pipeline"]), r["train_sentences"], r["seed"])
@@ -161,6 +186,8 @@ def render_markdown(
             "Rows in italics are differences of the means, and Welch's 95% confidence "
             "intervals for them (seeds as independent runs)."
         )
+    if "transformer" in pipelines:
+        notes.append(TRANSFORMER_NOTE)
     notes.append(
         "Made by `spacy project run evidence` (`python -m workflow.evidence report`) from the "
         "run.json files."
@@ -257,17 +284,24 @@ def relative_to(target: Path, document: Path) -> str:
     return Path(os.path.relpath(target.resolve(), document.resolve().parent)).as_posix()
 
 
+def headline(runs: Sequence[dict]) -> str:
+    """The README's table: test NER F1 of every pipeline and size, with the gains."""
+    return markdown_table(runs, "ents_f", "NER F1")
+
+
 def write_report(
-    root: Path,
+    root: Path | Sequence[Path],
     json_path: Path,
     markdown_path: Path,
     plot_path: Path,
     bilm_card: Path | None = BILM_CARD,
     page: Path | None = None,
     bilm_name: str = BILM_NAME,
+    readme: Path | None = None,
 ) -> dict:
-    """Write the JSON, the Markdown, the plot and (if given) the tables in the docs page `page`
-    between its MARKER markers; return the JSON."""
+    """Write the JSON, the Markdown, the plot, (if given) the tables in the docs page `page`
+    between its MARKER markers and the NER table in `readme` between its HEADLINE_MARKER
+    markers; return the JSON. `root` is one runs folder or several (see `load_runs`)."""
     runs = load_runs(root)
     card = None
     if bilm_card is not None:
@@ -288,5 +322,10 @@ def write_report(
         section = render_markdown(runs, card, relative_to(plot_path, page), bilm_name)
         if replace_between_markers(page, MARKER, section):
             print(f"[report] updated the {MARKER} section of {page}")
+    if readme is not None:
+        if not readme.exists():
+            raise FileNotFoundError(f"no README {readme}")
+        if replace_between_markers(readme, HEADLINE_MARKER, headline(runs)):
+            print(f"[report] updated the {HEADLINE_MARKER} section of {readme}")
     print(f"[report] wrote {json_path}, {markdown_path}, {plot_path}")
     return result
