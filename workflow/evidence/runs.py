@@ -377,6 +377,20 @@ def train_timing(directory: Path, train: Logged) -> dict:
     }
 
 
+def keep_runs(root: Path, pipelines: Sequence[str], dest: Path) -> list[str]:
+    """Copy the run.json of every finished run of ``pipelines`` under ``root`` to
+    DEST/NAME/run.json (the record only: no model, log or checkpoint); return the names."""
+    kept = []
+    for path in sorted(root.glob("*/run.json")):
+        if json.loads(path.read_text()).get("pipeline") not in pipelines:
+            continue
+        target = dest / path.parent.name / "run.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+        kept.append(path.parent.name)
+    return kept
+
+
 def plan_runs(
     pipelines: Sequence[str], sizes: Sequence[str], seeds: Sequence[int], full_seeds: Sequence[int]
 ) -> list[tuple[str, str, int]]:
