@@ -186,3 +186,39 @@ def test_arguments_are_checked(tmp_path: Path):
     assert resumable_train.parse_args(
         ["c.cfg", "-o", "out", "-g", "0", "--training.max_steps", "5"]
     ) == (Path("c.cfg"), Path("out"), 0, ["--training.max_steps", "5"])
+
+
+@pytest.mark.slow
+def test_an_evidence_run_stopped_midway_resumes_and_records_one_loop(setup, tmp_path, monkeypatch):
+    """workflow.evidence.runs.run_one of a resumable pipeline: stopped after step 3's checkpoint,
+    started again, it ends as `spacy train` would have, and run.json lists both starts."""
+    from workflow.evidence import runs
+
+    config, overrides = setup
+    monkeypatch.setitem(
+        runs.PIPELINES, "tiny", runs.Pipeline(config, static_vectors=False, resumable=True)
+    )
+    train = Path(overrides[1])
+    spec = runs.make_spec(
+        "tiny", "all", 0, root=tmp_path / "runs", train=train, dev=Path(overrides[3]),
+        test=Path(overrides[3]), max_steps=9, eval_frequency=3, patience=0,
+    )  # fmt: skip
+    assert spec.train_command()[1:3] == ["-m", "workflow.resumable_train"]
+    monkeypatch.setenv("RESUMABLE_STOP_AT_STEP", "3")
+    with pytest.raises(runs.RunError, match="stopping after the checkpoint of step 3"):
+        runs.run_one(spec)
+    assert not (spec.directory / "run.json").exists()
+    monkeypatch.delenv("RESUMABLE_STOP_AT_STEP")
+    record = runs.run_one(spec)
+    assert [segment[0] for segment in record["segments"]] == [0, 4]
+    assert [e["step"] for e in record["evaluations"]] == [0, 3, 6, 9]
+    assert record["steps"] == 9 and record["train_sentences"] == 10
+    assert record["command"]["train"].startswith("python -m workflow.resumable_train ")
+    log = (spec.directory / "run.log").read_text()
+    assert log.count("$ python -m workflow.resumable_train") == 2  # both starts, appended
+    assert "Resuming at step 4" in log
+    # the same weights as spaCy's own loop
+    reference = tmp_path / "spacy"
+    keys = (key.removeprefix("--") for key in overrides[::2])
+    spacy_train(config, reference, overrides=dict(zip(keys, overrides[1::2])))
+    assert model_files(spec.directory) == model_files(reference)
