@@ -1,5 +1,6 @@
 """workflow.resumable_train: a run stopped after a checkpoint and resumed ends with the same
-model files, byte for byte, as `spacy train` and as an uninterrupted resumable run."""
+model files, byte for byte, as `spacy train` and as an uninterrupted resumable run (a tiny
+tok2vec + tagger + NER, the tagger with a torch layer as the transformer pipeline has)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from spacy.cli.init_config import fill_config
 from spacy.cli.train import train as spacy_train
+from spacy.ml.models.tok2vec import tok2vec_listener_v1
 from spacy.tokens import Doc, DocBin
+from spacy.util import registry
 from spacy.vocab import Vocab
+from thinc.api import PyTorchWrapper, chain, with_array
 
 from workflow import resumable_train
 
@@ -108,6 +113,28 @@ learn_rate = 0.01
 [initialize]
 """
 
+# the tagger's variant with a torch layer (a thinc shim, as the transformer's): parameters and
+# Adam moments of torch modules are checkpointed apart from thinc's own
+TORCH_TAGGER = """
+[components.tagger.model.tok2vec]
+@architectures = "test_resumable.TorchHead.v1"
+width = 16
+"""
+LISTENER_TAGGER = """
+[components.tagger.model.tok2vec]
+@architectures = "spacy.Tok2VecListener.v1"
+width = 16
+"""
+
+
+@registry.architectures("test_resumable.TorchHead.v1")
+def torch_head(width: int):
+    """The shared tok2vec's output through a torch Linear layer."""
+    return chain(
+        tok2vec_listener_v1(width), with_array(PyTorchWrapper(torch.nn.Linear(width, width)))
+    )
+
+
 WORDS = (("Peter", "NNP", "B-PER"), ("visited", "VBD", "O"), ("Acme", "NNP", "B-ORG"))
 
 
@@ -126,8 +153,11 @@ def corpus(path: Path, n: int, offset: int) -> Path:
 
 @pytest.fixture()
 def setup(tmp_path: Path) -> tuple[Path, list[str]]:
+    """The tiny config (the tagger with a torch layer on the shared tok2vec) and its corpora."""
     partial, config = tmp_path / "partial.cfg", tmp_path / "config.cfg"
-    partial.write_text(CONFIG)
+    text = CONFIG.replace(LISTENER_TAGGER, TORCH_TAGGER)
+    assert "TorchHead" in text
+    partial.write_text(text)
     fill_config(config, partial, silent=True)  # spaCy's defaults for the rest
     train = corpus(tmp_path / "train.spacy", 10, 0)  # ~3 steps an epoch: resume across epochs
     dev = corpus(tmp_path / "dev.spacy", 4, 100)
@@ -161,6 +191,8 @@ def test_stopped_and_resumed_run_equals_an_uninterrupted_one(setup, tmp_path, mo
         with pytest.raises(SystemExit, match=f"step {stop}"):
             resumable_train.main([str(config), "--output", str(stopped), *overrides])
         assert (stopped / "checkpoint" / "state.json").exists()
+        shims = torch.load(stopped / "checkpoint" / "shims.pt", weights_only=False)
+        assert [key.split("/")[0] for key in shims] == ["tagger"]  # the torch Linear
     monkeypatch.delenv("RESUMABLE_STOP_AT_STEP")
     assert resumable_train.main([str(config), "--output", str(stopped), *overrides]) == 0
 
