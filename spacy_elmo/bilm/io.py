@@ -415,7 +415,3 @@ def check_weights(state: Mapping[str, Weights], source: str, what: str = "tensor
                     f"{source}: {what} '{key}' holds float64 values up to {largest:.3g}, past "
                     f"float32's largest ({FLOAT32_MAX:.3g}): they would become infinite"
                 )
-
-
-# The name the pretraining and the spaCy layers import.
-check_finite = check_weights

@@ -20,7 +20,7 @@ from thinc.layers.pytorchwrapper import forward as pytorch_forward
 from thinc.types import Floats4d, Ints3d
 
 from ..bilm import BiLM, BiLMOptions
-from ..bilm.io import check_finite
+from ..bilm.io import check_weights
 from ..bilm.model import TOKEN_CACHE_SIZE
 
 
@@ -163,7 +163,7 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
     options = BiLMOptions.from_dict(json.loads(msg["options"]), source="serialised elmo model")
     # A new module around the loaded tensors (the current one's weights are not copied into).
     state = load_safetensors(msg["weights"])
-    check_finite(state, "serialised elmo model")
+    check_weights(state, "serialised elmo model")
     loaded = BiLM._from_state(options, state, bilm.stateful)
     loaded.token_cache_size = bilm.token_cache_size
     if msg.get("lexicon") is not None:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..atomic_files import atomic_path
-from ..bilm.io import check_finite, read_torch_file
+from ..bilm.io import check_weights, read_torch_file
 
 FORMAT_NAME = "spacy-elmo-pretrain-checkpoint"
 FORMAT_VERSION = 1
@@ -71,5 +71,5 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     model = state["model"]
     if not all(isinstance(v, torch.Tensor) for v in model.values()):
         raise ValueError(f"checkpoint {path}: 'model' holds values that are not tensors")
-    check_finite(model, f"checkpoint {path}")
+    check_weights(model, f"checkpoint {path}")
     return state

@@ -110,11 +110,11 @@ def warmup_longer_than_run(config: PretrainConfig) -> Optional[str]:
         return None
     end = config.max_steps / config.warmup_steps
     return (
-        f"warmup_steps={config.warmup_steps} (--warmup-steps) is longer than max_steps="
-        f"{config.max_steps} (--max-steps): the learning rate rises linearly over the warm-up, "
-        f"so it starts at 1/{config.warmup_steps} of its peak (--lr {config.learning_rate:g}) "
-        f"and stops at {end:.2%} of it without reaching it; give --warmup-steps at most "
-        f"{config.max_steps} (or more --max-steps)"
+        f"warmup_steps={config.warmup_steps} is longer than max_steps={config.max_steps}: the "
+        f"learning rate rises linearly over the warm-up, so it starts at "
+        f"1/{config.warmup_steps} of its peak (learning_rate={config.learning_rate:g}) and "
+        f"stops at {end:.2%} of it without reaching it; set warmup_steps to at most "
+        f"{config.max_steps} (or max_steps higher)"
     )
 
 

@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..bilm import BiLM
-from ..bilm.io import check_finite, read_safetensors
+from ..bilm.io import check_weights, read_safetensors
 from ..bilm.lm_head import LMHead
 from ..bilm.sources import resolve_source
 from .distill import DistillationHeads
@@ -136,5 +136,5 @@ def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_p
             f"({head.vocab_size} words): tensor '{differ[0]}' has shape {found.get(differ[0])}, "
             f"expected {expected.get(differ[0])}"
         )
-    check_finite(state, source)
+    check_weights(state, source)
     head.load_state_dict(state)
