@@ -35,8 +35,8 @@ from benchmarks.common import git_commit
 from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_ids, fast_paths
 from spacy_elmo.bilm.lm_head import LMHead
 from spacy_elmo.pretrain.corpus import iter_batches, read_sentences
-from spacy_elmo.pretrain.presets import preset
 from spacy_elmo.pretrain.objective import LanguageModel, target_tensor
+from spacy_elmo.pretrain.presets import preset
 from spacy_elmo.pretrain.vocab import Vocab
 
 IMPLEMENTATIONS = {"before: op-by-op LSTM, 50 char columns": False, "fused LSTM, trimmed CNN": True}

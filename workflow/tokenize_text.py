@@ -15,8 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from spacy_elmo.pretrain.corpus import spacy_sentence_splitter, write_tokenized
 from spacy_elmo.pretrain import PretrainConfig
+from spacy_elmo.pretrain.corpus import spacy_sentence_splitter, write_tokenized
 
 DEFAULTS = PretrainConfig(inputs=["-"], output="-")
 
