@@ -557,6 +557,30 @@ def test_a_run_in_two_roots_is_taken_from_the_first(tmp_path: Path):
     assert [run["test"]["ents_f"] for run in runs_read] == [0.5]
 
 
+def test_a_second_step_budget_is_its_own_row(tmp_path: Path):
+    # the same run names in two roots: the harness budget and twice the steps
+    for root, steps, f1s in (("a", 1000, (0.70, 0.72)), ("b", 2000, (0.80, 0.84))):
+        for seed, f1 in enumerate(f1s):
+            run = {"pipeline": "transformer", "size": "1000", "train_sentences": 1000,
+                   "seed": seed, "test": {"ents_f": f1, "tag_acc": 0.9}, "dev": {"ents_f": f1},
+                   "max_steps": steps, "eval_frequency": 200, "patience": 600}  # fmt: skip
+            (tmp_path / root / f"transformer_1000_s{seed}").mkdir(parents=True)
+            (tmp_path / root / f"transformer_1000_s{seed}" / "run.json").write_text(json.dumps(run))
+    elmo = {"pipeline": "elmo", "size": "1000", "train_sentences": 1000, "seed": 0,
+            "test": {"ents_f": 0.6, "tag_acc": 0.9}, "dev": {"ents_f": 0.6},
+            "max_steps": 1000}  # fmt: skip
+    (tmp_path / "a" / "elmo_1000_s0").mkdir()
+    (tmp_path / "a" / "elmo_1000_s0" / "run.json").write_text(json.dumps(elmo))
+    found = report.load_runs([tmp_path / "a", tmp_path / "b"])
+    assert [report.label(run) for run in found] == [
+        "elmo", "transformer", "transformer", "transformer (2x steps)", "transformer (2x steps)",
+    ]  # fmt: skip
+    table = report.markdown_table(found, "ents_f", "NER F1")
+    assert "| transformer | 71.00 ± 1.41 (2) |" in table
+    assert "| transformer (2x steps) | 82.00 ± 2.83 (2) |" in table
+    assert "| *transformer − elmo* | +11.00 |" in table  # the harness budget's row
+
+
 def test_report_leaves_a_page_without_markers(tmp_path: Path):
     write_runs(tmp_path / "runs")
     page = tmp_path / "learning-curves.md"

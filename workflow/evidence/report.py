@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from workflow.evidence.runs import PIPELINES
+from workflow.evidence.runs import PIPELINES, STEP_SETTINGS
 from workflow.evidence.stats import Cell, welch_interval
 from workflow.evidence.subsets import FULL
 from workflow.markers import replace_between_markers
@@ -36,11 +36,27 @@ TRANSFORMER_NOTE = (
 RUN_KEYS = ("pipeline", "train_sentences", "seed", "test", "dev")
 
 
+def label(run: dict) -> str:
+    """The row of a run: its pipeline, with "(2x steps)" etc. for a step budget other than
+    STEP_SETTINGS' for its size (a pipeline's second budget, e.g. the transformer's)."""
+    standard = STEP_SETTINGS.get(run.get("size"), {}).get("max_steps")
+    steps = run.get("max_steps")
+    if standard is None or steps is None or steps == standard:
+        return run["pipeline"]
+    return f"{run['pipeline']} ({steps / standard:g}x steps)"
+
+
+def run_key(run: dict) -> tuple:
+    """What makes a run: pipeline, size, seed and step budget (not the folder it is in)."""
+    budget = tuple(run.get(key) for key in ("max_steps", "eval_frequency", "patience"))
+    return (run["pipeline"], run.get("size", run["train_sentences"]), run["seed"], budget)
+
+
 def load_runs(roots: Path | Sequence[Path]) -> list[dict]:
-    """Every ``ROOT/*/run.json`` of each root, sorted by pipeline, size and seed; a run (folder
-    name) in several roots is taken from the first, with a warning if the records differ."""
+    """Every ``ROOT/*/run.json`` of each root, sorted by row, size and seed; a run (`run_key`)
+    found in several roots is taken from the first, with a warning if the records differ."""
     roots = [roots] if isinstance(roots, Path) else list(roots)
-    found: dict[str, tuple[Path, dict]] = {}
+    found: dict[tuple, tuple[Path, dict]] = {}
     for root in roots:
         for path in sorted(root.glob("*/run.json")):
             run = json.loads(path.read_text())
@@ -48,7 +64,7 @@ def load_runs(roots: Path | Sequence[Path]) -> list[dict]:
             missing += [f"test.{key}" for key in ("ents_f", "tag_acc") if key not in run["test"]]
             if missing:
                 raise ValueError(f"{path} has no {', '.join(missing)}; is it an evidence run.json?")
-            name = path.parent.name
+            name = run_key(run)
             if name in found:
                 if found[name][1] != run:
                     warnings.warn(
@@ -63,23 +79,23 @@ def load_runs(roots: Path | Sequence[Path]) -> list[dict]:
         raise FileNotFoundError(
             f"no run.json under {where} (run `python -m workflow.evidence runs` first)"
         )
-    return sorted(
-        runs, key=lambda r: (pipeline_rank(r["pipeline"]), r["train_sentences"], r["seed"])
-    )
+    return sorted(runs, key=lambda r: (pipeline_rank(label(r)), r["train_sentences"], r["seed"]))
 
 
 def pipeline_rank(name: str) -> tuple[int, str]:
-    names = list(PIPELINES)
-    return (names.index(name), "") if name in names else (len(names), name)
+    """Rows in the order of PIPELINES, a pipeline's other budgets right after it, others last."""
+    names, base = list(PIPELINES), name.split(" (")[0]
+    return (names.index(base), name) if base in names else (len(names), name)
 
 
 def aggregate(
     runs: Sequence[dict], metric: str, split: str = "test"
 ) -> dict[tuple[str, int], Cell]:
-    """``metric`` on ``split`` (test or dev) of the runs grouped by (pipeline, train_sentences)."""
+    """``metric`` on ``split`` (test or dev) of the runs grouped by (row `label`,
+    train_sentences)."""
     cells: dict[tuple[str, int], Cell] = defaultdict(lambda: Cell([]))
     for run in runs:
-        cells[run["pipeline"], run["train_sentences"]].values.append(run[split][metric])
+        cells[label(run), run["train_sentences"]].values.append(run[split][metric])
     return dict(cells)
 
 
@@ -127,7 +143,7 @@ def format_interval(interval: tuple[float, ...]) -> str:
 def markdown_table(runs: Sequence[dict], metric: str, title: str) -> str:
     cells = aggregate(runs, metric)
     labels = size_labels(runs)
-    pipelines = sorted({run["pipeline"] for run in runs}, key=pipeline_rank)
+    pipelines = sorted({label(run) for run in runs}, key=pipeline_rank)
     lines = [
         f"**{title}** (test set, gold tokens; mean ± std over seeds, (number of runs))",
         "",
@@ -259,7 +275,7 @@ def plot_curves(runs: Sequence[dict], path: Path) -> None:
     cells = aggregate(runs, "ents_f")
     labels = size_labels(runs)
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
-    for pipeline in sorted({run["pipeline"] for run in runs}, key=pipeline_rank):
+    for pipeline in sorted({label(run) for run in runs}, key=pipeline_rank):
         sizes = [size for size in labels if (pipeline, size) in cells]
         means = [100 * cells[pipeline, size].mean for size in sizes]
         stds = [100 * (cells[pipeline, size].std or 0.0) for size in sizes]
