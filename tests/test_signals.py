@@ -160,14 +160,7 @@ CASES = {
 }
 SLOW = {"pretrain-corpus", "pretrain-training", "embed-corpus"}
 # Known failures, each to be fixed where it lies (not in the files of this test).
-KNOWN = {
-    "embed-corpus": "spacy_elmo/corpus/engine.py: ray.init installs its own SIGTERM handlers "
-    "(Python's sys.exit(15), the core's abort), which replace the command's (exit 1 or "
-    "SIGABRT, not 143): the handlers from before ray.init should be put back after it; "
-    "ray.wait without a timeout acts on a signal only when a part finishes (40-70 s here); "
-    "and the part a worker was writing (OUT/.NAME.parts-*/.*.tmp) is left: the worker is "
-    "killed with the driver, its cleanup never runs",
-}
+KNOWN: dict[str, str] = {}  # command -> why its case is known to fail
 
 
 def _default_sigint() -> None:

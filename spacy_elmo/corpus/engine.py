@@ -16,12 +16,15 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from .reaper import start_reaper, stop_reaper
 
@@ -31,6 +34,8 @@ RAY_EXTRA = "pip install 'spacy-elmo[ray]'"
 MAX_RETRIES = 3
 # Shards queued on each worker beyond the one it runs, so it never waits for the driver.
 QUEUE_PER_WORKER = 1
+# How long the driver waits for a shard before it looks at signals again.
+WAIT_SECONDS = 1.0
 # The local instance's shared-memory object store: only shard names and results pass through.
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2
 
@@ -173,10 +178,12 @@ def run_tasks(
         threads = threads or max(1, cpus // (workers or cpus))
         workers = workers or max(1, cpus // threads)
         reaper = start_reaper()
-        _init_local(ray, cpus=max(cpus, workers * threads))
+        with _own_signal_handlers():
+            _init_local(ray, cpus=max(cpus, workers * threads))
     else:
         reaper = None
-        _init_join(ray, address)
+        with _own_signal_handlers():
+            _init_join(ray, address)
     try:
         resources = ray.cluster_resources()
         node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
@@ -232,7 +239,11 @@ def _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm) -> N
                 submit(actor)
         alive = list(actors)
         while running:
-            (ref,), _ = ray.wait(list(running), num_returns=1)
+            # With a timeout, so that Ctrl-C and SIGTERM are acted on within a second.
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SECONDS)
+            if not ready:
+                continue
+            (ref,) = ready
             actor, task = running.pop(ref)
             try:
                 result = ray.get(ref)
@@ -307,6 +318,20 @@ def _check_resources(resources, node_cpus, workers, threads, gpus, address) -> N
             f"{', '.join(f'{c:g}' for c in node_cpus)} CPUs, room for {slots} such workers "
             "(lower --workers or --threads-per-worker)"
         )
+
+
+@contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """Keep the command's SIGINT and SIGTERM handlers: `ray.init` installs its own, which end
+    the process without the command's cleanup and exit code."""
+    kept = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for number, handler in kept.items():
+                if handler is not None:
+                    signal.signal(number, handler)
 
 
 def _init_local(ray, cpus: int) -> None:

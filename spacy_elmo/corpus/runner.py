@@ -138,7 +138,12 @@ def run_corpus(
                 shutil.rmtree(Path(task.payload["parts"][0]).parent, ignore_errors=True)
             return []
 
-        result.stats = run_tasks(job, tasks, cluster, on_done, progress, description=command)
+        try:
+            result.stats = run_tasks(job, tasks, cluster, on_done, progress, description=command)
+        finally:
+            # A worker ended with the run (Ctrl-C, SIGTERM, an error) never finishes the file it
+            # was writing: remove it while this run still holds the folder's lock.
+            _remove_temporary_files(output_dir)
         result.lines = result.stats.lines
         result.failures = result.stats.failures
     if result.failures:
