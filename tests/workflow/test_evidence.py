@@ -557,6 +557,24 @@ def test_a_run_in_two_roots_is_taken_from_the_first(tmp_path: Path):
     assert [run["test"]["ents_f"] for run in runs_read] == [0.5]
 
 
+def test_an_earlier_report_json_is_a_root(tmp_path: Path):
+    """Runs whose folders are not on this machine come from the report that recorded them;
+    a run folder given first wins over the JSON's record of the same run."""
+
+    def run(seed: int, f1: float) -> dict:
+        return {"pipeline": "baseline", "train_sentences": 1000, "seed": seed,
+                "test": {"ents_f": f1, "tag_acc": 0.9}, "dev": {"ents_f": f1}}  # fmt: skip
+
+    earlier = tmp_path / "evidence.json"
+    earlier.write_text(json.dumps({"runs": [run(0, 0.5), run(1, 0.7)]}))
+    (tmp_path / "a" / "baseline_1000_s1").mkdir(parents=True)
+    (tmp_path / "a" / "baseline_1000_s1" / "run.json").write_text(json.dumps(run(1, 0.6)))
+    with pytest.warns(UserWarning, match="takes the first"):
+        found = report.load_runs([tmp_path / "a", earlier])
+    assert [(r["seed"], r["test"]["ents_f"]) for r in found] == [(0, 0.5), (1, 0.6)]
+    assert [r["seed"] for r in report.load_runs(earlier)] == [0, 1]
+
+
 def test_a_second_step_budget_is_its_own_row(tmp_path: Path):
     # the same run names in two roots: the harness budget and twice the steps
     for root, steps, f1s in (("a", 1000, (0.70, 0.72)), ("b", 2000, (0.80, 0.84))):

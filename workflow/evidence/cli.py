@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         nargs="+",
         default=[ROOT],
-        help=f"runs folders ({ROOT}); a run in several is taken from the first",
+        help=f"runs folders ({ROOT}) or earlier report JSON files (their runs); a run in "
+        "several is taken from the first",
     )
     rep.add_argument("--bilm-card", type=Path, default=BILM_CARD)
     rep.add_argument(

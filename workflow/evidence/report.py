@@ -52,14 +52,21 @@ def run_key(run: dict) -> tuple:
     return (run["pipeline"], run.get("size", run["train_sentences"]), run["seed"], budget)
 
 
+def run_records(root: Path) -> list[tuple[Path, dict]]:
+    """The runs of one root: every ``ROOT/*/run.json`` of a folder, or the "runs" of an earlier
+    report's JSON (results/evidence.json), for runs whose folders are not on this machine."""
+    if root.is_file():
+        return [(root, run) for run in json.loads(root.read_text())["runs"]]
+    return [(path, json.loads(path.read_text())) for path in sorted(root.glob("*/run.json"))]
+
+
 def load_runs(roots: Path | Sequence[Path]) -> list[dict]:
-    """Every ``ROOT/*/run.json`` of each root, sorted by row, size and seed; a run (`run_key`)
+    """The runs of each root (`run_records`), sorted by row, size and seed; a run (`run_key`)
     found in several roots is taken from the first, with a warning if the records differ."""
     roots = [roots] if isinstance(roots, Path) else list(roots)
     found: dict[tuple, tuple[Path, dict]] = {}
     for root in roots:
-        for path in sorted(root.glob("*/run.json")):
-            run = json.loads(path.read_text())
+        for path, run in run_records(root):
             missing = [key for key in RUN_KEYS if key not in run]
             missing += [f"test.{key}" for key in ("ents_f", "tag_acc") if key not in run["test"]]
             if missing:
@@ -75,7 +82,7 @@ def load_runs(roots: Path | Sequence[Path]) -> list[dict]:
             found[name] = (path, run)
     runs = [run for _, run in found.values()]
     if not runs:
-        where = ", ".join(f"{root}/*/" for root in roots)
+        where = ", ".join(str(root) if root.is_file() else f"{root}/*/" for root in roots)
         raise FileNotFoundError(
             f"no run.json under {where} (run `python -m workflow.evidence runs` first)"
         )
