@@ -222,6 +222,31 @@ def is_pretokenized(
     return pretokenized
 
 
+def top_option() -> Any:
+    return typer.Option(False, "--top", help="Write only the top layer, (n, D).")
+
+
+def average_option() -> Any:
+    return typer.Option(False, "--average", help="Write the layer average, (n, D).")
+
+
+def float16_option() -> Any:
+    return typer.Option(
+        False,
+        "--float16",
+        help="Store half precision: half the size, each value within a relative 2^-11 "
+        "(4.9e-4) of float32.",
+    )
+
+
+def compression_option() -> Any:
+    return typer.Option(
+        None,
+        "--compression",
+        help="Compress each dataset: gzip (level 4) or lzf; lossless, slower to write and read.",
+    )
+
+
 def batch_size_option(default: int = 64, unit: str = "sentences") -> Any:
     return typer.Option(default, "--batch-size", "-b", min=1, help=f"{unit.capitalize()} a batch.")
 

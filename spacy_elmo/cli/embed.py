@@ -18,8 +18,8 @@ def embed(
     model: str = opt.model_option(),
     options: Optional[Path] = opt.options_option(),
     weights: Optional[Path] = opt.weights_option(),
-    top: bool = typer.Option(False, "--top", help="Write only the top layer, (n, D)."),
-    average: bool = typer.Option(False, "--average", help="Write the layer average, (n, D)."),
+    top: bool = opt.top_option(),
+    average: bool = opt.average_option(),
     pretokenized: Optional[bool] = opt.pretokenized_option(True),
     lang: Optional[str] = opt.lang_option(),
     pipeline: Optional[str] = opt.pipeline_option(),
@@ -31,17 +31,8 @@ def embed(
         help="Longer lines run as windows of this many tokens, vectors concatenated (256).",
         show_default=False,
     ),
-    float16: bool = typer.Option(
-        False,
-        "--float16",
-        help="Store half precision: half the size, each value within a relative 2^-11 "
-        "(4.9e-4) of float32.",
-    ),
-    compression: Optional[str] = typer.Option(
-        None,
-        "--compression",
-        help="Compress each dataset: gzip (level 4) or lzf; lossless, slower to write and read.",
-    ),
+    float16: bool = opt.float16_option(),
+    compression: Optional[str] = opt.compression_option(),
     stateful: bool = typer.Option(
         False, "--stateful", help="Carry LSTM states between batches like AllenNLP."
     ),
