@@ -1,309 +1,407 @@
-#!/usr/bin/env python
-"""Throughput of the spaCy pipeline with and without ELMo, and the frozen-layer cache.
+"""Run-time cost of the five learning-curve pipelines on CPU, side by side in one run.
 
-Run with the project venv, from the repository root:
+The pipelines are the trained ones of docs/learning-curves.md (tagger + NER on hash features,
+static vectors, the bundled ELMo, both, and the fine-tuned all-MiniLM-L6-v2 transformer): by
+default each one's `model-best` of the evidence run at --size sentences and --seed
+(`training/evidence/{pipeline}_{size}_s{seed}/model-best`, made by `spacy project run evidence`
+and `evidence-transformer`); `--model NAME=PATH` names another. The training size does not
+change a pipeline's architecture, so its speed is the same at every size.
 
-    .venv/bin/python -m benchmarks.bench_pipeline            # full run (about 5-10 min on 2 cores)
-    .venv/bin/python -m benchmarks.bench_pipeline --quick    # smoke run
+Each pipeline runs in its own fresh process (so that its peak memory is its own), with torch,
+OpenMP and BLAS on --threads threads, in --rounds rounds that alternate the order, on the
+CoNLL-2003 test text with its gold tokens:
 
-Pipelines: configs/ner_tagger_elmo.cfg (elmo + tagger + ner, listeners) and
-configs/ner_tagger_baseline.cfg (tagger + ner, no ELMo), built with
-`spacy.util.load_model_from_config` and `nlp.initialize` on the first --init-sentences (at
-least --train-sentences) CoNLL-2003 train sentences (gold tokens, one Example per sentence as
-with `gold_preproc`). The elmo
-component uses the bundled biLM (spacy_elmo/data/en_elmo_bundled) when it is installed, else a
-random biLM of the bundled shape saved to the cache folder and loaded through
-`[initialize.components.elmo.weights]` @misc = "spacy_elmo.SavedBiLM.v1" (speed does not depend
-on the weights' values).
+* batch: `nlp.pipe` over the 3,453 test sentences, one Doc each (as the test scores were
+  made), the pipeline's own batch size; words/s, the fastest round;
+* single-sentence latency: `nlp(doc)` on each of the first --latency-sentences sentences alone;
+* single-document latency: `nlp(doc)` on each of the 231 test documents alone (all its sentences
+  in one Doc, sentence starts from the data);
+* load time (`spacy.load`), resident memory before loading (Python, spaCy, torch imported) and
+  the peak over the process (`ru_maxrss`).
 
-Measures, with `torch.set_num_threads(--threads)`:
-* `nlp.pipe` words/s on the first --pipe-sentences CoNLL-2003 valid sentences, one Doc per
-  sentence (gold tokens), batch_size from the config (256), n_process=1; one untimed warm-up.
-* the time of training epochs 1 and 2 (`nlp.update` over the same --train-sentences train
-  sentences in fixed minibatches of --batch-size sentences): with a frozen biLM the layers of
-  every sentence are computed in epoch 1 and come from the cache in epoch 2, so epoch 2 must
-  not run the biLM: the tokens that reach the biLM (a torch forward hook counts them) are
-  printed after each epoch.
+Then the plot of test NER F1 (results/evidence.json, mean over seeds) against batch words/s, one
+point per pipeline and training size (docs/f1_vs_speed.png). Usage:
 
-Writes benchmarks/results/pipeline_cpu.{md,json} (pipeline_cpu_quick.* with --quick).
+    python -m benchmarks.bench_pipeline                      # about 10 minutes on 2 cores
+    python -m benchmarks.bench_pipeline --plot-only          # the plot again, from the JSON
+
+Needs the `transformer` extra for the transformer pipeline (a pipeline whose model is missing
+is reported as not measured, with the command that trains it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import conll_sentences, machine_info
+from benchmarks.common import CONLL, machine_info
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-CONFIGS = {
-    "elmo": REPO / "configs" / "ner_tagger_elmo.cfg",
-    "baseline": REPO / "configs" / "ner_tagger_baseline.cfg",
-}
-
-
-def elmo_weights(cache_dir: Path) -> tuple[str | None, str]:
-    """(path for SavedBiLM.v1 or None for the bundled model, description)."""
-    from spacy_elmo.loaders import BUNDLED_MODEL
-
-    if (BUNDLED_MODEL / "model.safetensors").exists():
-        return None, f"bundled biLM ({BUNDLED_MODEL.relative_to(REPO)})"
-    import torch
-
-    from spacy_elmo import BiLM, BiLMOptions
-    from spacy_elmo.pretrain.presets import preset
-
-    folder = cache_dir / "bundled_shape_random"
-    if not (folder / "model.safetensors").exists():
-        torch.manual_seed(0)
-        BiLM(BiLMOptions.from_dict(preset("bundled"))).save(folder)
-    return str(folder), "random biLM of the bundled shape (no bundled model installed)"
-
-
-def build(name: str, weights_path: str | None):
-    from spacy.util import load_config, load_model_from_config
-
-    config = load_config(CONFIGS[name], overrides={"paths.train": None, "paths.dev": None})
-    if name == "elmo" and weights_path is not None:
-        config["initialize"]["components"]["elmo"] = {
-            "weights": {"@misc": "spacy_elmo.SavedBiLM.v1", "path": weights_path}
-        }
-    return load_model_from_config(config, auto_fill=True, validate=True)
-
-
-BILM_TOKENS = [0]  # tokens that reached a biLM's forward pass so far (`count_bilm_tokens`)
-
-
-def count_bilm_tokens(module, args, output) -> None:
-    """A forward hook on every torch module: adds up the tokens of each biLM output."""
-    from spacy_elmo import BiLM
-
-    if isinstance(module, BiLM):
-        BILM_TOKENS[0] += int(output.mask.sum())
-
-
-def bilm_tokens(nlp) -> int | None:
-    if "elmo" not in nlp.pipe_names:
-        return None
-    return BILM_TOKENS[0]
-
-
-def bench_pipe(nlp, make_docs, n_words: int) -> dict:
-    list(nlp.pipe(make_docs()[:64]))  # warm-up
-    docs = make_docs()
-    start = time.perf_counter()
-    for _ in nlp.pipe(docs):
-        pass
-    elapsed = time.perf_counter() - start
-    return {"pipe_seconds": elapsed, "pipe_words": n_words, "pipe_words_per_s": n_words / elapsed}
-
-
-def bench_epochs(nlp, examples, batch_size: int, n_epochs: int) -> list[dict]:
-    from spacy.util import minibatch
-
-    optimizer = nlp.create_optimizer()
-    batches = list(minibatch(examples, size=batch_size))
-    epochs = []
-    for epoch in range(1, n_epochs + 1):
-        losses: dict = {}
-        start = time.perf_counter()
-        for batch in batches:
-            nlp.update(batch, sgd=optimizer, drop=0.1, losses=losses)
-        elapsed = time.perf_counter() - start
-        record = {
-            "epoch": epoch,
-            "seconds": elapsed,
-            "bilm_tokens": bilm_tokens(nlp),
-            "losses": {k: round(float(v), 3) for k, v in losses.items()},
-        }
-        print(
-            f"  epoch {epoch}: {elapsed:.1f} s, bilm_tokens = {record['bilm_tokens']}, "
-            f"losses {record['losses']}",
-            flush=True,
-        )
-        epochs.append(record)
-    return epochs
-
-
-def markdown(report: dict) -> str:
-    m, s, r = report["machine"], report["settings"], report["results"]
-    lines = [
-        "# spaCy pipeline benchmark: elmo + tagger + ner vs tagger + ner (CPU)",
-        "",
-        f"- Machine: {m['cpu']}, {m['cpu_cores']} cores; {s['threads']} torch threads",
-        f"- Versions: Python {m['python']}, torch {m['torch']}, spaCy {m['spacy']}, thinc "
-        f"{m['thinc']}, spacy-elmo git {m.get('git_commit', '?')}",
-        f"- Date: {m['date']}",
-        f"- biLM: {s['elmo_weights']}",
-        f"- Command: `{s['command']}`",
-        "",
-        f"`nlp.pipe` on the first {s['pipe_sentences']:,} CoNLL-2003 valid sentences "
-        f"({r['baseline']['pipe_words']:,} words, one Doc per sentence, gold tokens):",
-        "",
-        "| pipeline | words/s | seconds | relative |",
-        "|---|---:|---:|---:|",
-    ]
-    base = r["baseline"]["pipe_words_per_s"]
-    for name, label in (("baseline", "tagger + ner"), ("elmo", "elmo + tagger + ner")):
-        x = r[name]
-        lines.append(
-            f"| {label} | {x['pipe_words_per_s']:,.0f} | {x['pipe_seconds']:.1f} "
-            f"| {x['pipe_words_per_s'] / base:.2f}x |"
-        )
-    lines += [
-        "",
-        f"Training (`nlp.update`, dropout 0.1, minibatches of {s['batch_size']} sentences) over "
-        f"the same {s['train_sentences']} CoNLL-2003 train sentences "
-        f"({r['train_words']:,} words); initialised on {s['init_sentences']} sentences:",
-        "",
-        "| pipeline | epoch | seconds | epoch / epoch 1 | biLM tokens after the epoch |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for name, label in (("baseline", "tagger + ner"), ("elmo", "elmo + tagger + ner")):
-        epochs = r[name]["epochs"]
-        for e in epochs:
-            tokens = "–" if e["bilm_tokens"] is None else f"{e['bilm_tokens']:,}"
-            lines.append(
-                f"| {label} | {e['epoch']} | {e['seconds']:.1f} "
-                f"| {e['seconds'] / epochs[0]['seconds']:.2f} | {tokens} |"
-            )
-    elmo = r["elmo"]
-    epoch2 = elmo.get("epoch2_bilm_tokens")
-    if epoch2 is not None:
-        verdict = "all layers from the frozen-layer cache" if epoch2 == 0 else "NOT all cached"
-        lines += [
-            "",
-            f"biLM tokens after `nlp.initialize`: {elmo['bilm_tokens_after_init']:,}; epoch 1 "
-            f"ran the biLM on {elmo['epoch1_bilm_tokens']:,} tokens (repeated sentences come "
-            f"from the cache already in epoch 1), epoch 2 on {epoch2:,} ({verdict}). "
-            "The counter (a forward hook on the biLM) also "
-            "counts the `nlp.pipe` run before training.",
-        ]
-    lines.append("")
-    return "\n".join(lines)
-
-
-def make_examples(sentences, vocab) -> list:
-    """One Example per sentence (as `gold_preproc`): gold tokens, tags and entities."""
-    from spacy.tokens import Doc
-    from spacy.training import Example
-
-    from workflow.convert_conll import make_doc
-
-    result = []
-    for sentence in sentences:
-        gold = make_doc(vocab, [sentence])
-        words = [t.text for t in gold]
-        spaces = [bool(t.whitespace_) for t in gold]
-        result.append(Example(Doc(vocab, words=words, spaces=spaces), gold))
-    return result
-
-
-def run_pipeline(name: str, args, train, valid, weights_path: str | None) -> dict:
-    from spacy.tokens import Doc
-
-    print(f"[{name}] building and initialising ...", flush=True)
-    start = time.perf_counter()
-    nlp = build(name, weights_path)
-    # Every label of the training sentences must be known: initialise on all of them too.
-    n_init = max(args.init_sentences, args.train_sentences)
-    init_examples = make_examples(train[:n_init], nlp.vocab)
-    nlp.initialize(lambda: init_examples)
-    result = {"init_seconds": time.perf_counter() - start}
-    result["bilm_tokens_after_init"] = bilm_tokens(nlp)
-    train_examples = make_examples(train[: args.train_sentences], nlp.vocab)
-
-    def make_docs():
-        return [
-            Doc(nlp.vocab, words=words, spaces=[True] * (len(words) - 1) + [False])
-            for words in ([t.word for t in s] for s in valid)
-        ]
-
-    print(f"[{name}] nlp.pipe on {len(valid)} sentences ...", flush=True)
-    result.update(bench_pipe(nlp, make_docs, sum(len(s) for s in valid)))
-    print(f"[{name}] {result['pipe_words_per_s']:,.0f} words/s", flush=True)
-    print(f"[{name}] {args.epochs} epochs on {args.train_sentences} sentences ...", flush=True)
-    before = bilm_tokens(nlp)
-    epochs = bench_epochs(nlp, train_examples, args.batch_size, args.epochs)
-    result["epochs"] = epochs
-    if name == "elmo":
-        result["bilm_tokens_before_epoch1"] = before
-        result["epoch1_bilm_tokens"] = epochs[0]["bilm_tokens"] - before
-        if len(epochs) > 1:
-            result["epoch2_bilm_tokens"] = epochs[1]["bilm_tokens"] - epochs[0]["bilm_tokens"]
-    return result
+PIPELINES = ("baseline", "vectors", "elmo", "vectors+elmo", "transformer")
+EVIDENCE = REPO / "results" / "evidence.json"
+PLOT = REPO / "docs" / "f1_vs_speed.png"
+OUTPUT = HERE / "results" / "pipeline_cpu"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)
+    parser.add_argument("--runs", type=Path, default=REPO / "training" / "evidence")
+    parser.add_argument("--size", default="1000", help="evidence run size (1000, 3000, all)")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--pipe-sentences", type=int, default=0, help="valid sentences for nlp.pipe (0: all)"
+        "--model", action="append", default=[], metavar="NAME=PATH", help="a pipeline's model"
     )
-    parser.add_argument("--train-sentences", type=int, default=500)
-    parser.add_argument(
-        "--init-sentences", type=int, default=500, help="at least --train-sentences"
-    )
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per update")
-    parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path(__file__).resolve().parent.parent.parent / "bench-cache",
-    )
-    parser.add_argument("--output", type=Path, default=None, help="results path without suffix")
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--latency-sentences", type=int, default=500)
+    parser.add_argument("--test", type=Path, default=CONLL / "test.txt")
+    parser.add_argument("--evidence", type=Path, default=EVIDENCE)
+    parser.add_argument("--output", type=Path, default=OUTPUT, help="results path, no suffix")
+    parser.add_argument("--plot", type=Path, default=PLOT)
+    parser.add_argument("--plot-only", action="store_true", help="remake the plot from --output")
+    parser.add_argument("--child", nargs=2, metavar=("NAME", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.pipe_sentences, args.train_sentences, args.init_sentences = 100, 64, 64
-    output = args.output or HERE / "results" / ("pipeline_cpu" + ("_quick" if args.quick else ""))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    args.cache_dir.mkdir(parents=True, exist_ok=True)
+    if args.child:
+        print(json.dumps(measure(args.child[1], args)), flush=True)
+        return
+    if args.plot_only:
+        report = json.loads(args.output.with_suffix(".json").read_text())
+        plot(report, load_f1(args.evidence), args.plot)
+        print(f"wrote {args.plot}")
+        return
 
+    run = f"{args.size}_s{args.seed}"
+    models = {name: args.runs / f"{name}_{run}" / "model-best" for name in PIPELINES}
+    for item in args.model:
+        name, sep, path = item.partition("=")
+        if not sep or name not in PIPELINES:
+            names = ", ".join(PIPELINES)
+            parser.error(f"--model takes NAME=PATH with NAME one of {names}: {item!r}")
+        models[name] = Path(path)
+    report: dict = {
+        "machine": machine_info("spacy", "thinc", "spacy-transformers", "transformers"),
+        "settings": {
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "latency_sentences": args.latency_sentences,
+            "models": {name: _shown(models[name]) for name in args.pipelines},
+            "command": "python -m benchmarks.bench_pipeline "
+            + " ".join(argv if argv is not None else sys.argv[1:]),
+        },
+        "rounds": [],
+        "missing": {},
+    }
+    present = []
+    for name in args.pipelines:
+        if (models[name] / "config.cfg").exists():
+            present.append(name)
+        else:
+            report["missing"][name] = (
+                f"no trained pipeline at {_shown(models[name])}: `python -m workflow.evidence run "
+                f"--pipeline {name} --size {args.size} --seed {args.seed}` trains it"
+            )
+            print(f"[{name}] not measured: {report['missing'][name]}", flush=True)
+    for number in range(args.rounds):
+        order = present if number % 2 == 0 else present[::-1]
+        results = {}
+        for name in order:
+            print(f"[round {number + 1}] {name} ...", flush=True)
+            results[name] = run_child(name, models[name], args)
+            r = results[name]
+            print(
+                f"[round {number + 1}] {name}: {r['batch_words_per_s']:,.0f} words/s, sentence "
+                f"{r['sentence_ms']['median']:.1f} ms, document {r['document_ms']['median']:.0f} "
+                f"ms, peak {r['peak_rss_mb']:,.0f} MB",
+                flush=True,
+            )
+        report["rounds"].append({"order": order, "results": results})
+    report["summary"] = summarise(report["rounds"], present)
+    f1 = load_f1(args.evidence)
+    text = markdown(report, f1)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    args.output.with_suffix(".md").write_text(text)
+    plot(report, f1, args.plot)
+    print()
+    print(text)
+    print(f"wrote {args.output}.md, {args.output}.json, {args.plot}")
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the repository when inside it (the results name no machine's path)."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def run_child(name: str, model: Path, args) -> dict:
+    """One pipeline measured in a fresh process with `threads` threads everywhere."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS"):
+        env[var] = str(args.threads)
+    env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    command = [sys.executable, "-m", "benchmarks.bench_pipeline", "--child", name, str(model)]
+    command += ["--threads", str(args.threads), "--test", str(args.test)]
+    command += ["--latency-sentences", str(args.latency_sentences)]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"[{name}] the measuring process failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, in MB (VmRSS)."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def test_documents(path: Path) -> list[list[list[str]]]:
+    """The CoNLL-2003 test documents: lists of sentences of words (gold tokens)."""
+    from workflow.conll import read_conll
+
+    with open(path, encoding="utf-8") as lines:
+        return [[[t.word for t in s] for s in doc] for doc in read_conll(lines, str(path))]
+
+
+def measure(model: str, args) -> dict:
+    """Load one pipeline and time it (runs in the child process)."""
     import torch
 
     torch.set_num_threads(args.threads)
-    torch.nn.modules.module.register_module_forward_hook(count_bilm_tokens)
-    import spacy_elmo  # noqa: F401  (registers the factories and architectures)
+    import spacy
+    from spacy.tokens import Doc
 
-    weights_path, weights_desc = elmo_weights(args.cache_dir)
-    n_train = max(args.train_sentences, args.init_sentences)
-    train = conll_sentences("train", n_train)
-    valid = conll_sentences("valid", args.pipe_sentences or None)
-    train_words = sum(len(s) for s in train[: args.train_sentences])
+    import spacy_elmo  # noqa: F401  (the elmo factory and layers)
 
-    report: dict = {
-        "machine": machine_info("spacy", "thinc"),
-        "settings": {
-            "threads": args.threads,
-            "pipe_sentences": len(valid),
-            "train_sentences": args.train_sentences,
-            "init_sentences": max(args.init_sentences, args.train_sentences),
-            "batch_size": args.batch_size,
-            "epochs": args.epochs,
-            "elmo_weights": weights_desc,
-            "command": (
-                "python -m benchmarks.bench_pipeline "
-                + " ".join(argv if argv is not None else sys.argv[1:])
-            ).strip(),
-        },
-        "results": {"train_words": train_words},
+    documents = test_documents(args.test)
+    sentences = [s for doc in documents for s in doc]
+    rss_before = rss_mb()
+    start = time.perf_counter()
+    nlp = spacy.load(model)
+    load_seconds = time.perf_counter() - start
+    rss_loaded = rss_mb()
+
+    def sentence_doc(words):
+        return Doc(nlp.vocab, words=words, spaces=[True] * (len(words) - 1) + [False])
+
+    def document_doc(doc_sentences):
+        words = [w for s in doc_sentences for w in s]
+        starts = [i == 0 for s in doc_sentences for i in range(len(s))]
+        return Doc(nlp.vocab, words=words, spaces=[True] * len(words), sent_starts=starts)
+
+    list(nlp.pipe([sentence_doc(s) for s in sentences[:64]]))  # warm-up
+    nlp(document_doc(documents[0]))
+    docs = [sentence_doc(s) for s in sentences]
+    n_words = sum(len(s) for s in sentences)
+    start = time.perf_counter()
+    for _ in nlp.pipe(docs):
+        pass
+    batch_seconds = time.perf_counter() - start
+
+    def latencies(make, items) -> list[float]:
+        times = []
+        for item in items:
+            doc = make(item)
+            start = time.perf_counter()
+            nlp(doc)
+            times.append((time.perf_counter() - start) * 1000)
+        return times
+
+    sentence_ms = latencies(sentence_doc, sentences[: args.latency_sentences])
+    document_ms = latencies(document_doc, documents)
+    return {
+        "load_seconds": load_seconds,
+        "rss_before_load_mb": rss_before,
+        "rss_loaded_mb": rss_loaded,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "pipe_names": nlp.pipe_names,
+        "batch_size": nlp.batch_size,
+        "batch_words": n_words,
+        "batch_sentences": len(docs),
+        "batch_seconds": batch_seconds,
+        "batch_words_per_s": n_words / batch_seconds,
+        "sentence_ms": describe(sentence_ms),
+        "sentence_words_median": statistics.median(len(s) for s in sentences[: len(sentence_ms)]),
+        "document_ms": describe(document_ms),
+        "documents": len(documents),
+        "document_words_median": statistics.median(sum(map(len, d)) for d in documents),
+        "document_words_per_s": sum(sum(map(len, d)) for d in documents) / sum(document_ms) * 1000,
     }
-    for name in ("baseline", "elmo"):
-        report["results"][name] = run_pipeline(name, args, train, valid, weights_path)
 
-    text = markdown(report)
-    output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    output.with_suffix(".md").write_text(text)
-    print()
-    print(text)
-    print(f"wrote {output.with_suffix('.md')} and {output.with_suffix('.json')}")
-    if report["results"]["elmo"].get("epoch2_bilm_tokens"):
-        raise SystemExit("epoch 2 ran the biLM: the frozen-layer cache did not serve it")
+
+def describe(times: list[float]) -> dict:
+    ordered = sorted(times)
+    return {
+        "n": len(ordered),
+        "median": statistics.median(ordered),
+        "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+        "max": ordered[-1],
+    }
+
+
+def summarise(rounds: list[dict], names: list[str]) -> dict:
+    """Per pipeline: the fastest round's batch words/s, the lowest round medians of latency, the
+    highest peak memory."""
+    summary = {}
+    for name in names:
+        runs = [r["results"][name] for r in rounds]
+        fastest = max(runs, key=lambda r: r["batch_words_per_s"])
+        summary[name] = {
+            "batch_words_per_s": fastest["batch_words_per_s"],
+            "batch_words_per_s_rounds": [r["batch_words_per_s"] for r in runs],
+            "sentence_ms_median": min(r["sentence_ms"]["median"] for r in runs),
+            "sentence_ms_p90": min(r["sentence_ms"]["p90"] for r in runs),
+            "document_ms_median": min(r["document_ms"]["median"] for r in runs),
+            "document_ms_p90": min(r["document_ms"]["p90"] for r in runs),
+            "document_words_per_s": max(r["document_words_per_s"] for r in runs),
+            "load_seconds": min(r["load_seconds"] for r in runs),
+            "rss_before_load_mb": max(r["rss_before_load_mb"] for r in runs),
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        }
+    return summary
+
+
+def load_f1(path: Path) -> dict:
+    """{pipeline: {training sentences: (mean test NER F1 in %, runs)}} from the evidence report."""
+    if not path.exists():
+        return {}
+    result: dict = {}
+    for row in json.loads(path.read_text())["summary"]:
+        result.setdefault(row["pipeline"], {})[row["train_sentences"]] = (
+            100 * row["test"]["ents_f"]["mean"],
+            row["n"],
+        )
+    return result
+
+
+def markdown(report: dict, f1: dict) -> str:
+    m, s, summary = report["machine"], report["settings"], report["summary"]
+    first = next(iter(report["rounds"][0]["results"].values()), None) if report["rounds"] else None
+    lines = [
+        "# Run-time cost of the five learning-curve pipelines (CPU)",
+        "",
+        f"- Machine: {m['cpu']}, {m['cpu_cores']} cores; {s['threads']} threads (torch, OpenMP, "
+        "BLAS) per pipeline, each pipeline in its own process",
+        f"- Versions: Python {m['python']}, torch {m['torch']}, spaCy {m['spacy']}, thinc "
+        f"{m['thinc']}, spacy-transformers {m['spacy_transformers']}, transformers "
+        f"{m['transformers']}, spacy-elmo git {m.get('git_commit', '?')}",
+        f"- Date: {m['date']}",
+        f"- Command: `{s['command']}`",
+        "- Models: " + ", ".join(f"{k} `{v}`" for k, v in s["models"].items()),
+        "",
+    ]
+    if first:
+        lines += [
+            "CoNLL-2003 test, gold tokens: batch = `nlp.pipe` over the "
+            f"{first['batch_sentences']:,} sentences ({first['batch_words']:,} words), one Doc "
+            f"each, fastest of {s['rounds']} rounds (alternating order); sentence = `nlp(doc)` on "
+            f"each of the first {s['latency_sentences']} sentences alone (median "
+            f"{first['sentence_words_median']:.0f} words); document = `nlp(doc)` on each of the "
+            f"{first['documents']} documents alone "
+            f"(median {first['document_words_median']:.0f} words); latencies: the lower round's "
+            "median and 90th percentile. Memory: resident, before `spacy.load` (Python, spaCy, "
+            "torch imported) and the peak of the process.",
+            "",
+            "| pipeline | batch words/s | vs baseline | sentence ms (median / p90) "
+            "| document ms (median / p90) | load s | RSS before load | peak RSS "
+            "| test NER F1: 1,000 / 3,000 / all |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+    base = summary.get("baseline", {}).get("batch_words_per_s")
+    for name, x in summary.items():
+        relative = f"{x['batch_words_per_s'] / base:.2f}x" if base else "–"
+        scores = f1.get(name, {})
+        cells = []
+        for size in sorted(scores):
+            mean, n = scores[size]
+            cells.append(f"{mean:.1f} ({n})")
+        lines.append(
+            f"| {name} | {x['batch_words_per_s']:,.0f} | {relative} "
+            f"| {x['sentence_ms_median']:.1f} / {x['sentence_ms_p90']:.1f} "
+            f"| {x['document_ms_median']:.0f} / {x['document_ms_p90']:.0f} "
+            f"| {x['load_seconds']:.1f} | {x['rss_before_load_mb']:,.0f} MB "
+            f"| {x['peak_rss_mb']:,.0f} MB | {' / '.join(cells) or '–'} |"
+        )
+    if summary:
+        lines += [
+            "",
+            "Batch words/s of every round: "
+            + "; ".join(
+                f"{name} " + ", ".join(f"{v:,.0f}" for v in x["batch_words_per_s_rounds"])
+                for name, x in summary.items()
+            )
+            + ".",
+        ]
+    for name, why in report["missing"].items():
+        lines += ["", f"**{name}: not measured**, {why}."]
+    lines += [
+        "",
+        "F1: mean over the seeds that have finished (their number in brackets), from "
+        "results/evidence.json; see docs/learning-curves.md.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+MARKERS = {1000: "o", 3000: "s", 14041: "^"}
+COLOURS = {
+    "baseline": "#7f7f7f",
+    "vectors": "#1f77b4",
+    "elmo": "#d62728",
+    "vectors+elmo": "#9467bd",
+    "transformer": "#2ca02c",
+}
+
+
+def plot(report: dict, f1: dict, path: Path) -> None:
+    """Test NER F1 against batch words/s: one point per pipeline and training size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, x in report["summary"].items():
+        speed = x["batch_words_per_s"]
+        for size, (mean, _runs) in sorted(f1.get(name, {}).items()):
+            ax.scatter(speed, mean, color=COLOURS[name], marker=MARKERS.get(size, "x"), s=60)
+        sizes = sorted(f1.get(name, {}))
+        if sizes:
+            ax.annotate(
+                name,
+                (speed, f1[name][sizes[-1]][0]),
+                textcoords="offset points",
+                xytext=(6, 4),
+                color=COLOURS[name],
+            )
+    for size, marker in MARKERS.items():
+        label = "all (14,041)" if size == 14041 else f"{size:,}"
+        ax.scatter([], [], color="black", marker=marker, label=f"{label} training sentences")
+    ax.set_xscale("log")
+    ax.set_xlabel(
+        f"words/s, nlp.pipe on CoNLL-2003 test, {report['settings']['threads']} CPU threads (log)"
+    )
+    ax.set_ylabel("test NER F1 (mean over seeds)")
+    ax.set_title("Accuracy against speed: five spaCy tagger + NER pipelines")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
