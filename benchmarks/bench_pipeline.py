@@ -68,11 +68,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path, default=OUTPUT, help="results path, no suffix")
     parser.add_argument("--plot", type=Path, default=PLOT)
     parser.add_argument("--plot-only", action="store_true", help="remake the plot from --output")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 300 sentences, 20 alone, 10 documents"
+    )
+    parser.add_argument("--documents", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--batch-sentences", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs=2, metavar=("NAME", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args.child[1], args)), flush=True)
         return
+    if args.quick:
+        args.batch_sentences, args.latency_sentences, args.documents = 300, 20, 10
+        args.rounds = 1
+        args.output = args.output.with_name(args.output.name + "_quick")
+        args.plot = args.output.with_suffix(".png")
     if args.plot_only:
         report = json.loads(args.output.with_suffix(".json").read_text())
         plot(report, load_f1(args.evidence), args.plot)
@@ -153,6 +163,7 @@ def run_child(name: str, model: Path, args) -> dict:
     command = [sys.executable, "-m", "benchmarks.bench_pipeline", "--child", name, str(model)]
     command += ["--threads", str(args.threads), "--test", str(args.test)]
     command += ["--latency-sentences", str(args.latency_sentences)]
+    command += ["--documents", str(args.documents), "--batch-sentences", str(args.batch_sentences)]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"[{name}] the measuring process failed:\n{done.stderr[-3000:]}")
@@ -187,7 +198,8 @@ def measure(model: str, args) -> dict:
     import spacy_elmo  # noqa: F401  (the elmo factory and layers)
 
     documents = test_documents(args.test)
-    sentences = [s for doc in documents for s in doc]
+    sentences = [s for doc in documents for s in doc][: args.batch_sentences or None]
+    documents = documents[: args.documents or None]
     rss_before = rss_mb()
     start = time.perf_counter()
     nlp = spacy.load(model)
@@ -303,11 +315,14 @@ def markdown(report: dict, f1: dict) -> str:
         "- Models: " + ", ".join(f"{k} `{v}`" for k, v in s["models"].items()),
         "",
     ]
+    rounds = (
+        "one round" if s["rounds"] == 1 else f"fastest of {s['rounds']} rounds (alternating order)"
+    )
     if first:
         lines += [
             "CoNLL-2003 test, gold tokens: batch = `nlp.pipe` over the "
             f"{first['batch_sentences']:,} sentences ({first['batch_words']:,} words), one Doc "
-            f"each, fastest of {s['rounds']} rounds (alternating order); sentence = `nlp(doc)` on "
+            f"each, {rounds}; sentence = `nlp(doc)` on "
             f"each of the first {s['latency_sentences']} sentences alone (median "
             f"{first['sentence_words_median']:.0f} words); document = `nlp(doc)` on each of the "
             f"{first['documents']} documents alone "
@@ -367,37 +382,58 @@ COLOURS = {
 
 
 def plot(report: dict, f1: dict, path: Path) -> None:
-    """Test NER F1 against batch words/s: one point per pipeline and training size."""
+    """Test NER F1 against batch words/s: one point per pipeline and training size (a
+    pipeline's other step budgets, e.g. "transformer (2x steps)", hollow, at its speed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 5.0))
     for name, x in report["summary"].items():
         speed = x["batch_words_per_s"]
-        for size, (mean, _runs) in sorted(f1.get(name, {}).items()):
-            ax.scatter(speed, mean, color=COLOURS[name], marker=MARKERS.get(size, "x"), s=60)
-        sizes = sorted(f1.get(name, {}))
-        if sizes:
+        rows = [row for row in f1 if row == name or row.startswith(f"{name} (")]
+        for row in rows:
+            points = sorted(f1[row].items())
+            hollow = row != name
+            ys = [mean for _, (mean, _runs) in points]
+            ax.plot([speed] * len(ys), ys, color=COLOURS[name], lw=0.8, alpha=0.5)
+            for size, (mean, _runs) in points:
+                ax.scatter(
+                    speed,
+                    mean,
+                    marker=MARKERS.get(size, "x"),
+                    s=60,
+                    facecolors="none" if hollow else COLOURS[name],
+                    edgecolors=COLOURS[name],
+                )
             ax.annotate(
-                name,
-                (speed, f1[name][sizes[-1]][0]),
+                row,
+                (speed, ys[-1]),
                 textcoords="offset points",
-                xytext=(6, 4),
+                xytext=(7, -4 if hollow else 4),
                 color=COLOURS[name],
+                fontsize=9,
             )
     for size, marker in MARKERS.items():
         label = "all (14,041)" if size == 14041 else f"{size:,}"
         ax.scatter([], [], color="black", marker=marker, label=f"{label} training sentences")
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    speeds = [x["batch_words_per_s"] for x in report["summary"].values()]
+    if speeds:
+        ax.set_xlim(min(speeds) / 1.6, max(speeds) * 2.2)
+        ticks = (100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
+        ax.set_xticks([v for v in ticks if min(speeds) / 1.6 <= v <= max(speeds) * 2.2])
     ax.set_xlabel(
         f"words/s, nlp.pipe on CoNLL-2003 test, {report['settings']['threads']} CPU threads (log)"
     )
     ax.set_ylabel("test NER F1 (mean over seeds)")
     ax.set_title("Accuracy against speed: five spaCy tagger + NER pipelines")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
