@@ -22,7 +22,7 @@ CoNLL-2003 test text with its gold tokens:
 Then the plot of test NER F1 (results/evidence.json, mean over seeds) against batch words/s, one
 point per pipeline and training size (docs/f1_vs_speed.png). Usage:
 
-    python -m benchmarks.bench_pipeline                      # about 10 minutes on 2 cores
+    python -m benchmarks.bench_pipeline                      # about 7 minutes on 2 cores
     python -m benchmarks.bench_pipeline --plot-only          # the plot again, from the JSON
 
 Needs the `transformer` extra for the transformer pipeline (a pipeline whose model is missing
