@@ -23,7 +23,7 @@ Then the plot of test NER F1 (results/evidence.json, mean over seeds) against ba
 point per pipeline and training size (docs/f1_vs_speed.png). Usage:
 
     python -m benchmarks.bench_pipeline                      # about 7 minutes on 2 cores
-    python -m benchmarks.bench_pipeline --plot-only          # the plot again, from the JSON
+    python -m benchmarks.bench_pipeline --plot-only          # F1 column and plot, from the JSONs
 
 Needs the `transformer` extra for the transformer pipeline (a pipeline whose model is missing
 is reported as not measured, with the command that trains it).
@@ -67,7 +67,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--evidence", type=Path, default=EVIDENCE)
     parser.add_argument("--output", type=Path, default=OUTPUT, help="results path, no suffix")
     parser.add_argument("--plot", type=Path, default=PLOT)
-    parser.add_argument("--plot-only", action="store_true", help="remake the plot from --output")
+    parser.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="no measuring: the Markdown and the plot again, from --output's JSON and --evidence",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 300 sentences, 20 alone, 10 documents"
     )
@@ -85,8 +89,10 @@ def main(argv: list[str] | None = None) -> None:
         args.plot = args.output.with_suffix(".png")
     if args.plot_only:
         report = json.loads(args.output.with_suffix(".json").read_text())
-        plot(report, load_f1(args.evidence), args.plot)
-        print(f"wrote {args.plot}")
+        f1 = load_f1(args.evidence)
+        args.output.with_suffix(".md").write_text(markdown(report, f1))
+        plot(report, f1, args.plot)
+        print(f"wrote {args.output}.md (its F1 column) and {args.plot}")
         return
 
     run = f"{args.size}_s{args.seed}"
