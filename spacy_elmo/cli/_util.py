@@ -253,7 +253,11 @@ def batch_size_option(default: int = 64, unit: str = "sentences") -> Any:
 
 def threads_option() -> Any:
     return typer.Option(
-        None, "--threads", "-t", help="torch CPU threads (default: torch's choice)."
+        None,
+        "--threads",
+        "-t",
+        help="torch CPU threads (default: torch's choice, one per core). Where other jobs keep "
+        "cores busy, 1 (docs/performance.md#threads-on-a-shared-machine).",
     )
 
 
