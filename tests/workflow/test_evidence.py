@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -338,6 +340,23 @@ def test_a_resumed_run_counts_the_training_loop_once(tmp_path: Path):
     (tmp_path / "timeline.json").unlink()
     with pytest.raises(runs.RunError, match="timeline.json"):
         runs.train_timing(tmp_path, logged)
+
+
+def test_a_run_records_its_versions_and_cpu():
+    import numpy
+    import spacy
+
+    recorded = runs.environment()
+    assert recorded["packages"]["spacy"] == spacy.__version__
+    assert recorded["packages"]["numpy"] == numpy.__version__
+    assert recorded["cpu_count"] == os.cpu_count()
+    json.dumps(recorded)  # it goes into run.json
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        first = cpuinfo.read_text().split("\n\n")[0]
+        family = re.search(r"^cpu family\s*:\s*(.+)$", first, re.M)
+        if family:
+            assert recorded["cpu"]["cpu family"] == family.group(1).strip()
 
 
 @pytest.mark.parametrize("config", ["ner_tagger_baseline.cfg", "ner_tagger_elmo.cfg"])

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import thinc
 import torch
 from spacy.cli.init_config import fill_config
 from spacy.cli.train import train as spacy_train
@@ -226,7 +227,12 @@ def test_an_evidence_run_stopped_midway_resumes_and_records_one_loop(setup, tmp_
     started again, it ends as `spacy train` would have, and run.json lists both starts."""
     from workflow.evidence import runs
 
-    config, overrides = setup
+    _, overrides = setup
+    # run_one trains in a child process, which cannot see this module's TorchHead: the plain
+    # listener tagger (the torch shim's checkpoint is covered in-process above)
+    partial, config = tmp_path / "plain_partial.cfg", tmp_path / "plain.cfg"
+    partial.write_text(CONFIG)
+    fill_config(config, partial, silent=True)
     monkeypatch.setitem(
         runs.PIPELINES, "tiny", runs.Pipeline(config, static_vectors=False, resumable=True)
     )
@@ -246,6 +252,7 @@ def test_an_evidence_run_stopped_midway_resumes_and_records_one_loop(setup, tmp_
     assert [e["step"] for e in record["evaluations"]] == [0, 3, 6, 9]
     assert record["steps"] == 9 and record["train_sentences"] == 10
     assert record["command"]["train"].startswith("python -m workflow.resumable_train ")
+    assert record["environment"]["packages"]["thinc"] == thinc.__version__
     log = (spec.directory / "run.log").read_text()
     assert log.count("$ python -m workflow.resumable_train") == 2  # both starts, appended
     assert "Resuming at step 4" in log

@@ -339,6 +339,7 @@ def run_one(spec: RunSpec, dry_run: bool = False) -> dict | None:
         "threads": spec.threads,
         "gpu_id": spec.gpu_id,
         "command": commands,
+        "environment": environment(),
     }
     record.update(timing)
     partial = record_path.with_suffix(".json.partial")
@@ -351,6 +352,61 @@ def run_one(spec: RunSpec, dry_run: bool = False) -> dict | None:
         flush=True,
     )
     return record
+
+
+# Whose versions a run records: the training stack, and what picks its kernels.
+RECORDED_PACKAGES = (
+    "spacy",
+    "thinc",
+    "numpy",
+    "blis",
+    "torch",
+    "spacy-transformers",
+    "transformers",
+)
+
+
+def environment() -> dict:
+    """What a run's numbers depend on beyond its command: package versions, the CPU (family,
+    model, stepping: the BLAS libraries pick their kernels by it at run time, and other kernels
+    round differently) and the SIMD extensions numpy found. Re-runs on the same machine and
+    versions give the same model, byte for byte; elsewhere the scores can move by a fraction
+    of a point (docs/learning-curves.md#reproducing-a-run)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    import numpy
+
+    packages = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            packages[name] = version(name)
+        except PackageNotFoundError:
+            packages[name] = None
+    cpu = {}
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model", "stepping") and key not in cpu:
+                    cpu[key] = value.strip()
+                elif not line.strip() and cpu:
+                    break  # the first processor is enough
+    except OSError:
+        pass
+    try:
+        simd = numpy.show_config(mode="dicts")["SIMD Extensions"]["found"]
+    except (TypeError, KeyError, AttributeError):  # numpy < 1.26 prints only
+        simd = None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu or platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "numpy_simd": simd,
+        "packages": packages,
+    }
 
 
 def train_timing(directory: Path, train: Logged) -> dict:
