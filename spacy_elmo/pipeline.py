@@ -32,11 +32,12 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Model, Optimizer, set_dropout_rate
+from thinc.api import Model, NumpyOps, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
 from .bilm import BiLM
+from .cpu_threads import warn_if_oversubscribed
 from .extensions import install_extensions, mix_layers
 from .layers.elmo_model import (
     ARCHITECTURE_KEYS,
@@ -149,6 +150,8 @@ class Elmo(TrainablePipe):
             "vector_layer": vector_layer,
         }
         set_unit_rule(model, split_sentences=split_sentences, sentence_punct=sentence_punct)
+        if isinstance(model.ops, NumpyOps):  # the biLM runs on the CPU
+            warn_if_oversubscribed()
         self._mix_coefficients: Optional[numpy.ndarray] = None
         if model.maybe_get_dim("n_layers") is not None:
             n_layers = model.get_dim("n_layers")

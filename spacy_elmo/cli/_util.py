@@ -288,12 +288,18 @@ def raw_tokenizer(lang: Optional[str], pipeline: Optional[str]) -> Callable[[str
 
 
 def set_threads(threads: Optional[int]) -> None:
-    if threads is not None:
-        import torch
+    """torch's CPU threads; without --threads, torch's choice, with a warning where it has more
+    threads than this process can run at once (a CPU quota, a narrower affinity)."""
+    if threads is None:
+        from ..cpu_threads import warn_if_oversubscribed
 
-        if threads < 1:
-            raise ValueError(f"--threads must be a positive integer, got {threads}")
-        torch.set_num_threads(threads)
+        warn_if_oversubscribed()
+        return
+    import torch
+
+    if threads < 1:
+        raise ValueError(f"--threads must be a positive integer, got {threads}")
+    torch.set_num_threads(threads)
 
 
 def device(gpu_id: int) -> str:
