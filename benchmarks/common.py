@@ -32,19 +32,12 @@ def machine_info(*packages: str) -> dict:
     import datetime
     import os
     import platform
-    from importlib.metadata import PackageNotFoundError, version
 
     import torch
 
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from workflow.machine import cpu_fields, package_versions
+
+    cpu = cpu_fields().get("model name", "unknown")
     info = {
         "cpu": cpu,
         "cpu_cores": os.cpu_count(),
@@ -62,11 +55,8 @@ def machine_info(*packages: str) -> dict:
     commit = git_commit()
     if commit:
         info["git_commit"] = commit
-    for package in packages:
-        try:
-            info[package.replace("-", "_")] = version(package)
-        except PackageNotFoundError:
-            info[package.replace("-", "_")] = None
+    for package, installed in package_versions(*packages).items():
+        info[package.replace("-", "_")] = installed
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda

@@ -373,28 +373,13 @@ def environment() -> dict:
     versions give the same model, byte for byte; elsewhere the scores can move by a fraction
     of a point (docs/learning-curves.md#reproducing-a-run)."""
     import platform
-    from importlib.metadata import PackageNotFoundError, version
 
     import numpy
 
-    packages = {}
-    for name in RECORDED_PACKAGES:
-        try:
-            packages[name] = version(name)
-        except PackageNotFoundError:
-            packages[name] = None
-    cpu = {}
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "cpu family", "model", "stepping") and key not in cpu:
-                    cpu[key] = value.strip()
-                elif not line.strip() and cpu:
-                    break  # the first processor is enough
-    except OSError:
-        pass
+    from workflow.machine import cpu_fields, package_versions
+
+    packages = package_versions(*RECORDED_PACKAGES)
+    cpu = cpu_fields()
     try:
         simd = numpy.show_config(mode="dicts")["SIMD Extensions"]["found"]
     except (TypeError, KeyError, AttributeError):  # numpy < 1.26 prints only
