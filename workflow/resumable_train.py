@@ -50,7 +50,28 @@ from thinc.api import constant, fix_random_seed, set_gpu_allocator
 from wasabi import Printer
 
 CHECKPOINT = "checkpoint"
+# steps between two calls of release_freed_memory
+TRIM_EVERY = 100
 msg = Printer()
+
+
+def release_freed_memory() -> bool:
+    """Give the heap memory that has been freed back to the OS (glibc's malloc_trim); False
+    where the C library is not glibc. Training the transformer pipeline on CPU, the batches'
+    varying shapes leave glibc's heap holding freed blocks it does not return: the resident set
+    grew by about 1 GB every 10 minutes (14.5 GB after 2,500 steps with all sentences), and one
+    malloc_trim brought 3.4 GB back to 1.3 GB. It changes no computation."""
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    libc.malloc_trim(0)
+    return True
 
 
 def iter_params(nlp):
@@ -319,6 +340,8 @@ def train(nlp, output_path: Path, use_gpu: int = -1) -> None:
                 ):
                     proc.finish_update(optimizer)
             optimizer.step_schedules()
+            if not (step % TRIM_EVERY):
+                release_freed_memory()
             if not (step % eval_frequency):
                 if optimizer.averages:
                     with nlp.use_params(optimizer.averages):

@@ -261,3 +261,36 @@ def test_an_evidence_run_stopped_midway_resumes_and_records_one_loop(setup, tmp_
     keys = (key.removeprefix("--") for key in overrides[::2])
     spacy_train(config, reference, overrides=dict(zip(keys, overrides[1::2])))
     assert model_files(spec.directory) == model_files(reference)
+
+
+def _resident_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+@pytest.mark.skipif(
+    __import__("platform").libc_ver()[0] != "glibc" or not Path("/proc/self/status").exists(),
+    reason="malloc_trim is glibc's; the resident set is read from /proc",
+)
+def test_release_freed_memory_returns_freed_heap_blocks_to_the_os():
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    # 200 MB in 4 KB blocks (below the mmap threshold: from the heap), touched so they are
+    # resident; every block but the last is freed, which pins the top of the heap
+    blocks = [libc.malloc(4096) for _ in range(50_000)]
+    for block in blocks:
+        libc.memset(block, 1, 4096)
+    for block in blocks[:-1]:
+        libc.free(block)
+    before = _resident_kb()
+    assert resumable_train.release_freed_memory() is True
+    after = _resident_kb()
+    libc.free(blocks[-1])
+    assert before - after > 100_000, (before, after)
