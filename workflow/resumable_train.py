@@ -21,6 +21,7 @@ import time
 
 PROCESS_START = time.perf_counter()
 
+import functools
 import json
 import os
 import pickle
@@ -55,20 +56,29 @@ TRIM_EVERY = 100
 msg = Printer()
 
 
+@functools.cache
+def _glibc():
+    """glibc as a ctypes library, None where the C library is another (looked up once: libc_ver
+    reads the python executable)."""
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
 def release_freed_memory() -> bool:
     """Give the heap memory that has been freed back to the OS (glibc's malloc_trim); False
     where the C library is not glibc. Training the transformer pipeline on CPU, the batches'
     varying shapes leave glibc's heap holding freed blocks it does not return: the resident set
     grew by about 1 GB every 10 minutes (14.5 GB after 2,500 steps with all sentences), and one
     malloc_trim brought 3.4 GB back to 1.3 GB. It changes no computation."""
-    import ctypes
-    import platform
-
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _glibc()
+    if libc is None:
         return False
     libc.malloc_trim(0)
     return True
