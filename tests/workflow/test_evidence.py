@@ -618,6 +618,49 @@ def test_a_second_step_budget_is_its_own_row(tmp_path: Path):
     assert "| *transformer − elmo* | +11.00 |" in table  # the harness budget's row
 
 
+def test_the_page_lists_the_finished_transformer_runs(tmp_path: Path):
+    """Between its evidence-runs markers the page gets one line per transformer run, in the
+    tables' order (harness budget, then 2x steps), with the numbers of its run.json."""
+    base = {"pipeline": "transformer", "dev": {"ents_f": 0.5}, "eval_frequency": 200}
+    runs = {
+        "a/transformer_3000_s1": {"size": "3000", "train_sentences": 3000, "seed": 1,
+            "test": {"ents_f": 0.82164, "tag_acc": 0.89619}, "max_steps": 1600, "steps": 1600,
+            "train_seconds": 3612.4, "segments": [[0, 9.1], [801, 8.7]]},
+        "a/transformer_1000_s0": {"size": "1000", "train_sentences": 1000, "seed": 0,
+            "test": {"ents_f": 0.7624, "tag_acc": 0.7767}, "max_steps": 1000, "steps": 1000,
+            "train_seconds": 1986.0},
+        "b/transformer_1000_s0": {"size": "1000", "train_sentences": 1000, "seed": 0,
+            "test": {"ents_f": 0.7839, "tag_acc": 0.9155}, "max_steps": 2000, "steps": 2000,
+            "train_seconds": 4163.0, "segments": [[0, 8.0]]},
+        "a/elmo_1000_s0": {"size": "1000", "train_sentences": 1000, "seed": 0,
+            "test": {"ents_f": 0.6, "tag_acc": 0.9}, "max_steps": 1000},
+    }  # fmt: skip
+    for name, fields in runs.items():
+        (tmp_path / name).mkdir(parents=True)
+        run = dict(base, **fields, pipeline=name.split("/")[1].split("_")[0])
+        (tmp_path / name / "run.json").write_text(json.dumps(run))
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- evidence:start -->\n<!-- evidence:end -->\nFinished:\n\n"
+        "<!-- evidence-runs:start -->\nold\n<!-- evidence-runs:end -->\nrest\n"
+    )
+    report.write_report(
+        [tmp_path / "a", tmp_path / "b"], tmp_path / "e.json", tmp_path / "e.md",
+        tmp_path / "e.png", None, page=page,
+    )  # fmt: skip
+    listed = page.read_text().split("<!-- evidence-runs:start -->\n")[1]
+    assert listed == (
+        "- `transformer_1000_s0`: test NER F1 76.24, tag accuracy 77.67; 1,000 steps, 1,986 s "
+        "training (`spacy train`, before the resumable trainer: the same loop)\n"
+        "- `transformer_3000_s1`: test NER F1 82.16, tag accuracy 89.62; 1,600 steps, 3,612 s "
+        "training (resumable trainer, 2 starts)\n"
+        "- `transformer_1000_s0` (2x steps): test NER F1 78.39, tag accuracy 91.55; 2,000 steps, "
+        "4,163 s training (resumable trainer, 1 start)\n"
+        "<!-- evidence-runs:end -->\nrest\n"
+    )
+    assert report.finished_runs([], ("transformer",)) == "(no finished transformer run yet)"
+
+
 def test_report_leaves_a_page_without_markers(tmp_path: Path):
     write_runs(tmp_path / "runs")
     page = tmp_path / "learning-curves.md"

@@ -20,8 +20,10 @@ run.json; a run whose run.json exists is skipped. `keep` copies the run.json of 
 (the transformer's take hours) to a folder that the repository keeps. `report` turns every
 run.json into the JSON, the Markdown tables (mean ± std over seeds of test NER F1 and tag
 accuracy) and the plot; with `--page` it puts the tables in that docs page between
-<!-- evidence:start --> and <!-- evidence:end -->, and with `--readme` the NER F1 table between
-<!-- evidence-headline:start --> and <!-- evidence-headline:end -->.
+<!-- evidence:start --> and <!-- evidence:end --> (and the list of finished transformer runs
+between <!-- evidence-runs:start --> and <!-- evidence-runs:end -->, if the page has them), and
+with `--readme` the NER F1 table between <!-- evidence-headline:start --> and
+<!-- evidence-headline:end -->.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Sequence
 from workflow.evidence.runs import PIPELINES, STEP_SETTINGS
 from workflow.evidence.stats import Cell, welch_interval
 from workflow.evidence.subsets import FULL
-from workflow.markers import replace_between_markers
+from workflow.markers import markers, replace_between_markers
 
 BILM_NAME = "the bundled biLM"
 BILM_CARD = Path("spacy_elmo/data/en_elmo_bundled/pretrain.json")
@@ -25,6 +25,10 @@ MARKER = "evidence"
 PAGE = Path("docs/learning-curves.md")
 # the README's NER table: <!-- evidence-headline:start --> ... end
 HEADLINE_MARKER = "evidence-headline"
+# the docs page's list of the finished runs of LISTED_PIPELINES (the hours-long ones), one line
+# each: <!-- evidence-runs:start --> ... end
+RUNS_MARKER = "evidence-runs"
+LISTED_PIPELINES = ("transformer",)
 README = Path("README.md")
 # the finished transformer runs' run.json, kept in the repository (the runs take hours)
 TRANSFORMER_RUNS = Path("results/transformer_runs")
@@ -307,6 +311,33 @@ def relative_to(target: Path, document: Path) -> str:
     return Path(os.path.relpath(target.resolve(), document.resolve().parent)).as_posix()
 
 
+def run_name(run: dict) -> str:
+    """A run's folder name: {pipeline}_{size}_s{seed}."""
+    return f"{run['pipeline']}_{run.get('size', run['train_sentences'])}_s{run['seed']}"
+
+
+def finished_runs(runs: Sequence[dict], pipelines: Sequence[str] = LISTED_PIPELINES) -> str:
+    """A Markdown list of the runs of `pipelines`, in the tables' order: test NER F1 and tag
+    accuracy, steps, training seconds and how many starts the resumable trainer needed."""
+    lines = []
+    for run in runs:
+        if run["pipeline"] not in pipelines:
+            continue
+        budget = label(run)[len(run["pipeline"]) :]
+        if "segments" in run:
+            starts = len(run["segments"])
+            how = f"resumable trainer, {starts} start{'s' if starts != 1 else ''}"
+        else:
+            how = "`spacy train`, before the resumable trainer: the same loop"
+        steps = f"{run['steps']:,} steps, " if "steps" in run else ""
+        seconds = f"{run['train_seconds']:,.0f} s training " if "train_seconds" in run else ""
+        lines.append(
+            f"- `{run_name(run)}`{budget}: test NER F1 {100 * run['test']['ents_f']:.2f}, tag "
+            f"accuracy {100 * run['test']['tag_acc']:.2f}; {steps}{seconds}({how})"
+        )
+    return "\n".join(lines) if lines else f"(no finished {' or '.join(pipelines)} run yet)"
+
+
 def headline(runs: Sequence[dict]) -> str:
     """The README's table: test NER F1 of every pipeline and size, with the gains."""
     return markdown_table(runs, "ents_f", "NER F1")
@@ -323,7 +354,8 @@ def write_report(
     readme: Path | None = None,
 ) -> dict:
     """Write the JSON, the Markdown, the plot, (if given) the tables in the docs page `page`
-    between its MARKER markers and the NER table in `readme` between its HEADLINE_MARKER
+    between its MARKER markers (and the list of `finished_runs` between its RUNS_MARKER markers,
+    if it has them) and the NER table in `readme` between its HEADLINE_MARKER
     markers; return the JSON. `root` is one runs folder or several (see `load_runs`)."""
     runs = load_runs(root)
     card = None
@@ -345,6 +377,9 @@ def write_report(
         section = render_markdown(runs, card, relative_to(plot_path, page), bilm_name)
         if replace_between_markers(page, MARKER, section):
             print(f"[report] updated the {MARKER} section of {page}")
+        if markers(RUNS_MARKER)[0] in page.read_text():
+            replace_between_markers(page, RUNS_MARKER, finished_runs(runs))
+            print(f"[report] updated the {RUNS_MARKER} section of {page}")
     if readme is not None:
         if not readme.exists():
             raise FileNotFoundError(f"no README {readme}")
