@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from workflow.evidence.runs import PIPELINES, STEP_SETTINGS
+from workflow.evidence.runs import PIPELINES, STEP_SETTINGS, run_name
 from workflow.evidence.stats import Cell, welch_interval
 from workflow.evidence.subsets import FULL
 from workflow.markers import markers, replace_between_markers
@@ -311,11 +311,6 @@ def relative_to(target: Path, document: Path) -> str:
     return Path(os.path.relpath(target.resolve(), document.resolve().parent)).as_posix()
 
 
-def run_name(run: dict) -> str:
-    """A run's folder name: {pipeline}_{size}_s{seed}."""
-    return f"{run['pipeline']}_{run.get('size', run['train_sentences'])}_s{run['seed']}"
-
-
 def finished_runs(runs: Sequence[dict], pipelines: Sequence[str] = LISTED_PIPELINES) -> str:
     """A Markdown list of the runs of `pipelines`, in the tables' order: test NER F1 and tag
     accuracy, steps, training seconds and how many starts the resumable trainer needed."""
@@ -332,7 +327,8 @@ def finished_runs(runs: Sequence[dict], pipelines: Sequence[str] = LISTED_PIPELI
         steps = f"{run['steps']:,} steps, " if "steps" in run else ""
         seconds = f"{run['train_seconds']:,.0f} s training " if "train_seconds" in run else ""
         lines.append(
-            f"- `{run_name(run)}`{budget}: test NER F1 {100 * run['test']['ents_f']:.2f}, tag "
+            f"- `{run_name(run['pipeline'], run.get('size', run['train_sentences']), run['seed'])}`"
+            f"{budget}: test NER F1 {100 * run['test']['ents_f']:.2f}, tag "
             f"accuracy {100 * run['test']['tag_acc']:.2f}; {steps}{seconds}({how})"
         )
     return "\n".join(lines) if lines else f"(no finished {' or '.join(pipelines)} run yet)"

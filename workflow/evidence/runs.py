@@ -86,6 +86,11 @@ class RunError(RuntimeError):
     """A `spacy train` or `spacy evaluate` step of a run failed."""
 
 
+def run_name(pipeline: str, size: str | int, seed: int) -> str:
+    """A run's folder under ROOT: {pipeline}_{size}_s{seed}."""
+    return f"{pipeline}_{size}_s{seed}"
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One training run and where its inputs and outputs live."""
@@ -111,7 +116,7 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.pipeline}_{self.size}_s{self.seed}"
+        return run_name(self.pipeline, self.size, self.seed)
 
     @property
     def directory(self) -> Path:
