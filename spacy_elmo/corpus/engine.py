@@ -350,6 +350,9 @@ def _init_local(ray, cpus: int) -> None:
 
 
 def _init_join(ray, address: str) -> None:
+    from .ray_address import check_ray_address
+
+    check_ray_address(address)  # ray.init waits without end when nothing answers there
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)

@@ -1,0 +1,109 @@
+"""Is a Ray cluster there? A bounded check of `--address` before `ray.init` joins it.
+
+`ray.init(address=...)` waits without end (minutes, then more) when nothing answers at the
+address. Both servers an address can name, a cluster's GCS (`host:port`) and a Ray client
+server (`ray://host:port`), speak gRPC, so a TCP connection and an HTTP/2 handshake (the
+server answers the client's preface with its SETTINGS frame) tell, within a stated time,
+whether one answers there: `SPACY_ELMO_RAY_CONNECT_TIMEOUT` seconds (default 10).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Optional
+
+TIMEOUT_VARIABLE = "SPACY_ELMO_RAY_CONNECT_TIMEOUT"
+DEFAULT_TIMEOUT = 10.0
+# An HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113 §3.4, §6.5).
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS = 4
+RAY_CLIENT_PORT = 10001  # Ray's default for `ray://host`
+
+
+def connect_timeout() -> float:
+    """Seconds the check waits for an answer: SPACY_ELMO_RAY_CONNECT_TIMEOUT, else 10."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{TIMEOUT_VARIABLE}={text!r} is not a positive number of seconds")
+    return value
+
+
+def check_ray_address(address: str, timeout: Optional[float] = None) -> None:
+    """ValueError naming `address` unless a gRPC server (a Ray cluster's GCS or a Ray client
+    server) answers there within `timeout` seconds. Addresses Ray resolves itself ("auto")
+    are resolved first; a form this cannot read is left to Ray."""
+    timeout = connect_timeout() if timeout is None else timeout
+    endpoint = _endpoint(_resolve(address))
+    if endpoint is None:
+        return
+    host, port = endpoint
+    deadline = time.monotonic() + timeout
+    hint = f"is a Ray cluster running there (`ray start --head`)? ({TIMEOUT_VARIABLE}={timeout:g}s)"
+    try:
+        connection = socket.create_connection((host, port), timeout=timeout)
+    except OSError as error:
+        reason = "no answer" if isinstance(error, socket.timeout) else error.strerror or error
+        raise ValueError(f"cannot join the Ray cluster at {address}: {reason}; {hint}") from None
+    with connection:
+        if os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true"):
+            return  # a TLS cluster: the handshake below is not the first thing it expects
+        try:
+            connection.settimeout(max(0.001, deadline - time.monotonic()))
+            connection.sendall(_PREFACE)
+            header = _read(connection, 9, deadline)
+        except OSError as error:
+            header = b""
+            if not isinstance(error, socket.timeout):
+                raise ValueError(
+                    f"cannot join the Ray cluster at {address}: {error.strerror or error}; {hint}"
+                ) from None
+    if len(header) < 9 or header[3] != _SETTINGS:
+        what = "nothing" if not header else "something that is not gRPC"
+        raise ValueError(
+            f"cannot join the Ray cluster at {address}: {host}:{port} accepts connections but "
+            f"{what} answered a gRPC handshake within {timeout:g}s; {hint}"
+        )
+
+
+def _read(connection: socket.socket, size: int, deadline: float) -> bytes:
+    data = b""
+    while len(data) < size:
+        connection.settimeout(max(0.001, deadline - time.monotonic()))
+        block = connection.recv(size - len(data))
+        if not block:
+            break
+        data += block
+    return data
+
+
+def _resolve(address: str) -> str:
+    if address.strip() != "auto":
+        return address.strip()
+    try:  # Ray's own lookup of the latest `ray start` cluster
+        from ray._private.services import canonicalize_bootstrap_address
+
+        return canonicalize_bootstrap_address("auto") or address
+    except Exception:  # noqa: BLE001 - none found, or another Ray: Ray's own error follows
+        return address
+
+
+def _endpoint(address: str) -> Optional[tuple[str, int]]:
+    """(host, port) of `host:port`, `ray://host:port` or `[v6]:port`; None for other forms."""
+    client = address.startswith("ray://")
+    rest = address.removeprefix("ray://")
+    if "://" in rest or "/" in rest:
+        return None
+    if client and not rest.endswith("]") and ":" not in rest:
+        rest += f":{RAY_CLIENT_PORT}"
+    host, colon, port = rest.rpartition(":")
+    if not colon or not port.isdigit() or not host or not 0 < int(port) < 65536:
+        return None
+    return host.removeprefix("[").removesuffix("]"), int(port)

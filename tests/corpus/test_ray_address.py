@@ -1,0 +1,122 @@
+"""`--address` / RAY_ADDRESS where no Ray cluster answers: an error naming it, in bounded time.
+
+The checks of the address itself need no Ray; the command and the real cluster run inside a
+private network namespace (`unshare --net`), as every test that starts Ray does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spacy_elmo.corpus.ray_address import check_ray_address, connect_timeout
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def in_namespace(script: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs `unshare` and `ip` (util-linux, iproute2) for a private network")
+    prefix = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--net", "--map-root-user"]
+    if subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a private network namespace")
+    command = [*prefix, "sh", "-c", f"ip link set lo up && {script}"]
+    environment = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env}
+    if "RAY_ADDRESS" not in env:
+        environment.pop("RAY_ADDRESS", None)
+    return subprocess.run(
+        command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_a_port_nothing_listens_on_is_named_at_once():
+    address = f"127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=rf"cannot join the Ray cluster at {address}: .*refused"):
+        check_ray_address(address, timeout=5)
+    assert time.monotonic() - start < 5
+    with pytest.raises(ValueError, match=rf"at ray://{address}: "):
+        check_ray_address(f"ray://{address}", timeout=5)
+
+
+def test_a_port_that_accepts_but_never_answers_errs_after_the_timeout():
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=rf"at {address}: .*nothing answered .* within 0.5s"):
+            check_ray_address(address, timeout=0.5)
+        assert 0.4 < time.monotonic() - start < 5
+
+
+def test_the_timeout_is_configurable(monkeypatch):
+    monkeypatch.delenv("SPACY_ELMO_RAY_CONNECT_TIMEOUT", raising=False)
+    assert connect_timeout() == 10.0
+    monkeypatch.setenv("SPACY_ELMO_RAY_CONNECT_TIMEOUT", "2.5")
+    assert connect_timeout() == 2.5
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        monkeypatch.setenv("SPACY_ELMO_RAY_CONNECT_TIMEOUT", bad)
+        with pytest.raises(ValueError, match=rf"SPACY_ELMO_RAY_CONNECT_TIMEOUT='{bad}' is not"):
+            connect_timeout()
+
+
+@pytest.mark.parametrize("how", ["--address", "RAY_ADDRESS"])
+def test_embed_corpus_with_no_cluster_at_the_address_errs_naming_it(
+    how, tmp_path, allennlp_fixture
+):
+    (tmp_path / "in.txt").write_text("The river bank .\n", encoding="utf-8")
+    port = 6399  # in a namespace of its own nothing listens anywhere
+    address = f"127.0.0.1:{port}"
+    arguments = [
+        sys.executable, "-m", "spacy_elmo.cli", "embed-corpus",
+        str(tmp_path / "in.txt"), str(tmp_path / "out"), "-q",
+        "--options", str(allennlp_fixture / "options.json"),
+        "--weights", str(allennlp_fixture / "lm_weights.hdf5"),
+    ]  # fmt: skip
+    env = {"SPACY_ELMO_RAY_CONNECT_TIMEOUT": "3"}
+    if how == "--address":
+        arguments += ["--address", address]
+    else:
+        env["RAY_ADDRESS"] = address
+    start = time.monotonic()
+    try:
+        done = in_namespace(" ".join(f"'{a}'" for a in arguments), env, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"embed-corpus {how} {address} still waits after 120 s")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"error: cannot join the Ray cluster at {address}" in done.stderr
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.slow
+def test_a_running_cluster_passes_the_check(tmp_path):
+    pytest.importorskip("ray")
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import logging, ray\n"
+        "from spacy_elmo.corpus.ray_address import check_ray_address\n"
+        "ray.init(address='local', num_cpus=1, include_dashboard=False,\n"
+        "         _node_ip_address='127.0.0.1', logging_level=logging.ERROR)\n"
+        "try:\n"
+        "    check_ray_address(ray.get_runtime_context().gcs_address, timeout=10)\n"
+        "    print('answered')\n"
+        "finally:\n"
+        "    ray.shutdown()\n",
+        encoding="utf-8",
+    )
+    done = in_namespace(f"'{sys.executable}' '{probe}'", {}, timeout=180)
+    assert done.returncode == 0 and "answered" in done.stdout, done.stdout + done.stderr
