@@ -11,16 +11,19 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pytest
+import typer
 
 from spacy_elmo.cli import _util
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+LINES = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 LINE = "the river bank flooded the field after the storm .\n"
 EARLIER = b"an earlier output, to be kept as it was\n"
 
@@ -246,3 +249,132 @@ def _raised_in_an_extension(signal_error: BaseException) -> SystemError:
 )
 def test_a_signal_raised_inside_an_extension_still_gives_its_exit_code(error, want):
     assert _util._signal_behind(error) == want
+
+
+# ---------------------------------------------------------------- wherever the signal lands
+class _SignalledWhenCollected:
+    """An object whose finalizer receives `number`: the handler's exception is raised inside
+    the finalizer, where Python prints "Exception ignored" and carries on."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __del__(self) -> None:
+        _signal_and_spin(self.number)
+
+
+def _signal_and_spin(number: int) -> None:
+    os.kill(os.getpid(), number)
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:  # the handler runs here, at the first bytecode it can
+        pass
+
+
+def _land_in_a_finalizer(number: int) -> None:
+    finalized = _SignalledWhenCollected(number)
+    del finalized
+
+
+def _land_in_a_weakref_callback(number: int) -> None:
+    class Referent:
+        pass
+
+    referent = Referent()
+    reference = weakref.ref(referent, lambda _: _signal_and_spin(number))
+    del referent
+    assert reference() is None
+
+
+@pytest.mark.parametrize("land", [_land_in_a_finalizer, _land_in_a_weakref_callback])
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("then", ["works-on", "returns"])
+def test_a_signal_that_lands_where_its_exception_is_swallowed_still_ends_the_command(
+    capfd, land, number, then
+):
+    steps = []
+
+    def work() -> None:
+        land(number)
+        steps.append("signalled")
+        if then == "works-on":  # the signal is delivered again and stops the work
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+            steps.append("ran to the end")
+
+    before = {number: signal.getsignal(number) for number in EXIT_CODES}
+    with pytest.raises(typer.Exit) as ended:
+        _util.guard("test", work)()
+    assert ended.value.exit_code == EXIT_CODES[number]
+    assert steps == ["signalled"]
+    err = capfd.readouterr().err
+    assert err.strip().endswith(LINES[number])
+    assert "Exception ignored" not in err
+    assert {number: signal.getsignal(number) for number in EXIT_CODES} == before
+
+
+def test_a_command_that_ends_unsignalled_leaves_the_handlers_as_they_were():
+    before = {number: signal.getsignal(number) for number in EXIT_CODES}
+    hook = sys.unraisablehook
+    assert _util.guard("test", lambda: "done")() == "done"
+    assert {number: signal.getsignal(number) for number in EXIT_CODES} == before
+    assert sys.unraisablehook is hook
+
+
+def _embed_once(work: Path, signal_after: float | None) -> tuple[int, str, bool]:
+    """`embed` over 3,000 lines; SIGTERM after `signal_after` s. (exit code, output, whether it
+    was still running when signalled)."""
+    output = work / "out.hdf5"
+    output.unlink(missing_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "spacy_elmo.cli", "embed", "input.txt", str(output), "--quiet"],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    running = False
+    try:
+        if signal_after is not None:
+            time.sleep(signal_after)
+            running = process.poll() is None
+            process.send_signal(signal.SIGTERM)
+        text, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, text, running
+
+
+def _whole(output: Path, lines: int) -> bool:
+    import h5py
+
+    with h5py.File(output, "r") as written:
+        return len(written.keys()) == lines + 1  # a dataset a line and sentence_to_index
+
+
+@pytest.mark.slow
+def test_sigterm_at_any_moment_of_embed_never_ends_with_0_and_a_partial_output(tmp_path):
+    """SIGTERM at a dozen moments, from start-up to the last write: each run ends with 143 (or
+    by the signal itself, before the command's handler is in place or after it is gone), no
+    temporary file is left, and no output is half written."""
+    lines = 3000
+    (tmp_path / "input.txt").write_text(LINE * lines, encoding="utf-8")
+    started = time.monotonic()
+    code, text, _ = _embed_once(tmp_path, None)
+    whole_run = time.monotonic() - started
+    assert code == 0, text
+    tries = 12
+    for attempt in range(tries):
+        after = whole_run * (attempt + 0.5) / tries
+        code, text, running = _embed_once(tmp_path, after)
+        output = tmp_path / "out.hdf5"
+        where = f"SIGTERM after {after:.2f} s of {whole_run:.2f} s: exit {code}\n{text[-2000:]}"
+        if not running:
+            continue
+        assert code in (143, -signal.SIGTERM), where
+        assert "Traceback" not in text and "Exception ignored" not in text, where
+        assert temporary_files(tmp_path) == [], where
+        assert not output.exists() or _whole(output, lines), where
