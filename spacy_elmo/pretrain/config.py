@@ -50,6 +50,12 @@ class PretrainConfig:
     threads: Optional[int] = None
     static_vectors: Optional[str] = None  # spaCy pipeline whose vectors are auxiliary targets
     vectors_weight: float = 1.0  # weight of each of the two cosine losses (distill.py)
+    # a Hugging Face model folder or a spaCy pipeline whose contextual word vectors are targets
+    teacher: Optional[str] = None
+    teacher_layer: int = -1  # the teacher's hidden state (0 = embeddings, -1 = last layer)
+    teacher_weight: float = 1.0  # weight of the teacher's cosine loss (teacher.py)
+    teacher_store: Optional[str] = None  # its vectors of the corpus; default OUTPUT/teacher
+    teacher_store_max_gb: float = 20.0  # a store that would be bigger is refused
 
     def __post_init__(self) -> None:
         """Raise ValueError naming the setting whose value cannot work."""
@@ -73,8 +79,10 @@ class PretrainConfig:
         for name in ("output", "preset", "lang"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
-        if self.pipeline is not None and not isinstance(self.pipeline, str):
-            raise ValueError(f"pipeline must be a string or None, got {self.pipeline!r}")
+        for name in ("pipeline", "teacher", "teacher_store"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{name} must be a string or None, got {value!r}")
 
 
 # setting -> (type, lower bound, whether it is exclusive, exclusive upper bound, None allowed)
@@ -98,9 +106,12 @@ _BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
     "clip_norm": ((int, float), 0, True, None, False),
     "vectors_weight": ((int, float), 0, False, None, False),
     "max_memory_gb": ((int, float), 0, True, None, True),
+    "teacher_layer": (int, -1000, False, 1000, False),
+    "teacher_weight": ((int, float), 0, False, None, False),
+    "teacher_store_max_gb": ((int, float), 0, True, None, False),
 }
 # Where the run is, not what it trains: may differ on resume (the directory was moved).
-_LOCATION_SETTINGS = ("output",)
+_LOCATION_SETTINGS = ("output", "teacher_store", "teacher_store_max_gb")
 
 
 def warmup_longer_than_run(config: PretrainConfig) -> Optional[str]:
@@ -167,6 +178,6 @@ def _same_setting(name: str, old: Any, new: Any) -> bool:
     """Equal settings; paths are equal when they name the same file from here."""
     if name in ("inputs", "dev") and isinstance(old, list) and isinstance(new, list):
         return [os.path.realpath(p) for p in old] == [os.path.realpath(p) for p in new]
-    if name == "init_from" and old is not None and new is not None:
+    if name in ("init_from", "teacher") and old is not None and new is not None:
         return os.path.realpath(old) == os.path.realpath(new)
     return old == new
