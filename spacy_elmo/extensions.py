@@ -6,11 +6,21 @@ and `doc._.elmo_vector_layer` when the component sets vector hooks (`vector_hook
 other extension is a view or a mix of them, computed when read. `doc._.elmo_layers` is checked
 when set: a (L + 1, len(doc), D) float32 or float16 array, L + 1 the number of mix
 coefficients when the doc has them.
+
+Retokenising: with the layers, the character offsets of the tokens they were computed for are
+stored. Every read compares them with the doc's tokens now; after `doc.retokenize()`
+(`merge_entities`, `merge_noun_chunks`, splits) a token's layers are the mean of the layers of
+the tokens it overlaps (whitespace tokens, whose layers are 0, left out unless there is
+nothing else): a merged token gets the mean of its parts, each piece of a split token the
+original token's layers. The stored layers are never changed by a read, so a merge undone by
+a split gives the original layers back.
 """
 
-from typing import Any
+from typing import Any, Optional
 
+import numpy
 import srsly
+from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc, Span, Token
 from thinc.api import get_array_module
 from thinc.types import Floats3d
@@ -23,21 +33,98 @@ def mix_layers(layers: Floats3d, coefficients) -> Any:
 
 
 # Where spaCy keeps a doc extension's value (Underscore's key), so that `Doc.to_bytes` and
-# `DocBin(store_user_data=True)` keep the layers as they keep any extension value.
+# `DocBin(store_user_data=True)` keep the layers as they keep any extension value; beside them,
+# the (n, 2) character offsets (start, end) of the n tokens they were computed for.
 _LAYERS_KEY = ("._.", "elmo_layers", None, None)
+_OFFSETS_KEY = ("._.", "elmo_token_offsets", None, None)
 _LAYER_DTYPES = ("float32", "float16")
 
 
 def _get_layers(doc: Doc):
-    return doc.user_data.get(_LAYERS_KEY)
+    return layers_of_tokens(doc, 0, len(doc))
 
 
 def _set_layers(doc: Doc, layers) -> None:
     """Store `layers` after checking them against the doc: (n_layers, len(doc), D), float32 or
-    float16, n_layers = the doc's number of mix coefficients when it has them."""
-    if layers is not None:
+    float16, n_layers = the doc's number of mix coefficients when it has them; and the
+    character offsets of the doc's tokens, which later reads follow."""
+    if layers is None:
+        doc.user_data.pop(_OFFSETS_KEY, None)
+    else:
         check_layers(doc, layers)
+        doc.user_data[_OFFSETS_KEY] = token_offsets(doc)
     doc.user_data[_LAYERS_KEY] = layers
+
+
+def has_layers(doc: Doc) -> bool:
+    """Whether `doc` holds ELMo layers (without reading them)."""
+    return doc.user_data.get(_LAYERS_KEY) is not None
+
+
+def token_offsets(doc: Doc) -> numpy.ndarray:
+    """(len(doc), 2) int64: each token's first character and the one after its last."""
+    offsets = doc.to_array([IDX, LENGTH]).astype("int64").reshape((len(doc), 2))
+    offsets[:, 1] += offsets[:, 0]
+    return offsets
+
+
+def layers_of_tokens(doc: Doc, start: int, end: int) -> Optional[Any]:
+    """The (L + 1, end - start, D) layers of the doc's tokens start .. end - 1 as they are now:
+    a view of the stored layers, or, after a retokenisation, each token's mean of the layers
+    of the tokens it overlaps (module docstring). None when the doc has no layers."""
+    layers = doc.user_data.get(_LAYERS_KEY)
+    if layers is None:
+        return None
+    offsets = doc.user_data.get(_OFFSETS_KEY)
+    if offsets is None:  # a doc saved before offsets were kept: its length is all we know
+        if layers.shape[1] != len(doc):
+            raise ValueError(
+                f"doc._.elmo_layers holds {layers.shape[1]} tokens but the doc has {len(doc)} "
+                "(it was retokenised after the elmo component) and records no token offsets "
+                "to follow the change: run the elmo component after retokenising"
+            )
+        return _rows(layers, start, end)
+    offsets = numpy.asarray(offsets, dtype="int64")
+    if offsets.shape != (layers.shape[1], 2):
+        raise ValueError(
+            f"doc._.elmo_layers holds {layers.shape[1]} tokens but its recorded token offsets "
+            f"have shape {offsets.shape}: the doc's user_data was changed by hand; set "
+            "doc._.elmo_layers again"
+        )
+    # The text never changes, so tokens that start where the layers' tokens start are them.
+    if len(doc) == len(offsets) and (doc.to_array(IDX) == offsets[:, 0]).all():
+        return _rows(layers, start, end)
+    return _realign(doc, layers, offsets, token_offsets(doc)[start:end])
+
+
+def _rows(layers, start: int, end: int):
+    """Tokens start .. end - 1 of the stored layers: the array itself for all, else a view."""
+    return layers if (start, end) == (0, layers.shape[1]) else layers[:, start:end]
+
+
+def _realign(doc: Doc, layers, offsets: numpy.ndarray, targets: numpy.ndarray):
+    """(L + 1, len(targets), D): for each target (start, end), the mean of the layers of the
+    tokens at `offsets` that it overlaps, whitespace tokens left out unless all are."""
+    text = doc.text
+    if len(offsets) and offsets[-1, 1] > len(text):
+        raise ValueError(
+            f"doc._.elmo_layers were computed for tokens up to character {offsets[-1, 1]} but "
+            f"the doc's text has {len(text)} characters: they belong to another doc"
+        )
+    first = numpy.searchsorted(offsets[:, 1], targets[:, 0], side="right")
+    stop = numpy.searchsorted(offsets[:, 0], targets[:, 1], side="left")
+    xp = get_array_module(layers)
+    aligned = xp.empty((layers.shape[0], len(targets), layers.shape[2]), dtype=layers.dtype)
+    for row, ((char_start, char_end), lo, hi) in enumerate(zip(targets, first, stop)):
+        if hi <= lo:
+            raise ValueError(
+                f"the token {text[char_start:char_end]!r} (characters {char_start}..{char_end}) "
+                "overlaps none of the tokens doc._.elmo_layers were computed for"
+            )
+        parts = [k for k in range(lo, hi) if not text[offsets[k, 0] : offsets[k, 1]].isspace()]
+        parts = parts or list(range(lo, hi))
+        aligned[:, row] = layers[:, parts].astype("float32").mean(axis=1)  # (L + 1, D)
+    return aligned
 
 
 def check_layers(doc: Doc, layers) -> None:
@@ -72,8 +159,7 @@ def _doc_mix(doc: Doc):
 
 
 def _span_layers(span: Span):
-    layers = span.doc._.elmo_layers
-    return None if layers is None else layers[:, span.start : span.end]
+    return layers_of_tokens(span.doc, span.start, span.end)
 
 
 def _span_mix(span: Span):
@@ -82,8 +168,8 @@ def _span_mix(span: Span):
 
 
 def _token_layers(token: Token):
-    layers = token.doc._.elmo_layers
-    return None if layers is None else layers[:, token.i]
+    layers = layers_of_tokens(token.doc, token.i, token.i + 1)
+    return None if layers is None else layers[:, 0]
 
 
 def _token_mix(token: Token):

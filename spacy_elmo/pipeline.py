@@ -3,7 +3,10 @@
 The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
 
 * `doc._.elmo_layers`: the doc's (L + 1, n_tokens, 2P) layers; `span._.elmo_layers` and
-  `token._.elmo_layers` are views of it.
+  `token._.elmo_layers` are views of it. They follow retokenising after the component
+  (`merge_entities`, `merge_noun_chunks`, `doc.retokenize()`): a merged token's layers are the
+  mean of its parts' (whitespace tokens left out), each piece of a split token has the layers
+  of the token it came from.
 * `doc._.elmo`, `span._.elmo`, `token._.elmo`: the component's own mix sum_j c_j h_j.
 * `doc._.elmo_mix_coefficients`: c = gamma * s, one float per layer, kept on the doc so that a
   saved doc's `doc._.elmo` needs no pipeline.

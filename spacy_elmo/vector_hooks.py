@@ -26,7 +26,7 @@ from typing import Any, Optional, Union
 from spacy.tokens import Doc, Span, Token
 from thinc.api import get_array_module
 
-from .extensions import install_extensions, mix_layers
+from .extensions import has_layers, install_extensions, layers_of_tokens, mix_layers
 
 VECTOR_LAYERS = ("top", "average", "mix")
 
@@ -47,7 +47,7 @@ def set_vector_hooks(doc: Doc, vector_layer: Optional[str] = None) -> Doc:
             f"vector_layer must be one of {', '.join(repr(v) for v in VECTOR_LAYERS)}, "
             f"got {vector_layer!r}"
         )
-    if doc._.elmo_layers is None:
+    if not has_layers(doc):
         raise ValueError(
             "set_vector_hooks: the doc has no ELMo layers (doc._.elmo_layers is None); run it "
             "through a pipeline with the elmo component first"
@@ -69,7 +69,11 @@ def elmo_vector(obj: Union[Token, Span, Doc], vector_layer: str = "top") -> Any:
     """The (D,) float32 ELMo vector of a token, span or doc: `vector_layer` of each token's
     layers, averaged over the tokens of a span or doc (whitespace left out)."""
     doc = _doc_of(obj)
-    layers = doc._.elmo_layers
+    if isinstance(obj, Token):
+        start, end = obj.i, obj.i + 1
+    else:
+        start, end = (obj.start, obj.end) if isinstance(obj, Span) else (0, len(doc))
+    layers = layers_of_tokens(doc, start, end)  # (L + 1, end - start, D), after any retokenising
     if layers is None:
         raise ValueError(
             f"{type(obj).__name__} {_quote(obj)} has no ELMo vector: its doc has no layers "
@@ -78,9 +82,8 @@ def elmo_vector(obj: Union[Token, Span, Doc], vector_layer: str = "top") -> Any:
         )
     coefficients = doc._.elmo_mix_coefficients
     if isinstance(obj, Token):
-        return _layer_rule(layers[:, obj.i], vector_layer, coefficients)  # (D,)
-    start, end = (obj.start, obj.end) if isinstance(obj, Span) else (0, len(doc))
-    positions = [i for i in range(start, end) if not doc[i].is_space]
+        return _layer_rule(layers[:, 0], vector_layer, coefficients)  # (D,)
+    positions = [i - start for i in range(start, end) if not doc[i].is_space]
     xp = get_array_module(layers)
     if not positions:
         return xp.zeros((layers.shape[2],), dtype="float32")
@@ -121,7 +124,7 @@ def _layer_rule(layers: Any, vector_layer: str, coefficients: Any) -> Any:
 
 
 def _has_vector(obj: Union[Token, Span, Doc]) -> bool:
-    return _doc_of(obj)._.elmo_layers is not None
+    return has_layers(_doc_of(obj))
 
 
 def _vector_norm(obj: Union[Token, Doc], vector_layer: str) -> float:

@@ -71,11 +71,13 @@ def test_configured_mix(bilm_dir, bilm):
 
 
 def test_layers_and_coefficients_are_what_a_saved_doc_keeps(nlp, bilm):
-    """Only `elmo_layers` and `elmo_mix_coefficients` are stored on the doc; the mixes and the
-    span and token views of a doc read back from bytes are computed from them."""
+    """Only `elmo_layers`, `elmo_mix_coefficients` and the character offsets of the tokens the
+    layers are for are stored on the doc; the mixes and the span and token views of a doc read
+    back from bytes are computed from them."""
     doc = nlp("river bank")
     stored = {key[1]: value for key, value in doc.user_data.items() if key[0] == "._."}
-    assert sorted(stored) == ["elmo_layers", "elmo_mix_coefficients"]
+    assert sorted(stored) == ["elmo_layers", "elmo_mix_coefficients", "elmo_token_offsets"]
+    np.testing.assert_array_equal(stored["elmo_token_offsets"], [[0, 5], [6, 10]])
     assert stored["elmo_mix_coefficients"] == pytest.approx([1 / 3] * 3)
     doc._.elmo_mix_coefficients = [0.0, 0.0, 2.0]
     restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
