@@ -4,17 +4,22 @@
 `_weights.hdf5`, as AllenNLP publishes them) into the cache, `SPACY_ELMO_CACHE` (default
 `$XDG_CACHE_HOME/spacy-elmo`, else `~/.cache/spacy-elmo`), in the same `<shape>/` layout.
 
-* Resumable: a file arrives in `<file>.part`; a transfer that is cut keeps it, and the next
-  download asks for the rest with an HTTP Range request (a server that ignores Range sends the
-  whole file again, which then replaces the part).
+* Resumable: a file arrives in `<file>.part`, written as the bytes arrive; a transfer that is
+  cut keeps it, and the next download asks for the rest with an HTTP Range request (a server
+  that ignores Range sends the whole file again, which then replaces the part).
+* Bounded: a transfer that receives nothing for `SPACY_ELMO_DOWNLOAD_TIMEOUT` seconds (default
+  60) ends with an error; the part is kept for the next download.
 * Atomic: the file takes its final name only when whole and checked, so a file under the final
   name is always complete.
-* Checked: a transfer must deliver the size the server announced (Content-Length or
-  Content-Range); the options file must be JSON and the weights an HDF5 file. AllenNLP
+* Checked whole: a transfer must deliver the size the server announced (Content-Length or
+  Content-Range); the options file must describe the name's published architecture, and the
+  weights file must open as HDF5 and hold every dataset of that architecture, with its shape,
+  a weights dtype and readable, finite values. Only then is the file recorded: AllenNLP
   publishes no checksums or sizes, so the size and sha256 of each file are recorded in
-  `<shape>/checksums.json` at its first download, and every later download or `--force` copy
-  is verified against that record (a mismatching copy is deleted, not kept).
-* `SPACY_ELMO_MIRROR` replaces the published base URL (a mirror holds the same layout).
+  `<shape>/checksums.json`, and every later download is verified against that record;
+  `--force` downloads again and replaces the record with the new, checked copy.
+* `SPACY_ELMO_MIRROR` replaces the published base URL: an http(s):// URL, a file:// URL or a
+  local folder, holding the same `<shape>/` layout.
 
 Nothing here is called unless the user asks for a download: `spacy-elmo download NAME` or a
 config's `spacy_elmo.PublishedWeights.v1`. `sources.resolve_source` only reads the cache.
@@ -28,6 +33,7 @@ import os
 import socket
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -38,21 +44,32 @@ from typing import Any, BinaryIO, Optional
 PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 CACHE_VARIABLE = "SPACY_ELMO_CACHE"
 MIRROR_VARIABLE = "SPACY_ELMO_MIRROR"
+TIMEOUT_VARIABLE = "SPACY_ELMO_DOWNLOAD_TIMEOUT"
 RECORD_NAME = "checksums.json"
 PART_SUFFIX = ".part"
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 BLOCK_BYTES = 1 << 20
+# Seconds a transfer may receive nothing (connecting, waiting for the answer, or between two
+# reads) before it ends with an error: SPACY_ELMO_DOWNLOAD_TIMEOUT overrides it.
 TIMEOUT_SECONDS = 60.0
 # Further attempts within one download after a transfer is cut (each resumes with Range).
 RETRIES = 2
 
 
+# The char CNN of every published biLM (spec §12): 2,048 filters over 16-dim characters.
+PUBLISHED_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
 @dataclass(frozen=True)
 class PublishedModel:
-    """A published biLM: its name here and its shape, the folder AllenNLP publishes it in."""
+    """A published biLM: its name here, its shape (the folder AllenNLP publishes it in), and
+    the architecture its options file states: LSTM size D, projection P, highway layers."""
 
     name: str
     shape: str
+    lstm_dim: int
+    projection_dim: int
+    n_highway: int
 
     @property
     def options_name(self) -> str:
@@ -66,6 +83,35 @@ class PublishedModel:
     def file_names(self) -> tuple[str, str]:
         return (self.options_name, self.weights_name)
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The published options.json of this model, as a dictionary."""
+        return {
+            "lstm": {
+                "use_skip_connections": True,
+                "projection_dim": self.projection_dim,
+                "cell_clip": 3,
+                "proj_clip": 3,
+                "dim": self.lstm_dim,
+                "n_layers": 2,
+            },
+            "char_cnn": {
+                "activation": "relu",
+                "filters": [list(pair) for pair in PUBLISHED_FILTERS],
+                "n_highway": self.n_highway,
+                "embedding": {"dim": 16},
+                "n_characters": 262,
+                "max_characters_per_token": 50,
+            },
+        }
+
+    @property
+    def architecture(self) -> Any:
+        """The `BiLMOptions` every copy of this model must match."""
+        from .options import BiLMOptions
+
+        return BiLMOptions.from_dict(self.options, source=f"the published biLM '{self.name}'")
+
     def url(self, file_name: str, base: Optional[str] = None) -> str:
         return f"{(base or base_url()).rstrip('/')}/{self.shape}/{file_name}"
 
@@ -77,10 +123,10 @@ class PublishedModel:
 PUBLISHED = {
     model.name: model
     for model in (
-        PublishedModel("small", "2x1024_128_2048cnn_1xhighway"),
-        PublishedModel("medium", "2x2048_256_2048cnn_1xhighway"),
-        PublishedModel("original", "2x4096_512_2048cnn_2xhighway"),
-        PublishedModel("original-5.5b", "2x4096_512_2048cnn_2xhighway_5.5B"),
+        PublishedModel("small", "2x1024_128_2048cnn_1xhighway", 1024, 128, 1),
+        PublishedModel("medium", "2x2048_256_2048cnn_1xhighway", 2048, 256, 1),
+        PublishedModel("original", "2x4096_512_2048cnn_2xhighway", 4096, 512, 2),
+        PublishedModel("original-5.5b", "2x4096_512_2048cnn_2xhighway_5.5B", 4096, 512, 2),
     )
 }
 
@@ -101,8 +147,48 @@ def published_model(name: str) -> PublishedModel:
 
 
 def base_url() -> str:
-    """The base URL the files are fetched from: `SPACY_ELMO_MIRROR`, else AllenNLP's."""
-    return os.environ.get(MIRROR_VARIABLE, "").strip() or PUBLISHED_BASE_URL
+    """The base URL the files are fetched from: `SPACY_ELMO_MIRROR` (an http(s):// or file://
+    URL, or a local folder, which becomes a file:// URL), else AllenNLP's. A mirror that is
+    none of these, or a local one that is not a folder, is a DownloadError naming it."""
+    mirror = os.environ.get(MIRROR_VARIABLE, "").strip()
+    if not mirror:
+        return PUBLISHED_BASE_URL
+    scheme = urllib.parse.urlsplit(mirror).scheme.lower() if "://" in mirror else ""
+    if scheme in ("http", "https"):
+        return mirror
+    if scheme and scheme != "file":
+        raise DownloadError(
+            f"{MIRROR_VARIABLE}={mirror!r} is not an http://, https:// or file:// URL nor a "
+            "local folder"
+        )
+    parsed = urllib.parse.urlsplit(mirror)
+    if scheme == "file" and parsed.netloc not in ("", "localhost"):
+        raise DownloadError(
+            f"{MIRROR_VARIABLE}={mirror!r} names a file:// URL on host '{parsed.netloc}'; a "
+            "file:// mirror is a folder of this machine (file:///path/to/mirror)"
+        )
+    folder = Path(urllib.request.url2pathname(parsed.path)) if scheme else Path(mirror).expanduser()
+    if not folder.is_dir():
+        state = "does not exist" if not folder.exists() else "is not a folder"
+        raise DownloadError(
+            f"{MIRROR_VARIABLE}={mirror!r}: the mirror folder {folder} {state}; a mirror "
+            "holds the published <shape>/ folders"
+        )
+    return folder.resolve().as_uri()
+
+
+def download_timeout() -> float:
+    """Seconds a transfer may receive nothing: `SPACY_ELMO_DOWNLOAD_TIMEOUT`, else 60."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return TIMEOUT_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{TIMEOUT_VARIABLE}={text!r} is not a positive number of seconds")
+    return value
 
 
 def cache_dir() -> Path:
@@ -143,14 +229,19 @@ def download(
     force: bool = False,
     progress: bool = True,
     retries: int = RETRIES,
-    timeout: float = TIMEOUT_SECONDS,
+    timeout: Optional[float] = None,
 ) -> tuple[Path, Path]:
     """Download the published biLM `name` into the cache (see the module docstring) and return
-    its options and weights files. Files already there are verified against the record of
-    their first download, not fetched again, unless `force`."""
+    its options and weights files. Files already there are checked whole and verified against
+    their record, not fetched again, unless `force`: then both are fetched, checked, and
+    replace the files and their record. `timeout`: seconds a transfer may receive nothing
+    (default `SPACY_ELMO_DOWNLOAD_TIMEOUT`, else 60)."""
     model = published_model(name)
     folder = model.folder()
     base = base_url()
+    timeout = download_timeout() if timeout is None else timeout
+    if not force:
+        _read_record(folder)  # a malformed record stops the download before anything is fetched
     for file_name in model.file_names:
         final = folder / file_name
         if final.exists() and not force:  # a read-only cache is fine for this
@@ -177,23 +268,46 @@ def _writable_folder(folder: Path) -> Path:
     return folder
 
 
-def _read_record(folder: Path) -> dict[str, Any]:
+def _read_record(folder: Path, replace: bool = False) -> dict[str, Any]:
+    """The record's entries by file name; a record that is not one is a ChecksumError naming
+    it (or, when `replace`, which `--force` does, nothing: it is about to be rewritten)."""
     path = folder / RECORD_NAME
-    if not path.is_file():
+    if not path.exists():
         return {}
     try:
-        files = json.loads(path.read_text(encoding="utf-8")).get("files", {})
-    except (ValueError, AttributeError) as error:
+        files = _record_entries(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, OSError) as error:
+        if replace:
+            return {}
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         raise ChecksumError(
-            f"checksum record {path} is not readable ({error}); delete it to record the "
-            "files' checksums again"
+            f"checksum record {path} is not readable ({reason}); run `spacy-elmo download "
+            "NAME --force` to download the files and record them again, or delete it"
         ) from None
-    return files if isinstance(files, dict) else {}
+    return files
 
 
-def _write_record(folder: Path, file_name: str, entry: dict[str, Any]) -> None:
+def _record_entries(record: Any) -> dict[str, Any]:
+    """The "files" of a parsed record, every entry checked; ValueError saying what is wrong."""
+    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+        raise ValueError('expected a JSON object with a "files" object')
+    for file_name, entry in record["files"].items():
+        size = entry.get("size") if isinstance(entry, dict) else None
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"the entry of {file_name} has no size in bytes: {entry!r}")
+        if not (
+            isinstance(digest, str)
+            and len(digest) == 64
+            and all(c in "0123456789abcdef" for c in digest)
+        ):
+            raise ValueError(f"the entry of {file_name} has no sha256 hex digest: {entry!r}")
+    return record["files"]
+
+
+def _write_record(folder: Path, file_name: str, entry: dict[str, Any], replace: bool) -> None:
     """Add `file_name`'s entry to the record, atomically (a temporary file renamed)."""
-    files = _read_record(folder)
+    files = _read_record(folder, replace=replace)
     files[file_name] = entry
     path = folder / RECORD_NAME
     tmp = folder / f".{RECORD_NAME}.{os.getpid()}.tmp"
@@ -210,19 +324,21 @@ def _sha256(path: Path) -> str:
 
 
 def _verify_cached(model: PublishedModel, path: Path) -> None:
-    """A cached file against its record; a file without one (its first download was cut
-    before the record was written) is recorded now."""
+    """A cached file against its record and checked whole; a whole file without a record
+    (its first download was cut before the record was written) is recorded now."""
     entry = _read_record(path.parent).get(path.name)
     size, digest = path.stat().st_size, _sha256(path)
-    if entry is None:
-        _write_record(path.parent, path.name, _entry(size, digest, "found in the cache"))
-        return
-    if (size, digest) != (entry.get("size"), entry.get("sha256")):
+    again = f"run `spacy-elmo download {model.name} --force` to download it again"
+    if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
         raise ChecksumError(
-            f"cached file {path} changed since it was downloaded: expected {entry.get('size')} "
-            f"bytes, sha256 {entry.get('sha256')}; got {size} bytes, sha256 {digest}; run "
-            f"`spacy-elmo download {model.name} --force` to download it again"
+            f"cached file {path} changed since it was downloaded: expected {entry['size']} "
+            f"bytes, sha256 {entry['sha256']}; got {size} bytes, sha256 {digest}; {again}"
         )
+    problem = _format_problem(model, path)
+    if problem:
+        raise ChecksumError(f"cached file {path} {problem}; {again}")
+    if entry is None:
+        _write_record(path.parent, path.name, _entry(size, digest, "found in the cache"), False)
 
 
 def _entry(size: int, digest: str, source: str) -> dict[str, Any]:
@@ -265,7 +381,7 @@ def _fetch(
             raise
         handle.flush()
         os.fsync(handle.fileno())
-        _check_and_install(model, url, part, final)
+        _check_and_install(model, url, part, final, force)
 
 
 def _transfer_with_retries(
@@ -277,7 +393,8 @@ def _transfer_with_retries(
     retries: int,
     timeout: float,
 ) -> None:
-    """`_transfer`, again from where a cut transfer stopped, while each try gets further."""
+    """`_transfer`, again from where a cut transfer stopped, while each try gets further; a
+    transfer that received nothing for `timeout` seconds is not tried again."""
     attempt = 0
     while True:
         before = handle.seek(0, os.SEEK_END)
@@ -286,11 +403,18 @@ def _transfer_with_retries(
             return
         except _Cut as cut:
             received = handle.seek(0, os.SEEK_END)
+            keep = f"({part} keeps what arrived)" if received else ""
+            if cut.stalled:
+                raise DownloadError(
+                    f"transfer of {url} stalled: nothing arrived for {timeout:g} s "
+                    f"({TIMEOUT_VARIABLE}) after {received} of {cut.size or '?'} bytes; run "
+                    f"`spacy-elmo download {model.name}` again to continue from there {keep}"
+                ) from None
             if attempt >= retries or received <= before:
                 raise DownloadError(
                     f"transfer of {url} was cut at {received} of {cut.size or '?'} bytes "
                     f"({cut.reason}); run `spacy-elmo download {model.name}` again to "
-                    f"continue from there ({part} keeps what arrived)"
+                    f"continue from there {keep}"
                 ) from None
             attempt += 1
 
@@ -303,9 +427,9 @@ class _Unsatisfiable:
 
 
 class _Cut(Exception):
-    def __init__(self, reason: str, size: Optional[int]) -> None:
+    def __init__(self, reason: str, size: Optional[int], stalled: bool = False) -> None:
         super().__init__(reason)
-        self.reason, self.size = reason, size
+        self.reason, self.size, self.stalled = reason, size, stalled
 
 
 def _lock(handle: BinaryIO, part: Path) -> None:
@@ -355,11 +479,13 @@ def _transfer(
             file=sys.stderr,
             leave=False,
         ) as bar:
+            # read1: what has arrived (up to a block), so the part and the bar grow with it
+            read = getattr(response, "read1", response.read)
             while True:
                 try:
-                    block = response.read(BLOCK_BYTES)
+                    block = read(BLOCK_BYTES)
                 except (OSError, HTTPException) as error:  # reset, timeout, incomplete read
-                    raise _Cut(_reason(error), size) from None
+                    raise _Cut(_reason(error), size, isinstance(error, socket.timeout)) from None
                 if not block:
                     break
                 _write(handle, block, part)
@@ -375,12 +501,20 @@ def _transfer(
 def _write(handle: BinaryIO, block: bytes, part: Path) -> None:
     try:
         handle.write(block)
+        handle.flush()
     except OSError as error:
         raise DownloadError(f"cannot write {part} ({error.strerror})") from None
 
 
 def _open(model: PublishedModel, url: str, offset: int, timeout: float) -> Any:
     """The response to a GET of `url` from byte `offset` (a 416 to it: `_Unsatisfiable`)."""
+    if url.startswith("file:"):
+        local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+        if not local.is_file():
+            raise DownloadError(
+                f"the mirror folder {local.parent.parent} ({MIRROR_VARIABLE}) has no "
+                f"{model.shape}/{local.name}; a mirror holds the published <shape>/ folders"
+            )
     headers = {"User-Agent": "spacy-elmo", "Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
@@ -402,6 +536,8 @@ def _open(model: PublishedModel, url: str, offset: int, timeout: float) -> Any:
         ) from None
     except (urllib.error.URLError, OSError, HTTPException) as error:
         reason = _reason(getattr(error, "reason", error))
+        if reason == "timed out":
+            reason = f"no answer within {timeout:g} s, {TIMEOUT_VARIABLE}"
         raise DownloadError(
             f"cannot reach {url} ({reason}); offline or behind a proxy? set {MIRROR_VARIABLE} "
             f"to a mirror holding {model.shape}/{Path(url).name} (or https_proxy for a proxy), "
@@ -433,41 +569,99 @@ def _announced_size(response: Any, url: str, offset: int) -> Optional[int]:
     return int(length) if length and length.isdigit() else None
 
 
-def _check_and_install(model: PublishedModel, url: str, part: Path, final: Path) -> None:
-    """Check the whole `part` (its format and the record) and give it its final name."""
-    problem = _format_problem(part, final.name)
+def _check_and_install(
+    model: PublishedModel, url: str, part: Path, final: Path, force: bool
+) -> None:
+    """Check the whole `part` (its format and architecture, then the record unless `force`),
+    give it its final name, and record it (`force`: in place of the record's entry)."""
+    problem = _format_problem(model, part)
     if problem:
         part.unlink()
         raise DownloadError(f"{url} {problem}; the download was deleted")
     size, digest = part.stat().st_size, _sha256(part)
-    entry = _read_record(final.parent).get(final.name)
-    if entry is not None and (size, digest) != (entry.get("size"), entry.get("sha256")):
+    entry = None if force else _read_record(final.parent).get(final.name)
+    if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
         part.unlink()
         raise ChecksumError(
             f"{url} is not the file recorded at its first download: expected "
-            f"{entry.get('size')} bytes, sha256 {entry.get('sha256')}; got {size} bytes, "
-            f"sha256 {digest}. The download was deleted. If the published file really "
-            f"changed, delete {final.parent / RECORD_NAME} and download again"
+            f"{entry['size']} bytes, sha256 {entry['sha256']}; got {size} bytes, sha256 "
+            f"{digest}. The download was deleted. If the published file really changed, run "
+            f"`spacy-elmo download {model.name} --force` to check it and record it instead"
         )
     os.replace(part, final)
     _fsync_folder(final.parent)
     if entry is None:
-        _write_record(final.parent, final.name, _entry(size, digest, url))
+        _write_record(final.parent, final.name, _entry(size, digest, url), replace=force)
 
 
-def _format_problem(path: Path, file_name: str) -> Optional[str]:
-    """What is wrong with a downloaded file's format (an error page saved instead), if any."""
-    if file_name.endswith(".hdf5"):
-        with path.open("rb") as handle:
-            if handle.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
-                return "did not send an HDF5 file (a proxy's or server's page?)"
-        return None
+def _format_problem(model: PublishedModel, path: Path) -> Optional[str]:
+    """What keeps a downloaded file from being `model`'s file (an error page, a cut or
+    corrupted transfer, another architecture), if anything: the end of a sentence."""
+    if path.name.endswith(PART_SUFFIX):
+        file_name = path.name[: -len(PART_SUFFIX)]
+    else:
+        file_name = path.name
+    if file_name == model.weights_name:
+        return _weights_problem(model, path)
     from .options import BiLMOptions
 
     try:
-        BiLMOptions.from_file(path)
+        options = BiLMOptions.from_file(path)
     except (ValueError, OSError) as error:
         return f"did not send a bilm-tf options file ({error})"
+    expected = model.architecture
+    if options != expected:
+        found, wanted = options.to_dict(), expected.to_dict()
+        differences = [
+            f"{section}.{key} {found[section].get(key)!r} (published: {value!r})"
+            for section in ("char_cnn", "lstm")
+            for key, value in wanted[section].items()
+            if found[section].get(key) != value
+        ]
+        return (
+            f"is the options file of another biLM than the published '{model.name}': "
+            f"{'; '.join(differences) or 'its options differ'}"
+        )
+    return None
+
+
+def _weights_problem(model: PublishedModel, path: Path) -> Optional[str]:
+    """Whether `path` is whole: an HDF5 file holding every dataset of `model`'s architecture
+    (and no other), each of its shape and a weights dtype, readable and finite."""
+    with path.open("rb") as handle:
+        if handle.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
+            return "did not send an HDF5 file (a proxy's or server's page?)"
+    import h5py
+
+    from .io import check_weights, expected_datasets
+
+    expected = expected_datasets(model.architecture)
+    whole = f"is not a whole weights file of the published '{model.name}'"
+    try:
+        # locking=False: the download holds its own lock (flock) on the part being checked
+        with h5py.File(path, "r", locking=False) as hdf5:
+            found: dict[str, Any] = {}
+            hdf5.visititems(
+                lambda name, obj: (
+                    found.__setitem__(name, obj) if isinstance(obj, h5py.Dataset) else None
+                )
+            )
+            missing = [name for name in expected if name not in found]
+            if missing:
+                return f"{whole}: it has no dataset {', '.join(missing[:3])}"
+            unexpected = sorted(set(found) - set(expected))
+            if unexpected:
+                return f"{whole}: it has datasets {', '.join(unexpected[:3])} that it has not"
+            for name, shape in expected.items():
+                dataset = found[name]
+                if tuple(dataset.shape) != shape:
+                    return f"{whole}: dataset {name} has shape {tuple(dataset.shape)}, not {shape}"
+                check_weights({name: dataset[...]}, f"dataset {name}", "dataset")
+    except ValueError as error:  # a dtype that is not weights, NaN or inf
+        return f"{whole}: {error}"
+    except (OSError, KeyError, RuntimeError, TypeError) as error:  # cut, corrupted
+        reason = " ".join(str(error).split()) or type(error).__name__
+        return f"{whole}: it cannot be read as HDF5 ({reason}); the transfer was cut or garbled"
     return None
 
 
