@@ -37,6 +37,7 @@ def mix_layers(layers: Floats3d, coefficients) -> Any:
 # the (n, 2) character offsets (start, end) of the n tokens they were computed for.
 _LAYERS_KEY = ("._.", "elmo_layers", None, None)
 _OFFSETS_KEY = ("._.", "elmo_token_offsets", None, None)
+VECTOR_LAYER_KEY = ("._.", "elmo_vector_layer", None, None)
 _LAYER_DTYPES = ("float32", "float16")
 
 
@@ -75,6 +76,11 @@ def layers_of_tokens(doc: Doc, start: int, end: int) -> Optional[Any]:
     layers = doc.user_data.get(_LAYERS_KEY)
     if layers is None:
         return None
+    if "vector" not in doc.user_token_hooks and doc.user_data.get(VECTOR_LAYER_KEY) is not None:
+        # a doc read from bytes, which lost its ELMo vector hooks: put them back
+        from .vector_hooks import set_vector_hooks  # (vector_hooks imports this module)
+
+        set_vector_hooks(doc)
     offsets = doc.user_data.get(_OFFSETS_KEY)
     if offsets is None:  # a doc saved before offsets were kept: its length is all we know
         if layers.shape[1] != len(doc):

@@ -12,8 +12,9 @@ The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
   saved doc's `doc._.elmo` needs no pipeline.
 * `doc._.elmo_vector_layer`: with `vector_hooks = true`, the rule ("top", "average" or "mix")
   of the doc's ELMo `token.vector`, `span.vector`, `doc.vector` and `.similarity` (spaCy user
-  hooks, `vector_hooks.py`); kept on the doc so that `set_vector_hooks(doc)` restores them on
-  a doc read from bytes, which loses its hooks.
+  hooks, `vector_hooks.py`); kept on the doc so that the hooks come back on a doc read from
+  bytes, which loses them (`nlp.pipe(n_process=N)`, `DocBin.get_docs`, the first read of an
+  extension, or `set_vector_hooks(doc)`).
 
 Setting `doc._.elmo_layers` by hand is checked: a (L + 1, len(doc), 2P) float32 or float16
 array, L + 1 the number of the doc's mix coefficients when it has them.

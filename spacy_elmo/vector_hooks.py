@@ -15,18 +15,30 @@ one's vector taken by the same rule); equal word forms get no short-cut, a vecto
 gives 0.0.
 
 Hooks are functions, not data: a pickled doc keeps them, but `Doc.to_bytes`, `DocBin` and
-`nlp.pipe(n_process=N)` (which sends docs as bytes) do not (spaCy warns W109); what they need is
-kept (`doc._.elmo_layers`, `doc._.elmo_mix_coefficients` and the rule, `doc._.elmo_vector_layer`),
-so `set_vector_hooks(doc)` puts them back on a doc read from bytes.
+`nlp.pipe(n_process=N)` (which sends docs as bytes) do not (spaCy warns W109). What they need is
+kept on the doc (`doc._.elmo_layers`, `doc._.elmo_mix_coefficients` and the rule,
+`doc._.elmo_vector_layer`), and the hooks are put back on such a doc (`restore_vector_hooks`)
+as it comes back: `Language.pipe` and `DocBin.get_docs` are wrapped to do it on every doc they
+yield (`install_hook_restoring`, done on import), and any read of an ELMo extension does it.
+A doc read with `Doc.from_bytes` (a compiled method, which cannot be wrapped) gets them at its
+first extension read, or from `set_vector_hooks(doc)`.
 """
 
+import functools
 from functools import partial
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
-from spacy.tokens import Doc, Span, Token
+from spacy.language import Language
+from spacy.tokens import Doc, DocBin, Span, Token
 from thinc.api import get_array_module
 
-from .extensions import has_layers, install_extensions, layers_of_tokens, mix_layers
+from .extensions import (
+    VECTOR_LAYER_KEY,
+    has_layers,
+    install_extensions,
+    layers_of_tokens,
+    mix_layers,
+)
 
 VECTOR_LAYERS = ("top", "average", "mix")
 
@@ -143,3 +155,43 @@ def _doc_of(obj: Union[Token, Span, Doc]) -> Doc:
 def _quote(obj: Any) -> str:
     text = getattr(obj, "text", str(obj))
     return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def restore_vector_hooks(doc: Doc) -> Doc:
+    """Put the ELMo hooks back on a doc that records a `vector_layer`, holds ELMo layers and has
+    no vector hook (one read from bytes); other docs are left as they are."""
+    if (
+        "vector" not in doc.user_token_hooks
+        and doc.user_data.get(VECTOR_LAYER_KEY) is not None
+        and has_layers(doc)
+    ):
+        set_vector_hooks(doc)
+    return doc
+
+
+# The methods by which docs come back from bytes, wrapped to restore the hooks of each doc.
+_RESTORING = ((Language, "pipe"), (DocBin, "get_docs"))
+
+
+def install_hook_restoring() -> None:
+    """Wrap `Language.pipe` (docs from `n_process` workers) and `DocBin.get_docs` so that every
+    doc they yield gets its ELMo hooks back (`restore_vector_hooks`); idempotent."""
+    for owner, name in _RESTORING:
+        method = getattr(owner, name)
+        if not getattr(method, "restores_elmo_hooks", False):
+            setattr(owner, name, _restoring_hooks(method))
+
+
+def _restoring_hooks(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        for item in method(*args, **kwargs):
+            # Language.pipe(as_tuples=True) yields (doc, context)
+            restore_vector_hooks(item[0] if isinstance(item, tuple) else item)
+            yield item
+
+    wrapper.restores_elmo_hooks = True
+    return wrapper
+
+
+install_hook_restoring()

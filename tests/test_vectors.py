@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 import warnings
 
 import numpy as np
 import pytest
 import spacy
-from spacy.tokens import Doc
+from spacy.tokens import Doc, DocBin
 
 from spacy_elmo.vector_hooks import set_vector_hooks
 
@@ -201,3 +203,102 @@ FRAMES = [
     "he swam to the {} bank of the lake",
     "he borrowed money from the {} bank",
 ]
+
+
+def assert_elmo_vectors(docs, vector_layer):
+    """Each doc's hooks are ELMo's: token vectors and a cross-doc "bank"/"bank" similarity
+    against NumPy on the docs' layers (spaCy alone would give zeros and 1.0)."""
+    river, money = docs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no W007 / W008: the hooks answer, not spaCy
+        # read before any extension (which would restore the hooks by itself)
+        vector, norm = river[2].vector, river[1:3].vector_norm
+        similarities = river[2].similarity(money[2]), river.similarity(money)
+    a = numpy_vectors(river._.elmo_layers, vector_layer, river._.elmo_mix_coefficients)
+    b = numpy_vectors(money._.elmo_layers, vector_layer, money._.elmo_mix_coefficients)
+    np.testing.assert_allclose(vector, a[2], atol=1e-5, rtol=1e-5)
+    assert norm == pytest.approx(np.linalg.norm(a[1:3].mean(0)), rel=1e-5)
+    assert similarities[0] == pytest.approx(cosine(a[2], b[2]), rel=1e-5)
+    assert similarities[0] < 0.9999
+    assert similarities[1] == pytest.approx(cosine(a.mean(0), b.mean(0)), rel=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:.*W109")
+def test_docs_from_worker_processes_get_elmo_vectors_back(hooked):
+    """`nlp.pipe(n_process=2)` sends docs back as bytes, which drops spaCy's user hooks; the
+    docs that come back have ELMo's vectors and similarity again, also with `as_tuples`."""
+    nlp, vector_layer = hooked
+    docs = list(nlp.pipe(TEXTS, n_process=2, batch_size=1))
+    assert all("vector" in doc.user_token_hooks for doc in docs)
+    assert_elmo_vectors(docs, vector_layer)
+    pairs = list(nlp.pipe([(t, i) for i, t in enumerate(TEXTS)], as_tuples=True, n_process=2))
+    assert [context for _, context in pairs] == [0, 1]
+    assert_elmo_vectors([doc for doc, _ in pairs], vector_layer)
+
+
+@pytest.mark.filterwarnings("ignore:.*W109")
+def test_docs_from_a_docbin_get_elmo_vectors_back(hooked):
+    nlp, vector_layer = hooked
+    docbin = DocBin(store_user_data=True, docs=[nlp(text) for text in TEXTS])
+    docs = list(DocBin().from_bytes(docbin.to_bytes()).get_docs(nlp.vocab))
+    assert_elmo_vectors(docs, vector_layer)
+    # docs without a vector rule, or without layers, are left to spaCy
+    plain = DocBin(store_user_data=True, docs=[nlp.make_doc(TEXTS[0])])
+    (doc,) = DocBin().from_bytes(plain.to_bytes()).get_docs(nlp.vocab)
+    assert not doc.user_token_hooks
+    no_rule = nlp(TEXTS[0])
+    no_rule._.elmo_vector_layer = None
+    no_rule.user_token_hooks.clear()
+    (doc,) = DocBin(store_user_data=True, docs=[no_rule]).get_docs(nlp.vocab)
+    assert not doc.user_token_hooks
+
+
+@pytest.mark.filterwarnings("ignore:.*W109")
+def test_a_doc_from_bytes_gets_its_hooks_back_at_its_first_elmo_read(hooked):
+    nlp, vector_layer = hooked
+    docs = [Doc(nlp.vocab).from_bytes(nlp(text).to_bytes()) for text in TEXTS]
+    assert all(not doc.user_token_hooks for doc in docs)
+    assert docs[0][2]._.elmo_layers is not None  # any read of an extension of the doc
+    assert docs[1][0:2]._.elmo is not None
+    assert all("vector" in doc.user_token_hooks for doc in docs)
+    assert_elmo_vectors(docs, vector_layer)
+
+
+FRESH_PROCESS = r"""
+import sys, warnings
+import spacy
+from spacy.tokens import DocBin
+
+warnings.simplefilter("ignore")  # W109 from the workers' Doc.to_bytes
+nlp = spacy.load(sys.argv[1])  # resolves the elmo factory by its entry point, no other import
+docs = list(nlp.pipe(["the river bank", "the investment bank"], n_process=2, batch_size=1))
+data = DocBin(store_user_data=True, docs=docs).to_bytes()
+back = list(DocBin().from_bytes(data).get_docs(nlp.vocab))
+for river, money in (docs, back):
+    print(river[2].similarity(money[2]), river._.elmo_layers[-1, 2] @ money._.elmo_layers[-1, 2])
+"""
+
+
+@pytest.mark.slow
+def test_a_loaded_pipeline_gives_elmo_similarity_after_n_process_and_docbin(bilm_dir, tmp_path):
+    """What a user writes, in a fresh process: `spacy.load`, `nlp.pipe(n_process=2)`, a
+    DocBin; "bank" against "bank" is ELMo's cosine (top layer), not spaCy's 1.0."""
+    nlp = tiny_nlp(bilm_dir, vector_hooks=True)
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipeline")
+    run = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(tmp_path / "pipeline")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    river, money = nlp("the river bank"), nlp("the investment bank")
+    a, b = river._.elmo_layers[-1, 2], money._.elmo_layers[-1, 2]
+    expected = cosine(a.astype(np.float64), b.astype(np.float64))
+    lines = run.stdout.splitlines()
+    assert len(lines) == 2, run.stdout
+    for line in lines:
+        similarity, dot = map(float, line.split())
+        assert similarity == pytest.approx(expected, rel=1e-5) and similarity < 0.9999
+        assert dot == pytest.approx(float(a @ b), rel=1e-4)
