@@ -159,7 +159,7 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
     if extra == ["--allennlp"]:
         extra = ["--options", allennlp_fixture / "options.json"]
         extra += ["--weights", allennlp_fixture / "lm_weights.hdf5"]
-    path = init_config(tmp_path / "config.cfg", "-c", "ner,textcat", *extra)
+    path = init_config(tmp_path / "config.cfg", "-p", "ner,textcat", *extra)
     result = debug_config(path, corpus)
     assert result.exit_code == 0, result.output
     config = load_config(path, interpolate=False)
@@ -188,7 +188,7 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-c", "tagger,sentiment"], "unknown components ['sentiment']"),
+        (["-p", "tagger,sentiment"], "unknown components ['sentiment']"),
         (["--options", "x.json"], "options file needs its weights file too"),
         (["--model", "/nonexistent"], "biLM /nonexistent does not exist"),
         (["--elmo-dropout", "1.5"], "elmo_dropout must be in [0, 1), got 1.5"),
@@ -203,9 +203,9 @@ def test_bad_arguments_are_clear_errors(tmp_path, args, message):
 def test_existing_file_needs_force(tmp_path):
     path = tmp_path / "c.cfg"
     path.write_text("keep")
-    result = CliRunner().invoke(app, ["init-config", str(path), "-c", "ner"])
+    result = CliRunner().invoke(app, ["init-config", str(path), "-p", "ner"])
     assert result.exit_code == 1 and path.read_text() == "keep"
-    init_config(path, "-c", "ner", "--force")
+    init_config(path, "-p", "ner", "--force")
     assert load_config(path)["nlp"]["pipeline"] == ["elmo", "ner"]
 
 

@@ -99,7 +99,7 @@ def test_init_config_command(sources, kind, tmp_path):
 
     name, reference = sources[kind]
     path = tmp_path / "config.cfg"
-    result = CliRunner().invoke(app, ["init-config", str(path), "-c", "ner", "--model", name])
+    result = CliRunner().invoke(app, ["init-config", str(path), "-p", "ner", "--model", name])
     assert result.exit_code == 0, result.output
     config = load_config(path, interpolate=True)
     block = config["initialize"]["components"].get("elmo", {}).get("weights")

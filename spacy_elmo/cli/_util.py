@@ -5,12 +5,14 @@ Options mean the same in every command (docs/cli.md):
 * `--model/-m` names a biLM in any of the ways `bilm.sources.resolve_source` takes;
   `--options/--weights` name a bilm-tf/AllenNLP pair instead.
 * `--lang/-l` is the language of the tokenizer for raw text, `--pipeline/-p` a spaCy pipeline
-  whose tokenizer and sentence boundaries read it instead; `--pretokenized/--raw` says which
-  kind of text the input is.
+  whose tokenizer and sentence boundaries read it instead (in `init-config`, as in `spacy init
+  config`, the list of components); `--pretokenized/--raw` says which kind of text the input is.
+* `--code/-c` is a Python file imported first, as in spaCy's commands (every command that loads
+  a pipeline or config).
 * `--batch-size/-b` counts sentences (documents for `apply`); `--threads/-t` torch CPU threads;
   `--gpu-id/-g` a CUDA device (-1: the CPU).
 * A required output is the last argument; an optional one is `--output/-o`. `--force/-F`
-  replaces an existing output; `--quiet/-q` hides the progress bar.
+  replaces an existing output; `--quiet/-q` hides the progress bar (or progress lines).
 """
 
 from __future__ import annotations
@@ -286,8 +288,11 @@ def pretokenized_option(default: bool) -> Any:
         None,
         "--pretokenized/--raw",
         help="Lines are whitespace-separated tokens, or raw text that --lang/--pipeline "
-        f"tokenises. Default: {'--pretokenized' if default else '--raw'}, or --raw when "
-        "--lang or --pipeline is given.",
+        + (
+            "tokenises. Default: --pretokenized, or --raw when --lang or --pipeline is given."
+            if default
+            else "tokenises. Default: --raw."
+        ),
         show_default=False,
     )
 
@@ -306,6 +311,29 @@ def is_pretokenized(
             "are already tokens (split on spaces): give one or the other"
         )
     return pretokenized
+
+
+def code_option() -> Any:
+    return typer.Option(
+        None,
+        "--code",
+        "-c",
+        help="Python file imported first, as in spaCy's commands: the registered functions, "
+        "components or languages that a pipeline or config names.",
+        show_default=False,
+    )
+
+
+def import_code(code: Optional[Path]) -> None:
+    """Import `--code` (a Python file) so that what it registers is there for spaCy."""
+    if code is None:
+        return
+    import spacy.util
+
+    path = Path(code)
+    if not path.is_file():
+        raise FileNotFoundError(f"--code {code}: no such Python file")
+    spacy.util.import_file("python_code", path)
 
 
 def top_option() -> Any:
@@ -351,8 +379,8 @@ def gpu_option() -> Any:
     return typer.Option(-1, "--gpu-id", "-g", help="CUDA device, -1 for the CPU.")
 
 
-def quiet_option() -> Any:
-    return typer.Option(False, "--quiet", "-q", help="No progress bar.")
+def quiet_option(what: str = "No progress bar.") -> Any:
+    return typer.Option(False, "--quiet", "-q", help=what)
 
 
 def force_option(what: str = "an existing output") -> Any:

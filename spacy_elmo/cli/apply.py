@@ -24,8 +24,9 @@ def apply(
         ..., help="Folder of the outputs: a DocBin REL/NAME.spacy for every input."
     ),
     text_key: str = typer.Option(
-        "text", "--text-key", help="The field of a .jsonl object that holds the text."
+        "text", "--text-key", "-tk", help="The field of a .jsonl object that holds the text."
     ),
+    code: Optional[Path] = opt.code_option(),
     batch_size: int = opt.batch_size_option(64, "documents"),
     shard_docs: int = typer.Option(
         2000, "--shard-docs", min=1, help="Documents per shard; longer files are cut and joined."
@@ -37,7 +38,16 @@ def apply(
         help="Run on a GPU (any id >= 0: each worker uses the GPU Ray gives it, "
         "--gpus-per-worker, default 1 then); -1 for the CPU.",
     ),
-    workers: Optional[int] = corpus_options.workers(),
+    workers: Optional[int] = typer.Option(
+        None,
+        "--workers",
+        "--n-process",
+        "-n",
+        min=1,
+        help="Worker processes (`spacy apply`'s --n-process), each with its own pipeline "
+        "(default: CPUs / threads per worker). Without --address: starts a local Ray instance "
+        "on 127.0.0.1 for this run.",
+    ),
     address: Optional[str] = corpus_options.address(),
     threads_per_worker: Optional[int] = corpus_options.threads_per_worker(),
     gpus_per_worker: Optional[float] = typer.Option(
@@ -50,12 +60,14 @@ def apply(
     OUTPUT_DIR/manifest.jsonl and the resumption of embed-corpus (docs/corpus.md)."""
     from ..corpus.apply import apply_corpus
 
+    opt.import_code(code)
     gpus = gpus_per_worker if gpus_per_worker is not None else (1.0 if gpu_id >= 0 else 0.0)
     result = apply_corpus(
         pipeline,
         input,
         output_dir,
         text_key=text_key,
+        code=code,
         batch_size=batch_size,
         shard_docs=shard_docs,
         cluster=cluster_from_options(workers, address, threads_per_worker, gpus),

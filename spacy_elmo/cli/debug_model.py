@@ -8,6 +8,7 @@ one listens to is updated on the same docs first, so the listeners get real laye
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -33,6 +34,7 @@ def debug_model(
     print_step2: bool = typer.Option(False, "--print-step2", "-P2", help="After training."),
     print_step3: bool = typer.Option(False, "--print-step3", "-P3", help="Final predictions."),
     use_gpu: int = opt.gpu_option(),
+    code: Optional[Path] = opt.code_option(),
 ) -> None:
     """Analyse a component's model like `spacy debug model`, with its elmo upstream running.
 
@@ -46,6 +48,7 @@ def debug_model(
 
     from ..pipeline import Elmo, feed_listeners_of
 
+    opt.import_code(code)
     setup_gpu(use_gpu)
     print_settings = {
         "dimensions": dimensions,

@@ -23,6 +23,7 @@ def embed(
     pretokenized: Optional[bool] = opt.pretokenized_option(True),
     lang: Optional[str] = opt.lang_option(),
     pipeline: Optional[str] = opt.pipeline_option(),
+    code: Optional[Path] = opt.code_option(),
     batch_size: int = opt.batch_size_option(),
     max_tokens: Optional[int] = typer.Option(
         None,
@@ -50,6 +51,7 @@ def embed(
 
     if top and average:
         raise ValueError("choose at most one of --top and --average")
+    opt.import_code(code)
     source = resolve_source(model if options is None else None, options, weights)
     opt.check_new_output(output_file, force, [input_file, *source.files()])
     opt.set_threads(threads)

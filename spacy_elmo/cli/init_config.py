@@ -18,10 +18,12 @@ def init_config(
     ),
     components: str = typer.Option(
         "tagger,parser,ner",
+        "--pipeline",
+        "-p",
         "--components",
-        "-c",
-        help="Comma-separated components, each with its own ELMo mix: tagger, morphologizer, "
-        "trainable_lemmatizer, parser, ner, spancat, textcat, textcat_multilabel.",
+        help="Comma-separated components, each with its own ELMo mix (as `spacy init config "
+        "--pipeline`): tagger, morphologizer, trainable_lemmatizer, parser, ner, spancat, "
+        "textcat, textcat_multilabel.",
     ),
     model: str = opt.model_option(),
     options: Optional[Path] = opt.options_option(),
@@ -61,6 +63,7 @@ def init_config(
         "(spacy_elmo.ElmoTok2Vec.v2; the paper's 'moderate amount of dropout to ELMo').",
     ),
     force: bool = opt.force_option(),
+    code: Optional[Path] = opt.code_option(),
 ) -> None:
     """Write a complete training config: `elmo` and the components that listen to it."""
     import spacy
@@ -68,6 +71,7 @@ def init_config(
     from ..atomic_files import write_text
     from ..init_config import ElmoSource, config_header, config_text, elmo_training_config
 
+    opt.import_code(code)  # a custom language or architecture the config names
     names = [name.strip() for name in components.split(",") if name.strip()]
     to_stdout = str(output_file) == "-"
     if not to_stdout:

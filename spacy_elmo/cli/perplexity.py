@@ -21,6 +21,7 @@ def perplexity(
     pretokenized: Optional[bool] = opt.pretokenized_option(False),
     lang: Optional[str] = opt.lang_option(),
     pipeline: Optional[str] = opt.pipeline_option(),
+    code: Optional[Path] = opt.code_option(),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON here."),
     force: bool = opt.force_option(),
     threads: Optional[int] = opt.threads_option(),
@@ -30,6 +31,7 @@ def perplexity(
     from ..bilm.sources import resolve_source
     from ..pretrain.evaluate import perplexity as compute
 
+    opt.import_code(code)
     source = resolve_source(model)
     if output is not None:
         opt.check_new_output(output, force, [*source.files(), *inputs])

@@ -20,7 +20,7 @@ from ._util import command
 
 DEFAULTS = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
 # Options that are not settings of the run: what to do with the run directory.
-NOT_SETTINGS = ("resume", "force")
+NOT_SETTINGS = ("resume", "force", "code", "quiet")
 
 
 @command("pretrain")
@@ -76,6 +76,8 @@ def pretrain(
     ),
     max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
     threads: Optional[int] = opt.threads_option(),
+    code: Optional[Path] = opt.code_option(),
+    quiet: bool = opt.quiet_option("Only warnings and the result: no progress lines."),
     static_vectors: Optional[str] = typer.Option(
         None, help="spaCy pipeline (name or path) whose static vectors are auxiliary targets."
     ),
@@ -97,7 +99,9 @@ def pretrain(
 
     from ..pretrain import pretrain as run_pretraining
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    opt.import_code(code)
+    level = logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     given = dict(ctx.params)
     # The settings given on the command line: on --resume only these are checked against the
     # run's own. By name: typer may bring its own copy of click's ParameterSource.

@@ -37,6 +37,7 @@ def probe(
     gpu_id: int = opt.gpu_option(),
     seed: int = typer.Option(0, help="Seed of the Brown sentence sample."),
     force: bool = opt.force_option("the reports in OUTPUT"),
+    quiet: bool = opt.quiet_option("No progress lines, only the report."),
 ) -> None:
     """Linear POS and 1-NN WSD probes per biLM layer, next to their context-free baselines."""
     from ..bilm.sources import resolve_source
@@ -58,7 +59,7 @@ def probe(
         opt.check_new_output(output / name, force, source.files())
     opt.set_threads(threads if threads is not None else 1)
     bilm = source.load().to(opt.device(gpu_id))
-    result = run_probes(bilm, assets, settings, log=typer.echo)
+    result = run_probes(bilm, assets, settings, log=(lambda _: None) if quiet else typer.echo)
     result["seconds"] = round(time.perf_counter() - started, 1)
     written = write_report(result, output)
     typer.echo(Path(written[1]).read_text(encoding="utf-8"))

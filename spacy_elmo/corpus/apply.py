@@ -34,10 +34,13 @@ class ApplyJob:
     text_key: str = "text"
     batch_size: int = 64
     gpu: bool = False
+    code: Optional[str] = None  # a Python file each worker imports first (`--code`)
 
     def setup(self) -> Any:
         import spacy
 
+        if self.code is not None:
+            spacy.util.import_file("python_code", self.code)
         if self.gpu:
             spacy.require_gpu()  # the GPU Ray gave this worker
         return spacy.load(self.pipeline)
@@ -108,6 +111,7 @@ def apply_corpus(
     input: str | Path,
     output_dir: str | Path,
     text_key: str = "text",
+    code: Optional[str | Path] = None,
     batch_size: int = 64,
     shard_docs: int = DEFAULT_SHARD_DOCS,
     cluster: Cluster = Cluster(),
@@ -116,14 +120,16 @@ def apply_corpus(
     """Run `pipeline` over every .jsonl/.txt/.spacy file of INPUT into OUTPUT_DIR/REL/NAME.spacy.
 
     Inputs are checked before anything is written; the manifest and resumption are those of
-    `embed_corpus` (docs/corpus.md).
+    `embed_corpus` (docs/corpus.md). `code`: a Python file every worker imports before it loads
+    the pipeline (its custom components), on storage every node sees.
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     name, identity = pipeline_identity(pipeline)
     output_dir = Path(output_dir)
     inputs = plan_inputs(input, output_dir, APPLY_SUFFIXES, ".spacy", shard_docs, text_key)
-    job = ApplyJob(name, text_key, batch_size, gpu=cluster.gpus_per_worker > 0)
+    code = None if code is None else str(Path(code).resolve())  # where every worker finds it
+    job = ApplyJob(name, text_key, batch_size, gpu=cluster.gpus_per_worker > 0, code=code)
     return run_corpus("apply", inputs, output_dir, job, identity, job.options(), cluster, progress)
 
 
