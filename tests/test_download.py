@@ -596,6 +596,19 @@ def test_the_stall_timeout_comes_from_the_environment(mirror, monkeypatch):
         assert f"SPACY_ELMO_DOWNLOAD_TIMEOUT='{bad}' is not a positive" in result.stderr
 
 
+def test_a_server_that_accepts_but_never_answers_ends_after_the_timeout(mirror, monkeypatch):
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        monkeypatch.setenv("SPACY_ELMO_MIRROR", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        with pytest.raises(
+            DownloadError, match=r"no answer within 0.4 s, SPACY_ELMO_DOWNLOAD_TIMEOUT"
+        ):
+            download("small", progress=False, timeout=0.4)
+        assert time.monotonic() - started < 10
+
+
 def test_the_part_grows_as_bytes_arrive(mirror, fixture_files):
     size = len(fixture_files["weights"])
     release = threading.Event()
