@@ -155,3 +155,28 @@ def test_apply_workers_import_the_code_before_loading_the_pipeline(tmp_path):
         ApplyJob(str(pipeline)).setup()
     loaded = ApplyJob(str(pipeline), code=str(code)).setup()
     assert loaded("a test").user_data["marked"] is True
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["embed", "{tmp}/in.txt", "{tmp}/out.hdf5"],
+        ["probe", "{tmp}/probe"],
+        ["debug-model", "{tmp}/config.cfg", "ner"],
+        ["apply", "blank:en", "{tmp}/in.txt", "{tmp}/out"],
+        ["pretrain", "{tmp}/in.txt", "{tmp}/run"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_a_gpu_id_without_cuda_is_one_clear_error_before_any_work(tmp_path, monkeypatch, command):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    (tmp_path / "in.txt").write_text("a line .\n", encoding="utf-8")
+    (tmp_path / "config.cfg").write_text("[nlp]\n", encoding="utf-8")
+    result = invoke(*[arg.format(tmp=tmp_path) for arg in command], "-g", "0")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: --gpu-id 0: no CUDA device is available on this machine (use -1 for the CPU)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.cfg", "in.txt"]

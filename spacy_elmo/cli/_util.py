@@ -417,16 +417,20 @@ def set_threads(threads: Optional[int]) -> None:
 
 
 def device(gpu_id: int) -> str:
-    """The torch device of `--gpu-id`; ValueError when that GPU is not there."""
+    """The torch device of `--gpu-id`; ValueError when that GPU is not there. The one check of
+    a GPU for every command, made before any work (and before spaCy's "Using GPU")."""
     if gpu_id < 0:
         return "cpu"
     import torch
 
     if not torch.cuda.is_available():
-        raise ValueError(f"gpu id {gpu_id}: no CUDA device is available (use -1 for the CPU)")
+        raise ValueError(
+            f"--gpu-id {gpu_id}: no CUDA device is available on this machine (use -1 for the CPU)"
+        )
     if gpu_id >= torch.cuda.device_count():
         raise ValueError(
-            f"gpu id {gpu_id}: only {torch.cuda.device_count()} CUDA device(s) are available"
+            f"--gpu-id {gpu_id}: only {torch.cuda.device_count()} CUDA device(s) are available "
+            f"(ids 0 to {torch.cuda.device_count() - 1}; -1 for the CPU)"
         )
     return f"cuda:{gpu_id}"
 

@@ -60,6 +60,8 @@ def apply(
     OUTPUT_DIR/manifest.jsonl and the resumption of embed-corpus (docs/corpus.md)."""
     from ..corpus.apply import apply_corpus
 
+    if address is None:  # a local Ray instance: this machine's GPUs
+        opt.device(gpu_id)
     opt.import_code(code)
     gpus = gpus_per_worker if gpus_per_worker is not None else (1.0 if gpu_id >= 0 else 0.0)
     result = apply_corpus(

@@ -48,6 +48,7 @@ def debug_model(
 
     from ..pipeline import Elmo, feed_listeners_of
 
+    opt.device(use_gpu)  # no GPU: one clear error, before spaCy's "Using GPU"
     opt.import_code(code)
     setup_gpu(use_gpu)
     print_settings = {

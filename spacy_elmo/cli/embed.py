@@ -51,11 +51,11 @@ def embed(
 
     if top and average:
         raise ValueError("choose at most one of --top and --average")
+    device = opt.device(gpu_id)
     opt.import_code(code)
     source = resolve_source(model if options is None else None, options, weights)
     opt.check_new_output(output_file, force, [input_file, *source.files()])
     opt.set_threads(threads)
-    device = opt.device(gpu_id)
     if opt.is_pretokenized(pretokenized, lang, pipeline, default=True):
         tokenize = whitespace_tokenizer
         if pretokenized is None:

@@ -99,6 +99,7 @@ def pretrain(
 
     from ..pretrain import pretrain as run_pretraining
 
+    opt.device(gpu_id)  # no GPU: one clear error before any work
     opt.import_code(code)
     level = logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

@@ -44,6 +44,7 @@ def probe(
     from ..probes import ProbeSettings, check_assets, parse_tasks, run_probes, write_report
 
     started = time.perf_counter()
+    device = opt.device(gpu_id)
     settings = ProbeSettings(
         tasks=parse_tasks(tasks),
         brown_sentences=brown_sentences,
@@ -58,7 +59,7 @@ def probe(
     for name in REPORT_FILES:  # every report is checked before the probes run
         opt.check_new_output(output / name, force, source.files())
     opt.set_threads(threads if threads is not None else 1)
-    bilm = source.load().to(opt.device(gpu_id))
+    bilm = source.load().to(device)
     result = run_probes(bilm, assets, settings, log=(lambda _: None) if quiet else typer.echo)
     result["seconds"] = round(time.perf_counter() - started, 1)
     written = write_report(result, output)
