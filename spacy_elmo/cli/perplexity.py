@@ -26,9 +26,16 @@ def perplexity(
     force: bool = opt.force_option(),
     threads: Optional[int] = opt.threads_option(),
 ) -> None:
-    """Forward, backward and average perplexity of a pretrained biLM on held-out text."""
+    """Forward, backward and average perplexity of a pretrained biLM on held-out text.
+
+    The JSON (standard output, and --output) holds the vocabulary's size, the tokens scored and
+    the out-of-vocabulary rate beside the perplexities; a line of text on standard error says
+    the same. Two models' perplexities compare only on the same text, tokenised the same way,
+    with the same vocabulary (docs/pretraining.md).
+    """
     from ..atomic_files import write_text
     from ..bilm.sources import resolve_source
+    from ..pretrain.evaluate import describe
     from ..pretrain.evaluate import perplexity as compute
 
     opt.import_code(code)
@@ -47,3 +54,4 @@ def perplexity(
     if output is not None:
         write_text(output, text + "\n")
     typer.echo(text)
+    typer.echo(describe(result), err=True)

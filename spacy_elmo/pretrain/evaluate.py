@@ -47,13 +47,16 @@ def perplexity(
     batch_tokens: int = 4096,
     max_sentence_tokens: int = 50,
 ) -> dict[str, Any]:
-    """Forward, backward and average perplexity over every sentence of `inputs`."""
+    """Forward, backward and average perplexity over every sentence of `inputs`, with what
+    decides whether two perplexities can be compared: the vocabulary's size, the tokens scored
+    and the share of them out of the vocabulary (scored as <UNK>, a word of the softmax)."""
     from .objective import perplexity_of, target_tensor
 
     model, vocab = load_language_model(model)
     splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(lang, pipeline)
     sums = torch.zeros(4, dtype=torch.float64)
     n_sentences = 0
+    n_oov = 0
 
     def sentences() -> Iterator[list[str]]:
         nonlocal n_sentences
@@ -66,16 +69,35 @@ def perplexity(
 
     for batch in batches_by_padded_tokens(sentences(), batch_tokens):
         ids, targets = batch_to_ids(batch), target_tensor(batch, vocab)
+        n_oov += int((targets == vocab.unk).sum().item())
         sums.add_(model(ids, targets).double())
     if n_sentences == 0:
         raise ValueError(f"no sentences in {', '.join(str(p) for p in inputs)}")
     # A model this bad (a mean NLL past 709 nats) has an infinite perplexity, not an error.
     forward = perplexity_of(sums[0].item(), sums[1].item())
     backward = perplexity_of(sums[2].item(), sums[3].item())
+    tokens = int(sums[1].item()) - n_sentences  # targets minus one </S> per sentence
     return {
         "sentences": n_sentences,
-        "tokens": int(sums[1].item()) - n_sentences,  # targets minus one </S> per sentence
+        "tokens": tokens,
+        # Each direction's perplexity is over the tokens and one sentence boundary a sentence
+        # (</S> forward, <S> backward).
+        "targets_per_direction": int(sums[1].item()),
+        "vocab_size": len(vocab),
+        "oov_tokens": n_oov,
+        "oov_rate": n_oov / tokens if tokens else 0.0,
+        "unk_targets": "included",  # an out-of-vocabulary token is scored as <UNK>
         "ppl_forward": forward,
         "ppl_backward": backward,
         "ppl": (forward + backward) / 2,
     }
+
+
+def describe(result: dict[str, Any]) -> str:
+    """`perplexity`'s result as a line of text."""
+    return (
+        f"perplexity {result['ppl']:.2f} (forward {result['ppl_forward']:.2f}, backward "
+        f"{result['ppl_backward']:.2f}) over {result['tokens']:,} tokens in "
+        f"{result['sentences']:,} sentences; vocabulary of {result['vocab_size']:,} words, "
+        f"{result['oov_tokens']:,} tokens ({result['oov_rate']:.2%}) out of it, scored as <UNK>"
+    )
