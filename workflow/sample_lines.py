@@ -1,6 +1,6 @@
 """Every Nth line of a text file (the first, the N+1th, ...): a deterministic sample.
 
-    python -m workflow.sample_lines corpus/train.txt corpus/sample.txt --every 32
+python -m workflow.sample_lines corpus/train.txt corpus/sample.txt --every 32
 """
 
 from __future__ import annotations
