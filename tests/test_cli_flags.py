@@ -180,3 +180,38 @@ def test_a_gpu_id_without_cuda_is_one_clear_error_before_any_work(tmp_path, monk
         "error: --gpu-id 0: no CUDA device is available on this machine (use -1 for the CPU)"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.cfg", "in.txt"]
+
+
+def test_embed_dash_reads_standard_input(tmp_path):
+    import h5py
+    import numpy as np
+
+    from spacy_elmo import BiLM
+
+    options, weights = write_random_model(tmp_path / "model", tiny_options(), seed=4)
+    lines = ["The river bank flooded .", "A second line"]
+    text = "\n".join(lines) + "\n"
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    pair = ["--options", str(options), "--weights", str(weights), "-q"]
+    from_stdin = CliRunner().invoke(
+        app, ["embed", "-", str(tmp_path / "a.hdf5"), *pair], input=text
+    )
+    assert from_stdin.exit_code == 0, from_stdin.output
+    assert "wrote 2 sentences" in from_stdin.output
+    assert invoke("embed", tmp_path / "in.txt", tmp_path / "b.hdf5", *pair).exit_code == 0
+    expected = BiLM.from_allennlp(options, weights).embed([line.split() for line in lines])
+    with h5py.File(tmp_path / "a.hdf5") as a, h5py.File(tmp_path / "b.hdf5") as b:
+        assert sorted(a) == sorted(b) == ["0", "1", "sentence_to_index"]
+        for i, layers in enumerate(expected):
+            np.testing.assert_allclose(a[str(i)][...], layers, atol=1e-5, rtol=0)
+        assert a["sentence_to_index"][0] == b["sentence_to_index"][0]
+
+
+def test_embed_dash_names_standard_input_in_its_warning(tmp_path):
+    options, weights = write_random_model(tmp_path / "model", tiny_options(), seed=4)
+    pair = ["--options", str(options), "--weights", str(weights), "-q"]
+    result = CliRunner().invoke(
+        app, ["embed", "-", str(tmp_path / "a.hdf5"), *pair], input="He left the office.\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert "standard input line 1 has the token 'office.'" in result.stderr

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +16,9 @@ from ._util import command
 
 @command("embed")
 def embed(
-    input_file: Path = typer.Argument(..., help="Text file, one sentence per line."),
+    input_file: Path = typer.Argument(
+        ..., help="Text file, one sentence per line ('-' reads standard input)."
+    ),
     output_file: Path = typer.Argument(..., help="hdf5 file to write."),
     model: str = opt.model_option(),
     options: Optional[Path] = opt.options_option(),
@@ -44,8 +49,46 @@ def embed(
 ) -> None:
     """Embed a file: one dataset per line, plus `sentence_to_index` (allennlp elmo layout).
 
-    The output is written under a temporary name and renamed when complete.
+    The output is written under a temporary name and renamed when complete. INPUT_FILE '-'
+    reads standard input to its end first.
     """
+    arguments = _options(locals())  # the options, before any other name is bound here
+    if str(input_file) == "-":
+        with tempfile.TemporaryDirectory(prefix="spacy-elmo-stdin-") as folder:
+            copy = Path(folder) / "stdin.txt"
+            with open(copy, "wb") as stream:
+                shutil.copyfileobj(sys.stdin.buffer, stream)
+            return _embed(copy, "standard input", output_file, **arguments)
+    return _embed(input_file, str(input_file), output_file, **arguments)
+
+
+def _options(arguments: dict) -> dict:
+    return {k: v for k, v in arguments.items() if k not in ("input_file", "output_file")}
+
+
+def _embed(
+    input_file: Path,
+    input_name: str,
+    output_file: Path,
+    model: str,
+    options: Optional[Path],
+    weights: Optional[Path],
+    top: bool,
+    average: bool,
+    pretokenized: Optional[bool],
+    lang: Optional[str],
+    pipeline: Optional[str],
+    code: Optional[Path],
+    batch_size: int,
+    max_tokens: Optional[int],
+    float16: bool,
+    compression: Optional[str],
+    stateful: bool,
+    threads: Optional[int],
+    gpu_id: int,
+    force: bool,
+    quiet: bool,
+) -> None:
     from ..bilm.sources import resolve_source
     from ..embed_file import embed_file, whitespace_tokenizer
 
@@ -59,7 +102,7 @@ def embed(
     if opt.is_pretokenized(pretokenized, lang, pipeline, default=True):
         tokenize = whitespace_tokenizer
         if pretokenized is None:
-            warn_if_raw(input_file)
+            warn_if_raw(input_file, input_name)
     else:
         tokenize = opt.raw_tokenizer(lang, pipeline)
     bilm = source.load(stateful=stateful).to(device)
@@ -78,7 +121,7 @@ def embed(
     typer.echo(f"wrote {count} sentences to {output_file}")
 
 
-def warn_if_raw(path: Path) -> None:
+def warn_if_raw(path: Path, name: Optional[str] = None) -> None:
     """Warn once when pre-tokenised input looks like raw text (punctuation stuck to words)."""
     from ..embed_file import raw_looking_token
 
@@ -86,7 +129,7 @@ def warn_if_raw(path: Path) -> None:
     if found is not None:
         number, token = found
         typer.echo(
-            f"warning: {path} line {number} has the token '{token}', which looks like raw text; "
-            "lines are split on spaces only: give --raw (and --lang) to tokenise them",
+            f"warning: {name or path} line {number} has the token '{token}', which looks like raw "
+            "text; lines are split on spaces only: give --raw (and --lang) to tokenise them",
             err=True,
         )
