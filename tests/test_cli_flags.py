@@ -215,3 +215,13 @@ def test_embed_dash_names_standard_input_in_its_warning(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "standard input line 1 has the token 'office.'" in result.stderr
+
+
+def test_the_shipped_example_is_pretokenised_as_embed_reads_it():
+    """examples/sentences.txt (the README's `embed` example) draws no raw-text warning."""
+    from pathlib import Path
+
+    from spacy_elmo.embed_file import raw_looking_token
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "sentences.txt"
+    assert raw_looking_token(example) is None

@@ -100,9 +100,9 @@ def prepare_run_directory(directory: Path, resume: bool, overwrite: bool) -> Non
         return
     if not overwrite:
         raise ValueError(
-            f"run directory {directory} already holds a run ({', '.join(existing)}): resume it, "
-            f"overwrite it (deletes those files and starts again), or use another output "
-            f"directory"
+            f"run directory {directory} already holds a run ({', '.join(existing)}): continue it "
+            "with --resume, start it again from nothing with --force (deletes those files), or "
+            "name another output directory"
         )
     for name in existing:
         path = directory / name

@@ -162,7 +162,7 @@ def test_an_existing_run_is_refused_unless_resumed_or_overwritten(finished_run, 
     other.write_text("a brand new sentence .\n" * 300, encoding="utf-8")
     changed = replace(config, inputs=[str(other)], vocab_size=6)
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    with pytest.raises(ValueError, match="already holds a run .*resume it, overwrite it"):
+    with pytest.raises(ValueError, match="already holds a run .*with --resume, .* with --force"):
         pretrain(changed)
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     pretrain(changed, overwrite=True)
