@@ -41,6 +41,7 @@ from thinc.types import Floats3d
 
 from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
 from .bilm import BiLM
+from .bilm.quantize import check_quantize, set_quantize
 from .cpu_threads import warn_if_oversubscribed
 from .extensions import install_extensions, mix_layers
 from .layers.elmo_model import (
@@ -70,6 +71,7 @@ DEFAULT_CONFIG = {
     "sentence_punct": None,
     "vector_hooks": False,
     "vector_layer": "top",
+    "quantize": None,
 }
 
 
@@ -89,6 +91,7 @@ def make_elmo(
     sentence_punct: Optional[List[str]],
     vector_hooks: bool,
     vector_layer: str,
+    quantize: Optional[str],
 ) -> "Elmo":
     """ELMo layers for every token, and this component's own mix of them, `doc._.elmo` =
     sum_j c_j h_j with c = gamma * s: `mix_weights` are the layer weights before s normalises
@@ -102,7 +105,10 @@ def make_elmo(
     vector_hooks: `token.vector`, `span.vector`, `doc.vector`, `has_vector`, `vector_norm` and
     `.similarity` use ELMo (spaCy's user hooks): `vector_layer` "top" (the top layer h_L),
     "average" (the mean of the layers) or "mix" (`token._.elmo`); a span's or doc's vector is
-    the mean of its tokens' vectors, similarity their cosine."""
+    the mean of its tokens' vectors, similarity their cosine.
+    quantize: "int8" runs the biLM's matrix products in int8 where it runs without autograd
+    (prediction, a frozen biLM in training; CPU only; errors and speed: docs/performance.md);
+    null or "none": float32."""
     return Elmo(
         nlp.vocab,
         model,
@@ -114,6 +120,7 @@ def make_elmo(
         sentence_punct=sentence_punct,
         vector_hooks=vector_hooks,
         vector_layer=vector_layer,
+        quantize=quantize,
     )
 
 
@@ -133,8 +140,10 @@ class Elmo(TrainablePipe):
         sentence_punct: Optional[List[str]] = None,
         vector_hooks: bool = False,
         vector_layer: str = "top",
+        quantize: Optional[str] = None,
     ) -> None:
         install_extensions()
+        check_quantize(quantize, f"quantize of the '{name}' component")
         if vector_layer not in VECTOR_LAYERS:
             raise ValueError(
                 f"vector_layer of the '{name}' component must be one of "
@@ -152,6 +161,7 @@ class Elmo(TrainablePipe):
             "sentence_punct": sentence_punct,
             "vector_hooks": vector_hooks,
             "vector_layer": vector_layer,
+            "quantize": quantize,
         }
         set_unit_rule(model, split_sentences=split_sentences, sentence_punct=sentence_punct)
         if isinstance(model.ops, NumpyOps):  # the biLM runs on the CPU
@@ -209,7 +219,12 @@ class Elmo(TrainablePipe):
     # ------------------------------------------------------------------ prediction
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
         ensure_weights(self.model)  # a pipeline used without `initialize`: the bundled biLM
+        self._set_quantize()
         return self.model.predict(list(docs))
+
+    def _set_quantize(self) -> None:
+        """The biLM in the `quantize` setting (the biLM may have been replaced since)."""
+        set_quantize(get_bilm(self.model), self.cfg["quantize"])
 
     def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
         coefficients = self.model.ops.asarray(self.mix_coefficients)
@@ -238,6 +253,7 @@ class Elmo(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         set_dropout_rate(self.model, drop)
         ensure_weights(self.model)
+        self._set_quantize()
         layers, backprop_layers = self.model.begin_update(docs)
         ops = self.model.ops
         d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]

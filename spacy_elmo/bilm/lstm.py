@@ -38,6 +38,8 @@ GATE_BLOCK_ROWS = 256
 class LstmCellWithProjection(nn.Module):
     """One TF LSTMCell(num_proj, cell_clip, proj_clip, forget_bias=1) over packed sequences."""
 
+    int8 = None  # `quantize.Int8Cell` where the biLM runs its products in int8 (quantize.py)
+
     def __init__(
         self,
         input_dim: int,
@@ -88,6 +90,12 @@ def run_cells(
     """
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
+    if first.int8 is not None and not fast_paths.records_autograd(
+        *inputs, *(p for c in cells for p in c.parameters())
+    ):
+        from .quantize import run_cells_int8  # int8 inference (quantize.py)
+
+        return run_cells_int8(cells, inputs, batch_sizes, states)
     if fast_paths.fused_training(*inputs, *(p for c in cells for p in c.parameters())):
         return _run_cells_fused(cells, inputs, batch_sizes, states)
     # The per-step kernels of all k cells for one batched GEMM, or None: one product per cell.

@@ -71,6 +71,9 @@ class BiLM(nn.Module):
     into the same row of the next call, as AllenNLP and bilm-tf do (docs/MODEL.md §8).
     """
 
+    # "int8" where the products run in int8 at inference (`quantize.set_quantize`), else None.
+    quantize: str | None = None
+
     def __init__(
         self,
         options: BiLMOptions,
@@ -330,7 +333,7 @@ class BiLM(nn.Module):
         The cache is shared by the threads that run this model: it is read and updated under a
         lock, and the char CNN of the tokens it lacks runs outside the lock.
         """
-        weights = _weights_key(self.char_cnn.parameters())
+        weights = (_weights_key(self.char_cnn.parameters()), self.quantize)
         keys = [row.tobytes() for row in distinct.cpu().numpy()]
         with self._token_cache_lock:
             cache = self._token_cache

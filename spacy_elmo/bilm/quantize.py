@@ -1,0 +1,252 @@
+"""int8 inference: the biLM's matrix products in int8, everything else as in float32.
+
+`quantize_int8(bilm)` switches a biLM to dynamic int8 quantisation, in place;
+`set_quantize(bilm, None)` switches it back. Its float32 weights stay as they are (the state
+dict, saving, export and fine-tuning are unchanged); what changes is how the products run
+where no autograd records:
+
+* the char CNN's highway layers and its projection to P;
+* each LSTM cell's input product (all timesteps of a block at once), its recurrent product
+  and its projection (one timestep at a time).
+
+Each weight matrix W (out, in) is quantised to int8 with one scale per output row,
+s_o = max_i |W_oi| / 127, and each row r of the input x (a token, or a sentence's state at a
+timestep) when it is multiplied, with its own scale t_r = max_i |x_ri| / 127 (symmetric,
+round to nearest). The product of the int8 values is exact in int32 (`torch._int_mm`), then
+y_ro = t_r s_o sum_i q(x)_ri q(W)_oi + b_o in float32. With one scale per input row, a
+sentence's vectors do not depend on the other sentences of its batch, as in float32 (PyTorch's
+`quantize_dynamic` takes one scale for the whole input, so they would).
+
+Everything else is float32 and the same maths as `lstm.py` and `char_cnn.py`: the character
+embedding and convolutions, the gates' nonlinearities, ELMo's cell clip on c_t and projection
+clip on h_t (applied to the float32 results of the int8 products, so they hold exactly), the
+residual connections, and the outputs. The int8 weights are made from the float32 ones on
+first use and again whenever a weight changes (loading, an optimiser step).
+
+The errors against float32 and the speed are measured in docs/performance.md ("int8 on the
+CPU"); tests/bilm/test_quantize.py checks the product against a NumPy model of the scheme and
+bounds the error on the AllenNLP fixture. CPU only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, Sequence
+
+import torch
+
+from . import fast_paths
+from .lstm import GATE_BLOCK_ROWS, State, _block_end
+
+if TYPE_CHECKING:
+    from .lstm import LstmCellWithProjection
+    from .model import BiLM
+
+# The settings of `quantize` (the `elmo` component's, `set_quantize`'s): "none" (or None) is
+# float32, the default.
+QUANTIZE_MODES = ("none", "int8")
+INT8_MAX = 127  # symmetric: -127 .. 127
+TINY_SCALE = 1e-12  # the scale of an all-zero row (any positive value gives zeros)
+
+
+def check_quantize(value: Optional[str], where: str = "quantize") -> Optional[str]:
+    """The mode named by `value`: None for float32 (None or "none"), or "int8"; ValueError
+    for anything else."""
+    if value is None or value == "none":
+        return None
+    if value == "int8":
+        return "int8"
+    raise ValueError(
+        f"{where} must be one of {', '.join(repr(m) for m in QUANTIZE_MODES)} or null, "
+        f"got {value!r}"
+    )
+
+
+class Int8Weight:
+    """A weight (out, in) in int8: `kernel` (in, out) int8 and `scale` (out,) float32, with
+    the float32 `bias` (out,) or None."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
+        if weight.device.type != "cpu":
+            raise ValueError(
+                f"int8 quantisation runs on the CPU only; this biLM's weights are on "
+                f"{weight.device}: move it to the CPU, or use float32"
+            )
+        values, scale = quantize_rows(weight.detach().to(torch.float32))
+        self.scale = scale[:, 0]  # (out,)
+        self.kernel = values.t().contiguous()  # (in, out)
+        self.bias = None if bias is None else bias.detach().to(torch.float32).clone()
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (..., n) float32 -> int8 values (..., n) and one scale per row (..., 1):
+    x ~ values * scale, scale = max |row| / 127."""
+    scale = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True)
+    scale = scale.clamp_min_(TINY_SCALE).div_(INT8_MAX)
+    return torch.div(x, scale).round_().to(torch.int8), scale
+
+
+def linear_int8(x: torch.Tensor, weight: Int8Weight) -> torch.Tensor:
+    """x (rows, in) float32 times an int8 weight: (rows, out) float32, bias included."""
+    values, scale = quantize_rows(x)
+    return _dequantize(torch._int_mm(values, weight.kernel), scale, weight)
+
+
+def _dequantize(product: torch.Tensor, scale: torch.Tensor, weight: Int8Weight) -> torch.Tensor:
+    """The float32 result of an int32 product of int8 rows with row scales `scale`."""
+    y = torch.mul(product, scale).mul_(weight.scale)  # int32 * float32 -> float32
+    return y if weight.bias is None else y.add_(weight.bias)
+
+
+class Int8Linear:
+    """x W^T + b for a float32 weight W (out, in) and bias b, run in int8 (module docstring).
+
+    Holds the int8 weight made from the float32 one, and makes it again when the float32
+    tensors change (replaced, or written in place).
+    """
+
+    def __init__(self) -> None:
+        self._cached: tuple = ((), None)  # (key of the float32 tensors, Int8Weight)
+
+    def weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> Int8Weight:
+        """The int8 form of `weight` and `bias`, made once per version of them."""
+        key = _tensors_key(weight, bias)
+        cached_key, int8 = self._cached
+        if key != cached_key:
+            int8 = Int8Weight(weight, bias)
+            self._cached = (key, int8)  # one assignment: threads see the old or the new pair
+        return int8
+
+    def __call__(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        return linear_int8(x, self.weight(weight, bias))
+
+    def __getstate__(self) -> dict:
+        """For copy and pickle: without the int8 weight (made again on first use)."""
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+
+class Int8Cell:
+    """The int8 weights of one LSTM cell: its input, recurrent and projection products."""
+
+    def __init__(self) -> None:
+        self.input = Int8Linear()
+        self.recurrent = Int8Linear()
+        self.projection = Int8Linear()
+
+
+def _tensors_key(*tensors: Optional[torch.Tensor]) -> tuple:
+    """Changes whenever one of the tensors is replaced or modified in place."""
+    return tuple(
+        None if t is None else (t.data_ptr(), t._version, t.shape, t.stride()) for t in tensors
+    )
+
+
+# ---------------------------------------------------------------------- switching a biLM
+def set_quantize(bilm: BiLM, mode: Optional[str]) -> BiLM:
+    """Run `bilm`'s products in int8 ("int8") or in float32 (None, "none"), in place; returns
+    the same biLM. Cheap when the mode is already set."""
+    mode = check_quantize(mode)
+    if mode == quantize_mode(bilm):
+        return bilm
+    if mode == "int8":
+        device = bilm.char_cnn.char_embedding.weight.device
+        if device.type != "cpu":
+            raise ValueError(
+                f"int8 quantisation runs on the CPU only (fbgemm's kernels); this biLM is on "
+                f"{device}: use float32 on a GPU"
+            )
+    cnn = bilm.char_cnn
+    for highway in cnn.highways:
+        highway.int8 = Int8Linear() if mode else None
+    has_projection = isinstance(cnn.projection, torch.nn.Linear)
+    cnn.projection_int8 = Int8Linear() if mode and has_projection else None
+    for stack in (bilm.forward_lstm, bilm.backward_lstm):
+        for cell in stack.layers:
+            cell.int8 = Int8Cell() if mode else None
+    bilm.quantize = mode
+    return bilm
+
+
+def quantize_int8(bilm: BiLM) -> BiLM:
+    """Switch `bilm` to int8 products (in place; the module docstring says which); returns it."""
+    return set_quantize(bilm, "int8")
+
+
+def quantize_mode(bilm: BiLM) -> Optional[str]:
+    """The mode `bilm` runs in: "int8", or None for float32."""
+    return getattr(bilm, "quantize", None)
+
+
+# ---------------------------------------------------------------------- the LSTM step
+def run_cells_int8(
+    cells: Sequence[LstmCellWithProjection],
+    inputs: Sequence[torch.Tensor],
+    batch_sizes: list[int],
+    states: Sequence[State],
+) -> tuple[list[torch.Tensor], list[State]]:
+    """`lstm.run_cells` without autograd, its three products in int8: the same steps, gates,
+    clips and final states (`lstm.run_cells` explains the loop)."""
+    first = cells[0]
+    cell_clip, proj_clip = first.cell_clip, first.proj_clip
+    input_weights = [cell.int8.input.weight(cell.input_weight) for cell in cells]
+    recurrent = _StepWeights([cell.int8.recurrent.weight(cell.recurrent_weight) for cell in cells])
+    projection = (
+        _StepWeights([cell.int8.projection.weight(cell.projection_weight) for cell in cells])
+        if first.projection_weight is not None
+        else None
+    )
+    biases = [cell.bias + cell.forget_bias for cell in cells]
+    h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
+    c = torch.stack([state[1] for state in states])  # (k, rows, D)
+    final_h, final_c = h.clone(), c.clone()
+    h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
+    outputs = []
+    block_end = offset = 0
+    for step, active in enumerate(batch_sizes):
+        if offset == block_end:
+            block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
+            gates_from_input = None
+            gates_from_input = torch.stack(
+                [
+                    linear_int8(x[block_start:block_end], weight).add_(bias)
+                    for x, weight, bias in zip(inputs, input_weights, biases)
+                ]
+            )  # (k, block rows, 4D)
+        start = offset - block_start
+        z = recurrent.products(h)  # (k, active, 4D)
+        z.add_(gates_from_input[:, start : start + active])
+        c_t, m_t = fast_paths.cell_update(z, c, cell_clip)  # c_t clipped to cell_clip
+        if projection is None:
+            h_t = m_t
+        else:
+            h_t = projection.products(m_t)  # (k, active, P)
+            if proj_clip is not None:
+                h_t.clamp_(-proj_clip, proj_clip)
+        outputs.append(h_t)
+        offset += active
+        following = batch_sizes[step + 1] if step + 1 < len(batch_sizes) else 0
+        if following < active:
+            final_h[:, following:active] = h_t[:, following:]
+            final_c[:, following:active] = c_t[:, following:]
+        h, c = h_t[:, :following], c_t[:, :following]
+    packed = torch.cat(outputs, dim=1)  # (k, N, hidden)
+    return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
+
+
+class _StepWeights:
+    """The int8 weights of one product of the k cells of a step, for `products`."""
+
+    def __init__(self, weights: Sequence[Int8Weight]) -> None:
+        self.kernels = [weight.kernel for weight in weights]  # k x (in, out) int8
+        self.scales = torch.stack([weight.scale for weight in weights])[:, None, :]  # (k, 1, out)
+
+    def products(self, x: torch.Tensor) -> torch.Tensor:
+        """x[d] (rows, in) times the weight of cell d, d < k: (k, rows, out) float32. The rows
+        of all k are quantised together (each with its own scale); one int8 GEMM per cell."""
+        values, scale = quantize_rows(x)  # (k, rows, in), (k, rows, 1)
+        product = torch.stack([torch._int_mm(v, kernel) for v, kernel in zip(values, self.kernels)])
+        return torch.mul(product, scale).mul_(self.scales)

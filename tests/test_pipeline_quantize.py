@@ -1,0 +1,89 @@
+"""The `elmo` component's `quantize` setting: int8 layers close to float32's, kept through
+the config and nlp.to_disk / spacy.load, and switched on for a saved float32 pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import spacy
+
+from spacy_elmo.bilm.quantize import quantize_int8
+from spacy_elmo.layers.elmo_model import get_bilm
+
+from .pipeline_util import tiny_nlp
+
+TEXTS = ["Anna visited Paris in May .", "The bank left a river behind , said Ben ."]
+
+
+def layers(nlp) -> list[np.ndarray]:
+    return [doc._.elmo_layers for doc in nlp.pipe(TEXTS)]
+
+
+@pytest.fixture(scope="module")
+def float32_layers(bilm_dir):
+    nlp = tiny_nlp(bilm_dir)
+    nlp.initialize()
+    return layers(nlp)
+
+
+def test_int8_component_is_close_to_float32(bilm_dir, float32_layers):
+    nlp = tiny_nlp(bilm_dir, quantize="int8")
+    nlp.initialize()
+    assert nlp.get_pipe("elmo").cfg["quantize"] == "int8"
+    int8 = layers(nlp)
+    assert get_bilm(nlp.get_pipe("elmo").model).quantize == "int8"
+    for got, ref in zip(int8, float32_layers):
+        relative = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert 1e-4 < relative < 0.05, relative  # int8, and close
+
+
+def test_int8_layers_are_those_of_the_int8_bilm(bilm_dir):
+    from spacy_elmo import BiLM
+
+    nlp = tiny_nlp(bilm_dir, quantize="int8")
+    nlp.initialize()
+    bilm = quantize_int8(BiLM.load_saved(bilm_dir))
+    for doc in nlp.pipe(TEXTS):
+        (expected,) = bilm.embed([[t.text for t in doc]])
+        np.testing.assert_allclose(doc._.elmo_layers, expected, rtol=0, atol=1e-6)
+
+
+def test_setting_round_trips_through_to_disk(bilm_dir, tmp_path, float32_layers):
+    nlp = tiny_nlp(bilm_dir, quantize="int8")
+    nlp.initialize()
+    before = layers(nlp)
+    nlp.to_disk(tmp_path / "int8")
+    loaded = spacy.load(tmp_path / "int8")
+    assert loaded.config["components"]["elmo"]["quantize"] == "int8"
+    assert loaded.get_pipe("elmo").cfg["quantize"] == "int8"
+    for got, want in zip(layers(loaded), before):
+        np.testing.assert_array_equal(got, want)
+    # and off again at load
+    off = spacy.load(tmp_path / "int8", config={"components": {"elmo": {"quantize": None}}})
+    for got, want in zip(layers(off), float32_layers):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_int8_switched_on_for_a_saved_float32_pipeline(bilm_dir, tmp_path, float32_layers):
+    nlp = tiny_nlp(bilm_dir)
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "float32")
+    int8_nlp = tiny_nlp(bilm_dir, quantize="int8")
+    int8_nlp.initialize()
+    expected = layers(int8_nlp)
+    loaded = spacy.load(tmp_path / "float32", config={"components.elmo.quantize": "int8"})
+    assert loaded.get_pipe("elmo").cfg["quantize"] == "int8"
+    for got, want in zip(layers(loaded), expected):
+        np.testing.assert_array_equal(got, want)
+    # or on a loaded pipeline, from its next call on
+    again = spacy.load(tmp_path / "float32")
+    for got, want in zip(layers(again), float32_layers):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    again.get_pipe("elmo").cfg["quantize"] = "int8"
+    for got, want in zip(layers(again), expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_unknown_setting_is_refused(bilm_dir):
+    with pytest.raises(ValueError, match="quantize of the 'elmo' component must be one of"):
+        tiny_nlp(bilm_dir, quantize="int4")
