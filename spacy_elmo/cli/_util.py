@@ -365,6 +365,15 @@ def batch_size_option(default: int = 64, unit: str = "sentences") -> Any:
     return typer.Option(default, "--batch-size", "-b", min=1, help=f"{unit.capitalize()} a batch.")
 
 
+def int8_option() -> Any:
+    return typer.Option(
+        False,
+        "--int8",
+        help="Run the biLM's matrix products in int8 (CPU only; the vectors differ from float32 "
+        "by about 0.5% of their norm: docs/performance.md#int8-on-the-cpu).",
+    )
+
+
 def threads_option() -> Any:
     return typer.Option(
         None,

@@ -38,6 +38,7 @@ def embed(
         show_default=False,
     ),
     float16: bool = opt.float16_option(),
+    int8: bool = opt.int8_option(),
     compression: Optional[str] = opt.compression_option(),
     stateful: bool = typer.Option(
         False, "--stateful", help="Carry LSTM states between batches like AllenNLP."
@@ -82,6 +83,7 @@ def _embed(
     batch_size: int,
     max_tokens: Optional[int],
     float16: bool,
+    int8: bool,
     compression: Optional[str],
     stateful: bool,
     threads: Optional[int],
@@ -94,6 +96,8 @@ def _embed(
 
     if top and average:
         raise ValueError("choose at most one of --top and --average")
+    if int8 and gpu_id >= 0:
+        raise ValueError("--int8 runs on the CPU only: drop --int8 or --gpu-id")
     device = opt.device(gpu_id)
     opt.import_code(code)
     source = resolve_source(model if options is None else None, options, weights)
@@ -106,6 +110,10 @@ def _embed(
     else:
         tokenize = opt.raw_tokenizer(lang, pipeline)
     bilm = source.load(stateful=stateful).to(device)
+    if int8:
+        from ..bilm.quantize import quantize_int8
+
+        quantize_int8(bilm)
     count = embed_file(
         bilm,
         input_file,

@@ -33,6 +33,7 @@ def embed_corpus(
     ),
     batch_size: int = opt.batch_size_option(),
     float16: bool = opt.float16_option(),
+    int8: bool = opt.int8_option(),
     compression: Optional[str] = opt.compression_option(),
     shard_lines: int = typer.Option(
         2000, "--shard-lines", min=1, help="Lines per shard; longer files are cut and joined."
@@ -63,6 +64,7 @@ def embed_corpus(
         max_tokens=max_tokens,
         batch_size=batch_size,
         float16=float16,
+        int8=int8,
         compression=compression,
         shard_lines=shard_lines,
         cluster=cluster_from_options(workers, address, threads_per_worker, gpus_per_worker),

@@ -31,6 +31,7 @@ class EmbedJob:
     float16: bool = False
     compression: Optional[str] = None
     gpu: bool = False
+    int8: bool = False  # the biLM's products in int8 (`bilm.quantize`)
 
     def setup(self) -> Any:
         from ..bilm.sources import load_bilm
@@ -39,6 +40,10 @@ class EmbedJob:
         bilm = load_bilm(self.model, self.options_file, self.weights_file, stateful=False)
         if self.gpu:
             bilm = bilm.to("cuda")  # the GPU Ray gave this worker (CUDA_VISIBLE_DEVICES)
+        if self.int8:
+            from ..bilm.quantize import quantize_int8
+
+            quantize_int8(bilm)
         if self.pretokenized:
             tokenize = whitespace_tokenizer
         elif self.pipeline is not None:
@@ -87,6 +92,7 @@ class EmbedJob:
             "max_tokens": self.max_tokens,
             "float16": self.float16,
             "compression": self.compression,
+            **({"quantize": "int8"} if self.int8 else {}),  # absent for float32, as before
         }
 
 
@@ -134,6 +140,7 @@ def embed_corpus(
     float16: bool = False,
     compression: Optional[str] = None,
     shard_lines: int = DEFAULT_SHARD_LINES,
+    int8: bool = False,
     cluster: Cluster = Cluster(),
     progress: bool = True,
 ) -> CorpusResult:
@@ -152,6 +159,8 @@ def embed_corpus(
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     dataset_options(float16, compression)  # checks the storage options
+    if int8 and cluster.gpus_per_worker > 0:
+        raise ValueError("int8 runs on the CPU only: drop --int8 or --gpus-per-worker")
     output_dir = Path(output_dir)
     source = resolve_source(model if options_file is None else None, options_file, weights_file)
     inputs = plan_inputs(input, output_dir, (".txt",), ".hdf5", shard_lines)
@@ -169,6 +178,7 @@ def embed_corpus(
         float16=float16,
         compression=compression,
         gpu=cluster.gpus_per_worker > 0,
+        int8=int8,
     )
     return run_corpus(
         "embed-corpus", inputs, output_dir, job, identity, job.options(), cluster, progress
