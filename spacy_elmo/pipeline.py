@@ -306,12 +306,14 @@ class Elmo(TrainablePipe):
         )
         if nlp is not None:
             self._record_architecture(nlp)
-        if not self.listeners and not self.cfg["set_tensor"] and not self.cfg["vector_hooks"]:
+        unfed = self._trained_without_elmo(nlp)
+        if unfed and not self.cfg["set_tensor"] and not self.cfg["vector_hooks"]:
             warnings.warn(
                 f"nothing listens to the '{self.name}' component and set_tensor and "
                 "vector_hooks are false: "
-                "it computes doc._.elmo_layers, but no component uses them (training runs "
-                "the biLM for nothing). Give components a spacy_elmo.ElmoListener.v1 "
+                "it computes doc._.elmo_layers, but no component uses them (training "
+                f"{', '.join(repr(name) for name in unfed)} runs the biLM for nothing). "
+                "Give components a spacy_elmo.ElmoListener.v1 "
                 f'(upstream = "{self.name}"), e.g. with `spacy-elmo init-config`, or set '
                 "set_tensor = true to get doc.tensor (vector_hooks = true: token.vector and "
                 ".similarity); ignore this if your own code reads "
@@ -319,6 +321,18 @@ class Elmo(TrainablePipe):
                 ElmoUnusedWarning,
                 stacklevel=2,
             )
+
+    def _trained_without_elmo(self, nlp: Optional[Language]) -> List[str]:
+        """The other trainable components of `nlp` when none of them listens to this one
+        (training them runs the biLM for nothing); empty when something listens, or when
+        this is the pipeline's only trainable component (its layers are then the product)."""
+        if self.listeners or nlp is None:
+            return []
+        return [
+            name
+            for name, pipe in nlp.pipeline
+            if pipe is not self and isinstance(pipe, TrainablePipe)
+        ]
 
     def _check_listeners(self) -> None:
         width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")

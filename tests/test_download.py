@@ -779,7 +779,6 @@ name = "small"
 """
 
 
-@pytest.mark.filterwarnings("ignore:nothing listens")
 def test_published_weights_download_at_initialize(mirror, source):
     import spacy
     from thinc.api import Config

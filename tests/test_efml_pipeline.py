@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shutil
+import warnings
+from pathlib import Path
 
 import numpy
 import pytest
@@ -21,6 +25,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
+from spacy_elmo.pipeline import ElmoUnusedWarning
 
 from .bilm.efml_reference import architecture, dictionaries, read_dic, reference_layers, write_model
 from .pipeline_util import listening_tagger_config
@@ -31,6 +36,7 @@ TRAINING_TEXT = [
     ["Ein", "Vogel", "singt", "."],
 ]
 WEIGHTS = {"@misc": "spacy_elmo.ElmoForManyLangsWeights.v1"}
+LANGUAGES_PAGE = Path(__file__).resolve().parent.parent / "docs" / "languages.md"
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +78,19 @@ def test_german_pipeline_gives_their_vectors_and_survives_to_disk(efml_model, tm
     # The saved pipeline needs only its directory: no ELMoForManyLangs files, no pickle.
     saved = sorted(p.name for p in (tmp_path / "pipeline" / "elmo").iterdir())
     assert not any(name.endswith((".pkl", ".dic")) for name in saved)
+
+
+def test_the_languages_page_snippet_runs_without_warnings(efml_model, tmp_path, monkeypatch):
+    """The Python block of docs/languages.md's "In a pipeline" runs as written on a model
+    directory `de.model`, with no ElmoUnusedWarning, and leaves a pipeline spacy.load reads."""
+    section = LANGUAGES_PAGE.read_text().split("## In a pipeline", 1)[1]
+    (snippet,) = re.findall(r"^```python\n(.*?)^```", section, re.MULTILINE | re.DOTALL)[:1]
+    shutil.copytree(efml_model[0], tmp_path / "de.model")
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ElmoUnusedWarning)
+        exec(compile(snippet, str(LANGUAGES_PAGE), "exec"), {})
+    assert spacy.load(tmp_path / "de_elmo")("Der Hund läuft.")._.elmo_layers.shape[0] == 3
 
 
 TAGGED = [

@@ -1,4 +1,4 @@
-"""No silent waste, no dead ends (issue 11, part 4): an `elmo` nobody listens to warns; a
+"""No silent waste, no dead ends: an `elmo` that no trained component listens to warns; a
 listener without upstream output gives zeros at inference and fails in training."""
 
 from __future__ import annotations
@@ -37,11 +37,22 @@ def trained(bilm_dir, tmp_path_factory):
 
 
 def test_elmo_that_nobody_uses_warns_at_initialize(bilm_dir):
-    with pytest.warns(ElmoUnusedWarning, match="nothing listens to the 'elmo' component"):
-        tiny_nlp(bilm_dir).initialize()
+    nlp = tiny_nlp(bilm_dir, pipeline=("elmo", "tagger"))  # a tagger on its own tok2vec
+    with pytest.warns(ElmoUnusedWarning, match=r"nothing listens.*training 'tagger' runs"):
+        nlp.initialize(lambda: examples_for(nlp))
+    nlp = tiny_nlp(bilm_dir, pipeline=("elmo", "tagger"), set_tensor=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ElmoUnusedWarning)
-        tiny_nlp(bilm_dir, set_tensor=True).initialize()  # doc.tensor is a use
+        nlp.initialize(lambda: examples_for(nlp))  # doc.tensor is a use
+
+
+def test_elmo_alone_does_not_warn_at_initialize(bilm_dir):
+    """A pipeline whose only trainable component is elmo is run for its layers: no warning."""
+    nlp = tiny_nlp(bilm_dir, pipeline=("elmo", "sentencizer"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ElmoUnusedWarning)
+        nlp.initialize()
+    assert nlp("Anna visited Paris.")._.elmo_layers.shape[1] == 4
 
 
 def test_listener_without_upstream_output_gives_zeros_at_inference(trained):
