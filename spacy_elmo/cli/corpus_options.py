@@ -56,6 +56,9 @@ def cluster_from_options(
 
 def report(result, output_dir: Path) -> None:
     """One line: what was written and skipped, and how fast."""
+    from ..corpus.plan import printable
+
+    output_dir = printable(output_dir)  # a name that is not UTF-8: its bytes as \xNN
     stats = result.stats
     if stats is None:
         typer.echo(f"nothing to do: {len(result.skipped)} outputs in {output_dir} are up to date")

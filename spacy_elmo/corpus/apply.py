@@ -19,8 +19,9 @@ from typing import Any, Iterator, Optional
 from ..embed_file import LineRange, read_lines
 from .engine import Cluster
 from .manifest import file_sha256
-from .plan import plan_inputs
+from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
+from .temporary import owned_atomic_path
 
 APPLY_SUFFIXES = (".jsonl", ".txt", ".spacy")
 DEFAULT_SHARD_DOCS = 2000
@@ -48,14 +49,12 @@ class ApplyJob:
     def run(self, nlp: Any, payload: dict[str, Any]) -> dict[str, Any]:
         from spacy.tokens import Doc, DocBin
 
-        from ..atomic_files import atomic_path
-
         output = Path(payload["output"])
         if payload["kind"] == "join":
             merged = DocBin(store_user_data=True)
             for part in payload["parts"]:
                 merged.merge(DocBin(store_user_data=True).from_bytes(Path(part).read_bytes()))
-            with atomic_path(output) as tmp:
+            with owned_atomic_path(output) as tmp:
                 tmp.write_bytes(merged.to_bytes())
             return {"lines": len(merged), "sha256": file_sha256(output)}
         docbin = DocBin(store_user_data=True)
@@ -65,7 +64,7 @@ class ApplyJob:
             if drop_layers:
                 doc._.elmo_layers = None
             docbin.add(doc)
-        with atomic_path(output) as tmp:
+        with owned_atomic_path(output) as tmp:
             tmp.write_bytes(docbin.to_bytes())
         result = {"lines": len(docbin)}
         if payload["kind"] == "whole":
@@ -125,8 +124,9 @@ def apply_corpus(
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    name, identity = pipeline_identity(pipeline)
+    name, identity, folder, files = _pipeline(pipeline)
     output_dir = Path(output_dir)
+    check_apart(output_dir, "the pipeline", folder, files)
     inputs = plan_inputs(input, output_dir, APPLY_SUFFIXES, ".spacy", shard_docs, text_key)
     code = None if code is None else str(Path(code).resolve())  # where every worker finds it
     job = ApplyJob(name, text_key, batch_size, gpu=cluster.gpus_per_worker > 0, code=code)
@@ -136,6 +136,12 @@ def apply_corpus(
 def pipeline_identity(pipeline: str | Path) -> tuple[str, dict[str, Any]]:
     """How workers load the pipeline (absolute path or package name) and its manifest identity:
     sha256 over the names and bytes of every file of its folder."""
+    name, identity, _, _ = _pipeline(pipeline)
+    return name, identity
+
+
+def _pipeline(pipeline: str | Path) -> tuple[str, dict[str, Any], Path, list[Path]]:
+    """`pipeline_identity`, and the pipeline's folder and files."""
     import spacy.util
 
     path = Path(pipeline).expanduser()
@@ -149,7 +155,9 @@ def pipeline_identity(pipeline: str | Path) -> tuple[str, dict[str, Any]]:
     else:
         raise ValueError(f"pipeline {pipeline} is neither a folder nor an installed spaCy package")
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for file in files:
         digest.update(os.fsencode(file.relative_to(path).as_posix()) + b"\0")
         digest.update(file.read_bytes())
-    return name, {"kind": "spacy", "name": str(pipeline), "sha256": digest.hexdigest()}
+    identity = {"kind": "spacy", "name": str(pipeline), "sha256": digest.hexdigest()}
+    return name, identity, path, files

@@ -9,8 +9,9 @@ from typing import Any, Optional
 from ..embed_file import MAX_TOKENS, OUTPUT_FORMATS, dataset_options, write_sentence_to_index
 from .engine import Cluster
 from .manifest import file_sha256
-from .plan import plan_inputs
+from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
+from .temporary import owned_atomic_path, staged
 
 DEFAULT_SHARD_LINES = 2000
 
@@ -63,19 +64,20 @@ class EmbedJob:
             lines = join_hdf5([Path(p) for p in payload["parts"]], output)
             return {"lines": lines, "sha256": file_sha256(output)}
         bilm, tokenize = state
-        lines = embed_file(
-            bilm,
-            payload["input"],
-            output,
-            output_format=self.output_format,
-            batch_size=self.batch_size,
-            tokenize=tokenize,
-            progress=False,
-            max_tokens=self.max_tokens,
-            float16=self.float16,
-            compression=self.compression,
-            lines=payload.get("range"),
-        )
+        with staged(output) as stage:  # a temporary name the run knows for its own
+            lines = embed_file(
+                bilm,
+                payload["input"],
+                stage,
+                output_format=self.output_format,
+                batch_size=self.batch_size,
+                tokenize=tokenize,
+                progress=False,
+                max_tokens=self.max_tokens,
+                float16=self.float16,
+                compression=self.compression,
+                lines=payload.get("range"),
+            )
         result = {"lines": lines}
         if payload["kind"] == "whole":
             result["sha256"] = file_sha256(output)
@@ -107,11 +109,9 @@ def join_hdf5(parts: list[Path], output: Path) -> int:
 
     import h5py
 
-    from ..atomic_files import atomic_path
-
     sentence_to_index: dict[str, str] = {}
     lines = 0
-    with atomic_path(output) as tmp:
+    with owned_atomic_path(output) as tmp:
         with h5py.File(tmp, "w") as out:
             for part in parts:
                 with h5py.File(part, "r") as source:
@@ -163,6 +163,9 @@ def embed_corpus(
         raise ValueError("int8 runs on the CPU only: drop --int8 or --gpus-per-worker")
     output_dir = Path(output_dir)
     source = resolve_source(model if options_file is None else None, options_file, weights_file)
+    check_apart(output_dir, "the model", source.path, source.files())
+    if pipeline is not None:
+        check_apart(output_dir, "the pipeline", *_pipeline_files(pipeline))
     inputs = plan_inputs(input, output_dir, (".txt",), ".hdf5", shard_lines)
     identity = model_identity(source)
     job = EmbedJob(
@@ -189,6 +192,20 @@ def _pipeline_name(pipeline: str) -> str:
     """An installed package's name, or a folder's absolute path (workers load it)."""
     path = Path(pipeline).expanduser()
     return str(path.absolute()) if path.exists() else pipeline
+
+
+def _pipeline_files(pipeline: str) -> tuple[Optional[Path], list[Path]]:
+    """The folder of a spaCy pipeline (a folder, or an installed package's), and its files."""
+    import spacy.util
+
+    path = Path(pipeline).expanduser()
+    if not path.exists():
+        if not spacy.util.is_package(pipeline):
+            return None, []  # the workers' spacy.load says what is wrong with it
+        path = Path(spacy.util.get_package_path(pipeline))
+    if not path.is_dir():
+        return None, [path]
+    return path, [p for p in path.rglob("*") if p.is_file()]
 
 
 def _model_name(source) -> Optional[str]:

@@ -5,6 +5,8 @@ that change the numbers, and the output's sha256, size and modification time. A 
 an output whose latest record has the same input sha256, model and options and whose file still
 has the recorded size and modification time (so that a re-run does not read every output
 again); anything else is redone. Only the run holding the folder's lock writes the manifest.
+File names that are not UTF-8 are kept whole (see `record_line`); a last line cut short is
+ignored with a warning, any other line that is not a record stops the run, naming it.
 """
 
 from __future__ import annotations
@@ -12,51 +14,133 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
+from .plan import printable
+
 MANIFEST_NAME = "manifest.jsonl"
+
+
+class ManifestWarning(UserWarning):
+    """A line of the manifest that was ignored: the last one, cut short by a killed run."""
+
+
+# What a record must hold to be read: the fields a re-run compares, with their JSON types.
+RECORD_FIELDS = {
+    "output": str,
+    "input_sha256": str,
+    "model": dict,
+    "options": dict,
+    "bytes": int,
+    "mtime_ns": int,
+}
+# Lone surrogates: how Python keeps the bytes of a file name that is not UTF-8 (surrogate
+# escapes, one per byte). The manifest writes them as JSON escapes (`\udcff` for byte 0xff),
+# which json.loads reads back as the same name: valid UTF-8 text, and no name lost.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def read_manifest(output_dir: Path) -> dict[str, dict[str, Any]]:
     """The latest record of each output (by its path relative to OUTPUT_DIR).
 
-    A last line cut short by a killed run is ignored; any other unreadable line is an error.
+    A last line without its newline (cut short by a killed run, possibly inside a character)
+    that is not a whole record is ignored with a ManifestWarning naming the manifest and the
+    line; any other line that is not a record (not UTF-8, not JSON, not an object with the
+    fields of RECORD_FIELDS) is a ValueError naming them, raised before the run writes
+    anything: the file may not be a manifest of spacy-elmo at all.
     """
     path = output_dir / MANIFEST_NAME
-    if not path.exists():
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return {}
     records: dict[str, dict[str, Any]] = {}
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
-        try:
-            record = json.loads(line)
+        record, problem = _parse_record(raw)
+        if problem is None:
             records[record["output"]] = record
-        except (ValueError, KeyError, TypeError):
-            if number >= len(lines) - 1:  # the last line, cut short
-                continue
-            raise ValueError(f"manifest {path}, line {number}: not a record") from None
+        elif number == len(lines):  # no newline after it: cut short
+            warnings.warn(
+                f"manifest {printable(path)}, line {number}: ignored, a last line cut short "
+                f"({problem}); the output it was recording, if any, is done again",
+                ManifestWarning,
+                stacklevel=2,
+            )
+        else:
+            raise ValueError(
+                f"manifest {printable(path)}, line {number}: not a record of spacy-elmo "
+                f"({problem}); remove that line (its output is then done again) or choose "
+                "another output folder"
+            )
     return records
+
+
+def _parse_record(raw: bytes) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """(the record, None) or (None, what is wrong with the line)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return None, f"not UTF-8: {err.reason} at byte {err.start}"
+    try:
+        record = json.loads(text)
+    except ValueError as err:
+        return None, f"not JSON: {err}"
+    if not isinstance(record, dict):
+        return None, f"a JSON {type(record).__name__}, not an object"
+    for name, kind in RECORD_FIELDS.items():
+        value = record.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            found = "missing" if name not in record else f"a {type(value).__name__}"
+            return None, f"its {name!r} is {found}, not a {kind.__name__}"
+    return record, None
+
+
+def record_line(record: dict[str, Any]) -> str:
+    """The manifest line of `record` (file names that are not UTF-8 as JSON escapes)."""
+    text = json.dumps(record, ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
 
 
 def compact_manifest(output_dir: Path, records: dict[str, dict[str, Any]]) -> None:
     """Rewrite the manifest with only the latest record of each output (atomically)."""
-    from ..atomic_files import write_text
+    from .temporary import owned_atomic_path
 
     if records or (output_dir / MANIFEST_NAME).exists():
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records.values())
-        write_text(output_dir / MANIFEST_NAME, text)
+        text = "".join(record_line(r) for r in records.values())
+        with owned_atomic_path(output_dir / MANIFEST_NAME) as tmp:
+            tmp.write_bytes(text.encode("utf-8"))
 
 
 def append_record(output_dir: Path, record: dict[str, Any]) -> None:
-    """Append one record and make it durable before the next output is counted done."""
-    with open(output_dir / MANIFEST_NAME, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    """Append one record and make it durable before the next output is counted done.
+
+    A write or sync that fails (a full disk, a signal) cuts the manifest back to where it was,
+    so that a part of a line never precedes the next record.
+    """
+    data = record_line(record).encode("utf-8")
+    fd = os.open(output_dir / MANIFEST_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:  # pragma: no cover - then the next run ignores a cut last line
+                pass
+            raise
+    finally:
+        os.close(fd)
 
 
 def make_record(

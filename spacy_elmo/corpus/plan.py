@@ -1,21 +1,27 @@
 """What a corpus run reads and writes: the input files, checked, and their shards.
 
-INPUT is a folder (searched recursively for the input suffixes), a glob pattern or one file.
-Every input is read once here, before anything is written: its sha256, its number of lines,
-the byte offset of every shard's first line, and a check that it is readable, non-empty UTF-8
-(for .jsonl: one JSON object per line with a string under the text key). A bad input stops the
-run with an error naming the file.
+INPUT is a folder (searched recursively for the input suffixes, links to folders followed,
+each real folder once), a glob pattern or one file. Every input is read once here, before
+anything is written: its sha256, its number of lines, the byte offset of every shard's first
+line, and a check that it is readable, non-empty UTF-8 text without NUL bytes (for .jsonl: one
+JSON object per line with a string under the text key), which is what the workers will read
+it as. A bad input stops the run with an error naming the file. So does an output that could
+not be written (a folder in its place) and, `check_apart`, an OUTPUT_DIR that overlaps the
+model's or the pipeline's files. File names need not be UTF-8: they are kept as Python keeps
+them (surrogate escapes) and shown with their bytes as \\xNN in messages (`printable`).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import json
 import os
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from ..embed_file import LineRange
 
@@ -53,29 +59,116 @@ def find_inputs(spec: str | Path, suffixes: Sequence[str]) -> tuple[Path, list[P
     """The folder that relative names start from, and the input files `spec` names, sorted.
 
     A folder: every file under it (recursively) with one of `suffixes`; a glob pattern: the
-    files it matches (`**` spans folders); a file: itself.
+    files it matches (`**` spans folders, as in `glob.glob(recursive=True)`); a file: itself.
+    Links to folders are followed, and each real folder is walked once (the first way to it
+    in sorted order, folders before links), so that a tree with links to its own folders ends.
     """
     text = str(spec)
     path = Path(text).expanduser()
     if path.is_dir():
         root = path.resolve()
-        found = [
-            Path(folder) / name
-            for folder, _, names in os.walk(root, followlinks=True)
-            for name in names
-            if Path(name).suffix in suffixes
-        ]
+        found = [p for p in walk_files(root) if Path(p).suffix in suffixes]
     elif path.is_file():
         root, found = path.resolve().parent, [path.resolve()]
     elif glob.has_magic(text):
-        root = _fixed_part(text)
-        found = [Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file()]
+        root, pattern = _split_pattern(text)
+        found = [p for p in _glob_files(root, pattern) if os.path.isfile(p)]
     else:
-        raise FileNotFoundError(f"input {text} is not a file, a folder or a glob pattern")
+        raise FileNotFoundError(
+            f"input {printable(text)} is not a file, a folder or a glob pattern"
+        )
     files = sorted({Path(os.path.abspath(p)) for p in found})
     if not files:
-        raise ValueError(f"input {text} names no files (looked for {', '.join(suffixes)})")
+        raise ValueError(
+            f"input {printable(text)} names no files (looked for {', '.join(suffixes)})"
+        )
     return root, files
+
+
+def walk_files(root: Path, hidden: bool = True, max_depth: Optional[int] = None) -> Iterator[str]:
+    """Every file under `root` (files, links to files, broken links), each real folder once.
+
+    A folder reached again, through a link to itself, to a folder above it or to another one
+    already walked, is not walked again. `hidden=False` does not enter folders whose name
+    starts with "."; `max_depth` limits the folders entered to that many levels below `root`.
+    """
+    seen: set[tuple[int, int]] = set()
+    links: deque[str] = deque()
+    top = os.fspath(root)
+
+    def tree(start: str) -> Iterator[str]:
+        for folder, dirs, names in os.walk(start):  # links to folders: queued, walked later
+            try:
+                stat = os.stat(folder)
+            except OSError:
+                dirs[:] = []
+                continue
+            if (stat.st_dev, stat.st_ino) in seen:
+                dirs[:] = []
+                continue
+            seen.add((stat.st_dev, stat.st_ino))
+            depth = 0 if folder == top else len(Path(folder).relative_to(top).parts)
+            kept = []
+            for name in sorted(dirs):
+                if (not hidden and name.startswith(".")) or (
+                    max_depth is not None and depth >= max_depth
+                ):
+                    continue
+                if os.path.islink(os.path.join(folder, name)):
+                    links.append(os.path.join(folder, name))
+                else:
+                    kept.append(name)
+            dirs[:] = kept
+            for name in sorted(names):
+                yield os.path.join(folder, name)
+
+    yield from tree(top)
+    while links:
+        yield from tree(links.popleft())
+
+
+def _split_pattern(text: str) -> tuple[Path, tuple[str, ...]]:
+    """The folder before the first component of a glob pattern with a wildcard, and the rest."""
+    parts = Path(text).expanduser().parts
+    fixed = 0
+    while fixed < len(parts) and not glob.has_magic(parts[fixed]):
+        fixed += 1
+    root = Path(os.path.abspath(Path(*parts[:fixed]))) if fixed else Path.cwd()
+    return root, parts[fixed:]
+
+
+def _glob_files(root: Path, pattern: tuple[str, ...]) -> Iterator[str]:
+    """The files under `root` whose path below it matches `pattern`, with glob.glob's rules
+    (`**` for any number of folders; wildcards match no name that starts with "." unless the
+    pattern's component does), each real folder walked once."""
+    if not root.is_dir():
+        return
+    hidden = any(part.startswith(".") for part in pattern)
+    depth = None if "**" in pattern else len(pattern) - 1
+    for path in walk_files(root, hidden=hidden, max_depth=depth):
+        if _matches(Path(path).relative_to(root).parts, pattern):
+            yield path
+
+
+def _matches(names: Sequence[str], pattern: Sequence[str]) -> bool:
+    if not pattern:
+        return not names
+    part = pattern[0]
+    if part == "**":
+        if _matches(names, pattern[1:]):
+            return True
+        return bool(names) and not names[0].startswith(".") and _matches(names[1:], pattern)
+    if not names:
+        return False
+    name = names[0]
+    if glob.has_magic(part):
+        if name.startswith(".") and not part.startswith("."):
+            return False
+        if not fnmatch.fnmatchcase(name, part):
+            return False
+    elif name != part:
+        return False
+    return _matches(names[1:], pattern[1:])
 
 
 def plan_inputs(
@@ -95,24 +188,32 @@ def plan_inputs(
     if Path(str(spec)).expanduser().is_dir() and (
         real_output == root or root in real_output.parents
     ):
-        raise ValueError(f"output folder {output_dir} is inside the input folder {root}")
+        raise ValueError(
+            f"output folder {printable(output_dir)} is inside the input folder {printable(root)}"
+        )
     seen: dict[Path, Path] = {}
     outputs: dict[Path, Path] = {}
     inputs = []
     for path in files:
         real = path.resolve()
         if real == real_output or real_output in real.parents:
-            raise ValueError(f"input {path} is inside the output folder {output_dir}")
+            raise ValueError(
+                f"input {printable(path)} is inside the output folder {printable(output_dir)}"
+            )
         if real in seen:
-            raise ValueError(f"input {path} is named twice: it is the same file as {seen[real]}")
+            raise ValueError(
+                f"input {printable(path)} is named twice: it is the same file as "
+                f"{printable(seen[real])}"
+            )
         seen[real] = path
         rel = _relative(path, root)
         output_rel = rel.with_suffix(output_suffix)
         if output_rel in outputs:
             raise ValueError(
-                f"inputs {outputs[output_rel]} and {path} would both write "
-                f"{output_dir / output_rel}; rename one"
+                f"inputs {printable(outputs[output_rel])} and {printable(path)} would both "
+                f"write {printable(output_dir / output_rel)}; rename one"
             )
+        _check_writable(output_dir, output_rel)
         outputs[output_rel] = path
         key = text_key if path.suffix == ".jsonl" else None
         inputs.append(scan(path, rel, output_rel, shard_lines, key))
@@ -139,9 +240,14 @@ def scan(
                     decoded = text.decode("utf-8")
                 except UnicodeDecodeError as err:
                     raise ValueError(
-                        f"input file {path}, line {number}: not UTF-8 text ({err.reason} at "
-                        f"byte {err.start})"
+                        f"input file {printable(path)}, line {number}: not UTF-8 text "
+                        f"({err.reason} at byte {err.start})"
                     ) from None
+                if "\x00" in decoded:  # valid UTF-8, but not text (as read_lines refuses it)
+                    raise ValueError(
+                        f"input file {printable(path)}, line {number}: not UTF-8 text (a NUL "
+                        f"byte at character {decoded.index(chr(0)) + 1})"
+                    )
                 if text_key is not None:
                     if not decoded.strip():
                         position += len(raw)
@@ -152,9 +258,11 @@ def scan(
                 lines += 1
                 position += len(raw)
     except OSError as err:
-        raise ValueError(f"input file {path} cannot be read: {err.strerror or err}") from None
+        raise ValueError(
+            f"input file {printable(path)} cannot be read: {err.strerror or err}"
+        ) from None
     if lines == 0:
-        raise ValueError(f"input file {path} is empty")
+        raise ValueError(f"input file {printable(path)} is empty")
     return InputFile(
         path, rel, output_rel, digest.hexdigest(), lines, size, tuple(offsets), shard_lines
     )
@@ -168,9 +276,9 @@ def _scan_docbin(path: Path, rel: Path, output_rel: Path, size: int, shard_lines
     try:
         count = len(DocBin().from_bytes(data))
     except Exception as err:  # noqa: BLE001 - any failure to parse is a bad input
-        raise ValueError(f"input file {path} is not a spaCy DocBin ({err})") from None
+        raise ValueError(f"input file {printable(path)} is not a spaCy DocBin ({err})") from None
     if count == 0:
-        raise ValueError(f"input file {path} is empty (a DocBin without documents)")
+        raise ValueError(f"input file {printable(path)} is empty (a DocBin without documents)")
     return InputFile(
         path,
         rel,
@@ -187,21 +295,69 @@ def _check_json_line(path: Path, number: int, line: str, text_key: str) -> None:
     try:
         record = json.loads(line)
     except ValueError as err:
-        raise ValueError(f"input file {path}, line {number}: not JSON ({err})") from None
+        raise ValueError(f"input file {printable(path)}, line {number}: not JSON ({err})") from None
     if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
         raise ValueError(
-            f"input file {path}, line {number}: no string under the text key {text_key!r}"
+            f"input file {printable(path)}, line {number}: no string under the text key "
+            f"{text_key!r}"
         )
 
 
-def _fixed_part(pattern: str) -> Path:
-    """The folder before the first component of `pattern` with a wildcard."""
-    parts = []
-    for part in Path(pattern).expanduser().parts:
-        if glob.has_magic(part):
-            break
-        parts.append(part)
-    return Path(os.path.abspath(Path(*parts))) if parts else Path.cwd()
+def _check_writable(output_dir: Path, output_rel: Path) -> None:
+    """Refuse an output that is sure to fail when its worker writes it: a folder in its place,
+    or a file where one of its folders goes."""
+    target = output_dir / output_rel
+    if target.is_dir():
+        raise ValueError(
+            f"output {printable(target)} is a folder: remove it or choose another output folder"
+        )
+    for folder in reversed(target.parents):
+        if folder in output_dir.parents:
+            continue
+        if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+            raise ValueError(
+                f"output {printable(target)} cannot be written: {printable(folder)} is a file, "
+                "not a folder"
+            )
+
+
+def check_apart(
+    output_dir: Path, what: str, folder: Optional[Path] = None, files: Iterable[Path] = ()
+) -> None:
+    """Refuse an OUTPUT_DIR that is, is inside or contains `what`'s folder (the model's, the
+    pipeline's), or that holds one of its files: writing there could overwrite them (an input
+    named like a weights file), and would change the fingerprint that the manifest records, so
+    that no output were ever up to date. Links are followed both ways."""
+    where = {Path(os.path.abspath(output_dir)), Path(output_dir).resolve()}
+    shown = printable(output_dir)
+    if folder is not None:
+        forms = {Path(os.path.abspath(folder)), Path(folder).resolve()}
+        for out in where:
+            for place in forms:
+                if out == place:
+                    problem = f"is {what}'s folder"
+                elif place in out.parents:
+                    problem = f"is inside {what}'s folder"
+                elif out in place.parents:
+                    problem = f"contains {what}'s folder"
+                else:
+                    continue
+                raise ValueError(
+                    f"output folder {shown} {problem} {printable(folder)}: outputs written "
+                    f"there would change or overwrite {what}; choose another output folder"
+                )
+    for file in files:
+        forms = {Path(os.path.abspath(file)), Path(file).resolve()}
+        if any(out in place.parents for out in where for place in forms):
+            raise ValueError(
+                f"output folder {shown} holds {what}'s file {printable(file)}: outputs written "
+                f"there could overwrite it; choose another output folder"
+            )
+
+
+def printable(path: str | Path) -> str:
+    """A path for messages: a name that is not UTF-8 shows its bytes as \\xNN."""
+    return os.fsencode(os.fspath(path)).decode("utf-8", "backslashreplace")
 
 
 def _relative(path: Path, root: Path) -> Path:

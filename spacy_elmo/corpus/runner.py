@@ -8,11 +8,16 @@ renamed when whole) into `OUTPUT_DIR/REL/.NAME.<suffix>.parts-<key>/` and joined
 `OUTPUT_DIR/REL/NAME.<suffix>` when the last one is done; the parts are then deleted. The key
 names the input's sha256, the model and the options: a re-run after a crash reuses the parts
 that are whole, and never joins parts of another input or model.
+
+A run touches only what it writes: its outputs, their folders of parts, the manifest, the lock
+and the temporary files of those (named as temporary.py says); a user's own files in
+OUTPUT_DIR, `.tmp` or not, are left as they are.
 """
 
 from __future__ import annotations
 
-import shutil
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +25,7 @@ from typing import Any, Optional
 from .engine import Cluster, Job, RunStats, Task, run_tasks
 from .lock import output_lock
 from .manifest import (
+    MANIFEST_NAME,
     append_record,
     compact_manifest,
     is_done,
@@ -27,9 +33,12 @@ from .manifest import (
     read_manifest,
     work_key,
 )
-from .plan import InputFile
+from .plan import InputFile, printable
+from .temporary import remove_owned
 
 PARTS_MARK = ".parts-"
+# A part's name in its folder: FIRST-COUNT<suffix> (FIRST: the range's first line, 0-based).
+PART_NAME = re.compile(r"^[0-9]{12}-[0-9]+\.[a-z0-9]+$")
 
 
 @dataclass
@@ -69,8 +78,8 @@ def run_corpus(
     output_dir = Path(output_dir).absolute()
     result = CorpusResult()
     with output_lock(output_dir, command):
-        _remove_temporary_files(output_dir)
-        records = read_manifest(output_dir)
+        records = read_manifest(output_dir)  # before anything is written: it may be refused
+        _remove_temporary_files(output_dir, inputs)
         compact_manifest(output_dir, records)
         tasks: list[Task] = []
         remaining_parts: dict[Path, int] = {}
@@ -80,7 +89,7 @@ def run_corpus(
             key = work_key(item.sha256, model, options)
             output = output_dir / item.output_rel
             parts_dir = output.parent / f".{output.name}{PARTS_MARK}{key}"
-            _remove_stale_parts(output, keep=parts_dir)
+            _remove_stale_parts(output, keep=parts_dir.name)
             if is_done(
                 records.get(item.output_rel.as_posix()), output_dir, item.sha256, model, options
             ):
@@ -94,7 +103,7 @@ def run_corpus(
                 continue
             parts = [parts_dir / f"{r.first:012d}-{r.count}{output.suffix}" for r in shards]
             join = Task(
-                f"{item.path} (joining {len(parts)} parts)",
+                f"{printable(item.path)} (joining {len(parts)} parts)",
                 0,
                 {"kind": "join", "parts": [str(p) for p in parts], "output": str(output)},
             )
@@ -135,7 +144,7 @@ def run_corpus(
             append_record(output_dir, record)
             result.written.append(item.output_rel.as_posix())
             if task.payload["kind"] == "join":
-                shutil.rmtree(Path(task.payload["parts"][0]).parent, ignore_errors=True)
+                _remove_parts(Path(task.payload["parts"][0]).parent)
             return []
 
         try:
@@ -143,7 +152,7 @@ def run_corpus(
         finally:
             # A worker ended with the run (Ctrl-C, SIGTERM, an error) never finishes the file it
             # was writing: remove it while this run still holds the folder's lock.
-            _remove_temporary_files(output_dir)
+            _remove_temporary_files(output_dir, inputs)
         result.lines = result.stats.lines
         result.failures = result.stats.failures
     if result.failures:
@@ -153,19 +162,58 @@ def run_corpus(
 
 def _name(item: InputFile, line_range=None) -> str:
     if line_range is None:
-        return str(item.path)
-    return f"{item.path} lines {line_range.first + 1}-{line_range.first + line_range.count}"
+        return printable(item.path)
+    return (
+        f"{printable(item.path)} lines {line_range.first + 1}-{line_range.first + line_range.count}"
+    )
 
 
-def _remove_temporary_files(output_dir: Path) -> None:
-    """Temporary files of an interrupted run (`.NAME.XXXX.tmp`): never whole, never needed."""
-    for path in output_dir.rglob(".*.tmp"):
-        if path.is_file():
-            path.unlink(missing_ok=True)
+def _remove_temporary_files(output_dir: Path, inputs: list[InputFile]) -> None:
+    """The temporary files that this run, or an interrupted run before it, made for the files
+    this run writes (temporary.py): its outputs, their parts and the manifest. Nothing else:
+    not a user's own `.tmp` files, not another program's."""
+    names: dict[Path, set[str]] = {output_dir: {MANIFEST_NAME}}
+    for item in inputs:
+        output = output_dir / item.output_rel
+        names.setdefault(output.parent, set()).add(output.name)
+    for folder, wanted in names.items():
+        remove_owned(folder, wanted)
+        for name in wanted:
+            for parts in _parts_folders(folder, name):
+                remove_owned(parts)  # a folder of parts is the run's own: any name in it
 
 
-def _remove_stale_parts(output: Path, keep: Path) -> None:
+def _parts_folders(folder: Path, name: str) -> list[Path]:
+    """The folders of parts of output `name` in `folder` (any key)."""
+    pattern = re.compile(re.escape(f".{name}{PARTS_MARK}") + r"[0-9a-f]{16}$")
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    return [
+        Path(e.path) for e in entries if pattern.match(e.name) and e.is_dir(follow_symlinks=False)
+    ]
+
+
+def _remove_stale_parts(output: Path, keep: str) -> None:
     """Parts of this output made from another input, model or options."""
-    for folder in output.parent.glob(f".{output.name}{PARTS_MARK}*"):
-        if folder != keep and folder.is_dir():
-            shutil.rmtree(folder, ignore_errors=True)
+    for folder in _parts_folders(output.parent, output.name):
+        if folder.name != keep:
+            _remove_parts(folder)
+
+
+def _remove_parts(folder: Path) -> None:
+    """The parts and temporary files of a folder of parts, and the folder when that empties
+    it (a file that is not the run's is left, and the folder with it)."""
+    remove_owned(folder)
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if PART_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
+            Path(entry.path).unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        pass

@@ -31,6 +31,7 @@ from spacy_elmo.corpus.manifest import MANIFEST_NAME, file_sha256, read_manifest
 from spacy_elmo.corpus.plan import plan_inputs
 from spacy_elmo.corpus.reaper import _descendants
 from spacy_elmo.corpus.runner import CorpusRunError, run_corpus
+from spacy_elmo.corpus.temporary import MARK
 from spacy_elmo.embed_file import embed_file
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -429,6 +430,7 @@ def test_killed_driver_leaves_whole_outputs_and_the_rerun_finishes(tmp_path):
         if f"{text.stem}.hdf5" not in finished:
             assert_same_as_embed(bundled, text, out / f"{text.stem}.hdf5")
     assert not list(out.rglob("*.tmp"))
+    assert not [p for p in out.rglob("*") if MARK in p.name], "the killed run's staged files"
     assert (out / MANIFEST_NAME).exists()
 
 
@@ -480,3 +482,27 @@ def test_whole_parts_of_an_interrupted_run_are_reused_never_others(
     assert result.lines == 20, "lines 11-20 came from the part already there"
     assert_same_as_embed(tiny_bilm, text, out / "big.hdf5")
     assert not part.parent.exists() and not stale.parent.exists()
+
+
+def test_a_name_that_is_not_utf8_is_kept_whole_through_ray(tmp_path, cluster, tiny, tiny_bilm):
+    """A file name with a byte that is not UTF-8 goes to the workers and back, and into the
+    manifest, whole: the output has the input's name, and the re-run finds it done."""
+    name = os.fsdecode(b"caf\xe9.txt")  # Latin-1, not UTF-8
+    text = write(tmp_path / "in" / "sub" / name, sentences(12, seed=50))
+    write(tmp_path / "in" / "plain.txt", sentences(3, seed=51))
+    user = tmp_path / "out" / ".notes.tmp"
+    user.parent.mkdir()
+    user.write_text("a user's own file")
+    engine = Cluster(workers=2, address=cluster, threads_per_worker=1)
+    result = embed_corpus(
+        tmp_path / "in", tmp_path / "out", **tiny, shard_lines=5, cluster=engine, progress=False
+    )
+    output = tmp_path / "out" / "sub" / os.fsdecode(b"caf\xe9.hdf5")
+    assert sorted(result.written) == ["plain.hdf5", output.relative_to(tmp_path / "out").as_posix()]
+    assert_same_as_embed(tiny_bilm, text, output)
+    (tmp_path / "out" / MANIFEST_NAME).read_bytes().decode("utf-8")  # still UTF-8 text
+    again = embed_corpus(
+        tmp_path / "in", tmp_path / "out", **tiny, shard_lines=5, cluster=engine, progress=False
+    )
+    assert again.stats is None and len(again.skipped) == 2
+    assert user.read_text() == "a user's own file"

@@ -20,6 +20,7 @@ from spacy_elmo.corpus.engine import require_ray
 from spacy_elmo.corpus.lock import LOCK_NAME, output_lock
 from spacy_elmo.corpus.manifest import (
     MANIFEST_NAME,
+    ManifestWarning,
     append_record,
     is_done,
     make_record,
@@ -86,6 +87,9 @@ def test_shards_read_back_the_lines_of_the_file(tmp_path):
     "case, message",
     [
         ("not_utf8", r"in[/\\]b\.txt, line 2: not UTF-8 text"),
+        ("nul_byte", r"in[/\\]b\.txt, line 2: not UTF-8 text \(a NUL byte at character 5\)"),
+        ("output_is_folder", r"output .*out[/\\]b\.hdf5 is a folder"),
+        ("output_under_a_file", r"output .*c[/\\]d\.hdf5 cannot be written: .*out[/\\]c is a file"),
         ("empty_file", r"input file .*in[/\\]b\.txt is empty"),
         ("empty_input", r"input .*in names no files"),
         ("output_inside_input", r"output folder .*in[/\\]out is inside the input folder"),
@@ -96,7 +100,7 @@ def test_shards_read_back_the_lines_of_the_file(tmp_path):
         ("no_text", r"b\.jsonl, line 1: no string under the text key 'text'"),
     ],
 )
-def test_bad_input_is_refused_before_anything_is_written(tmp_path, case, message, bilm_dir):
+def test_bad_input_is_refused_before_anything_is_written(tmp_path, case, message, bilm_dir, inline):
     inputs, output = tmp_path / "in", tmp_path / "out"
     write(inputs / "a.txt", ["fine"])
     output.mkdir()
@@ -106,6 +110,16 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, case, message
     apply = False
     if case == "not_utf8":
         (inputs / "b.txt").write_bytes(b"good\nbad \xff byte\n")
+    elif case == "nul_byte":  # UTF-8, but not text: the workers' read_lines refuses it
+        (inputs / "b.txt").write_bytes(b"good\nbad \x00 byte\n")
+    elif case == "output_is_folder":
+        write(inputs / "b.txt", ["x"])
+        (output / "b.hdf5").mkdir()
+        before = snapshot(output)
+    elif case == "output_under_a_file":
+        write(inputs / "c" / "d.txt", ["x"])
+        (output / "c").write_bytes(b"a file where a folder of outputs goes")
+        before = snapshot(output)
     elif case == "empty_file":
         (inputs / "b.txt").write_bytes(b"")
     elif case == "empty_input":
@@ -182,7 +196,8 @@ def test_manifest_records_what_is_done(tmp_path):
     append_record(tmp_path, record)
     with open(tmp_path / MANIFEST_NAME, "a") as handle:
         handle.write('{"output": "b.hdf5", "inpu')  # a run killed while writing its record
-    records = read_manifest(tmp_path)
+    with pytest.warns(ManifestWarning, match=r"manifest .*, line 2: ignored, a last line cut"):
+        records = read_manifest(tmp_path)
     assert list(records) == ["a.hdf5"]
     assert is_done(records["a.hdf5"], tmp_path, "s1", model, options)
     assert not is_done(records["a.hdf5"], tmp_path, "s2", model, options)  # changed input

@@ -1,0 +1,99 @@
+"""The temporary files of a corpus run: named so that a run knows them for its own.
+
+Every file a corpus run writes (an output, a part, a join, the compacted manifest) is written
+under a temporary name next to it and renamed over its final name when whole. The temporary
+name carries a mark no other program makes, `.NAME.spacy-elmo-tmp-XXXXXXXX` (X: hexadecimal),
+and a file being written under that name goes through one more temporary file of the same
+family, `..NAME.spacy-elmo-tmp-XXXXXXXX.YYYYYYYY.tmp` (`atomic_files.atomic_path`'s). A run
+(which holds OUTPUT_DIR's lock, so no other run is writing there) removes a file only when its
+name is of this family *and* NAME is a file the run itself writes there: a user's own `.tmp`
+files, or the temporary files of a program writing other names in the same folder, are never
+touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Collection, Iterator, Optional
+
+from ..atomic_files import atomic_path
+
+MARK = ".spacy-elmo-tmp-"
+# `.NAME<MARK>XXXXXXXX` (the staged file) or `..NAME<MARK>XXXXXXXX.YYYYYYYY.tmp` (mkstemp's
+# temporary file of atomic_path, 8 characters of [a-z0-9_]; `.probe`: check_output's probe).
+_OWNED = re.compile(
+    r"^\.(?P<inner>\.)?(?P<name>.+)"
+    + re.escape(MARK)
+    + r"[0-9a-f]{8}(?(inner)\.[a-z0-9_]{8}\.(?:tmp|probe))$",
+    re.DOTALL,
+)
+
+
+def owned_name(filename: str) -> Optional[str]:
+    """NAME when `filename` is a corpus run's temporary file for NAME, else None."""
+    match = _OWNED.match(filename)
+    return match.group("name") if match else None
+
+
+@contextmanager
+def staged(path: Path) -> Iterator[Path]:
+    """A temporary name next to `path`, in the run's family; the block writes it whole (through
+    `atomic_path` or a writer that uses it, such as `embed_file`), and it is then renamed over
+    `path`. An error in the block removes it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stage = path.parent / f".{path.name}{MARK}{secrets.token_hex(4)}"
+    try:
+        yield stage
+        os.replace(stage, path)
+    except BaseException:
+        stage.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+@contextmanager
+def owned_atomic_path(path: Path) -> Iterator[Path]:
+    """`atomic_path` with the run's temporary names: write the yielded path; it becomes `path`."""
+    with staged(path) as stage, atomic_path(stage) as tmp:
+        yield tmp
+
+
+def remove_owned(folder: Path, names: Optional[Collection[str]] = None) -> list[Path]:
+    """Remove the run's temporary files in `folder` (not below it) for the file names `names`
+    (None: for any name, in a folder that is the run's own, a folder of parts); the paths
+    removed."""
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no such folder (yet), or not one
+        return removed
+    for entry in entries:
+        name = owned_name(entry.name)
+        if name is None or (names is not None and name not in names):
+            continue
+        if entry.is_file(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _fsync_directory(folder: Path) -> None:
+    """Make the rename durable (best effort: not every file system syncs folders)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
