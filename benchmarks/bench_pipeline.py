@@ -24,6 +24,11 @@ point per pipeline and training size (docs/f1_vs_speed.png). Usage:
 
     python -m benchmarks.bench_pipeline                      # about 7 minutes on 2 cores
     python -m benchmarks.bench_pipeline --plot-only          # F1 column and plot, from the JSONs
+    python -m benchmarks.bench_pipeline --int8 --pipelines elmo --quick   # int8 beside float32
+
+With --int8, every pipeline with an `elmo` component is measured a second time, in the same
+rounds, as "NAME int8": loaded with `components.elmo.quantize = "int8"` (the biLM's products in
+int8, `spacy_elmo/bilm/quantize.py`).
 
 Needs the `transformer` extra for the transformer pipeline (a pipeline whose model is missing
 is reported as not measured, with the command that trains it).
@@ -77,7 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--documents", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--batch-sentences", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--int8", action="store_true", help="also each elmo pipeline with quantize = int8"
+    )
     parser.add_argument("--child", nargs=2, metavar=("NAME", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-int8", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args.child[1], args)), flush=True)
@@ -126,12 +135,18 @@ def main(argv: list[str] | None = None) -> None:
                 f"--pipeline {name} --size {args.size} --seed {args.seed}` trains it"
             )
             print(f"[{name}] not measured: {report['missing'][name]}", flush=True)
+    # (label, pipeline, int8): with --int8, each elmo pipeline again as "NAME int8"
+    runs = [(name, name, False) for name in present]
+    if args.int8:
+        runs += [(f"{name} int8", name, True) for name in present if "elmo" in name]
+        report["settings"]["int8"] = [label for label, _, int8 in runs if int8]
+    labels = [label for label, _, _ in runs]
     for number in range(args.rounds):
-        order = present if number % 2 == 0 else present[::-1]
+        order = runs if number % 2 == 0 else runs[::-1]
         results = {}
-        for name in order:
+        for name, pipeline, int8 in order:
             print(f"[round {number + 1}] {name} ...", flush=True)
-            results[name] = run_child(name, models[name], args)
+            results[name] = run_child(pipeline, models[pipeline], args, int8)
             r = results[name]
             print(
                 f"[round {number + 1}] {name}: {r['batch_words_per_s']:,.0f} words/s, sentence "
@@ -139,8 +154,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"ms, peak {r['peak_rss_mb']:,.0f} MB",
                 flush=True,
             )
-        report["rounds"].append({"order": order, "results": results})
-    report["summary"] = summarise(report["rounds"], present)
+        report["rounds"].append({"order": [label for label, _, _ in order], "results": results})
+    report["summary"] = summarise(report["rounds"], labels)
     f1 = load_f1(args.evidence)
     text = markdown(report, f1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -160,8 +175,9 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def run_child(name: str, model: Path, args) -> dict:
-    """One pipeline measured in a fresh process with `threads` threads everywhere."""
+def run_child(name: str, model: Path, args, int8: bool = False) -> dict:
+    """One pipeline measured in a fresh process with `threads` threads everywhere (with
+    `int8`, its elmo component's quantize = "int8")."""
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS"):
         env[var] = str(args.threads)
@@ -170,6 +186,7 @@ def run_child(name: str, model: Path, args) -> dict:
     command += ["--threads", str(args.threads), "--test", str(args.test)]
     command += ["--latency-sentences", str(args.latency_sentences)]
     command += ["--documents", str(args.documents), "--batch-sentences", str(args.batch_sentences)]
+    command += ["--child-int8"] if int8 else []
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"[{name}] the measuring process failed:\n{done.stderr[-3000:]}")
@@ -208,7 +225,8 @@ def measure(model: str, args) -> dict:
     documents = documents[: args.documents or None]
     rss_before = rss_mb()
     start = time.perf_counter()
-    nlp = spacy.load(model)
+    overrides = {"components.elmo.quantize": "int8"} if args.child_int8 else {}
+    nlp = spacy.load(model, config=overrides)
     load_seconds = time.perf_counter() - start
     rss_loaded = rss_mb()
 
