@@ -166,7 +166,10 @@ def embed_file(
 def dataset_options(float16: bool = False, compression: Optional[str] = None) -> dict:
     """h5py `create_dataset` keywords (and "dtype") for the storage options; checked here."""
     if compression is not None and compression not in COMPRESSIONS:
-        raise ValueError(f"compression must be one of {COMPRESSIONS} or None, got {compression!r}")
+        raise ValueError(
+            f"compression must be one of {', '.join(map(repr, COMPRESSIONS))} (or None: not "
+            f"compressed), got {compression!r}"
+        )
     options: dict = {"dtype": numpy.float16 if float16 else numpy.float32}
     if compression == "gzip":
         options.update(compression="gzip", compression_opts=4, shuffle=True)

@@ -137,3 +137,22 @@ def test_download_failures_give_one_line_and_leave_no_file(places, monkeypatch, 
         "SPACY_ELMO_MIRROR" if setting == "unreachable mirror" else "SPACY_ELMO_CACHE"
     ) in lines[0]
     assert not [p for p in places["tmp"].rglob("*") if p.is_file() and cache in p.parents]
+
+
+@pytest.mark.parametrize("command", ["embed", "embed-corpus"])
+def test_a_bad_compression_names_the_option_and_the_allowed_values(places, command):
+    before = sorted(places["tmp"].rglob("*"))
+    result = CliRunner().invoke(
+        app, [command, str(places["text"]), str(places["tmp"] / "out"), "--compression", "zip"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--compression': 'zip' is not one of 'gzip', 'lzf'" in result.stderr
+    assert "(" not in result.stderr.splitlines()[-1]  # no Python tuple
+    assert sorted(places["tmp"].rglob("*")) == before
+
+
+def test_the_library_names_the_allowed_compressions():
+    from spacy_elmo.embed_file import dataset_options
+
+    with pytest.raises(ValueError, match=r"^compression must be one of 'gzip', 'lzf' .*got 'zip'$"):
+        dataset_options(compression="zip")

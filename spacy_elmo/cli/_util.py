@@ -357,8 +357,21 @@ def compression_option() -> Any:
     return typer.Option(
         None,
         "--compression",
+        callback=check_compression,
         help="Compress each dataset: gzip (level 4) or lzf; lossless, slower to write and read.",
     )
+
+
+def check_compression(value: Optional[str]) -> Optional[str]:
+    """--compression is one of the compressions embed_file writes (refused before any work)."""
+    if value is not None:
+        from ..embed_file import COMPRESSIONS
+
+        if value not in COMPRESSIONS:
+            raise typer.BadParameter(
+                f"{value!r} is not one of {', '.join(map(repr, COMPRESSIONS))}"
+            )
+    return value
 
 
 def batch_size_option(default: int = 64, unit: str = "sentences") -> Any:
