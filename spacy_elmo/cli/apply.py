@@ -75,4 +75,4 @@ def apply(
         cluster=cluster_from_options(workers, address, threads_per_worker, gpus),
         progress=not quiet,
     )
-    report(result, output_dir)
+    report(result, output_dir, unit="documents")

@@ -54,8 +54,9 @@ def cluster_from_options(
     return Cluster(workers, address, threads_per_worker, gpus_per_worker)
 
 
-def report(result, output_dir: Path) -> None:
-    """One line: what was written and skipped, and how fast."""
+def report(result, output_dir: Path, unit: str = "sentences") -> None:
+    """One line: what was written and skipped, and how fast (`unit`: what the inputs' lines
+    are, sentences for embed-corpus, documents for apply)."""
     from ..corpus.plan import printable
 
     output_dir = printable(output_dir)  # a name that is not UTF-8: its bytes as \xNN
@@ -65,7 +66,7 @@ def report(result, output_dir: Path) -> None:
         return
     rate = stats.lines / stats.run_seconds if stats.run_seconds > 0 else 0.0
     typer.echo(
-        f"wrote {len(result.written)} outputs ({stats.lines} sentences, {rate:.1f}/s on "
+        f"wrote {len(result.written)} outputs ({stats.lines} {unit}, {rate:.1f}/s on "
         f"{len(stats.workers)} workers, Ray start-up {stats.startup_seconds:.1f} s) to "
         f"{output_dir}; {len(result.skipped)} up to date"
     )

@@ -89,3 +89,30 @@ def test_without_ray_the_command_names_the_extra(tmp_path, monkeypatch):
     assert result.output.strip() == (
         "error: corpus commands run on Ray, which is not installed: pip install 'spacy-elmo[ray]'"
     )
+
+
+@pytest.mark.parametrize(
+    "command, runner, unit",
+    [
+        ("apply", "apply.apply_corpus", "documents"),
+        ("embed-corpus", "embed.embed_corpus", "sentences"),
+    ],
+)
+def test_the_report_counts_what_the_command_reads(tmp_path, monkeypatch, command, runner, unit):
+    """apply's inputs are documents, embed-corpus's sentences: the closing line says which (the
+    run itself replaced by one that reports 5 lines embedded in 2 s on 1 worker)."""
+    import importlib
+
+    from spacy_elmo.corpus.engine import RunStats
+    from spacy_elmo.corpus.runner import CorpusResult
+
+    stats = RunStats(run_seconds=2.0, lines=5, workers={"host:1": {}})
+    done = CorpusResult(written=["a.out"], stats=stats)
+    module, function = runner.split(".")
+    monkeypatch.setattr(
+        importlib.import_module(f"spacy_elmo.corpus.{module}"), function, lambda *a, **k: done
+    )
+    args = ["blank:en"] if command == "apply" else []
+    result = run(command, *args, str(tmp_path / "in"), str(tmp_path / "out"), "-q")
+    assert result.exit_code == 0, result.output
+    assert f"wrote 1 outputs (5 {unit}, 2.5/s on 1 workers" in result.output
