@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import CONLL, machine_info
+from workflow.evidence.colours import PIPELINE_COLOURS
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -396,13 +397,6 @@ def markdown(report: dict, f1: dict) -> str:
 
 
 MARKERS = {1000: "o", 3000: "s", 14041: "^"}
-COLOURS = {
-    "baseline": "#7f7f7f",
-    "vectors": "#1f77b4",
-    "elmo": "#d62728",
-    "vectors+elmo": "#9467bd",
-    "transformer": "#2ca02c",
-}
 
 
 def plot(report: dict, f1: dict, path: Path) -> None:
@@ -422,22 +416,22 @@ def plot(report: dict, f1: dict, path: Path) -> None:
             points = sorted(f1[row].items())
             hollow = row != name
             ys = [mean for _, (mean, _runs) in points]
-            ax.plot([speed] * len(ys), ys, color=COLOURS[name], lw=0.8, alpha=0.5)
+            ax.plot([speed] * len(ys), ys, color=PIPELINE_COLOURS[name], lw=0.8, alpha=0.5)
             for size, (mean, _runs) in points:
                 ax.scatter(
                     speed,
                     mean,
                     marker=MARKERS.get(size, "x"),
                     s=60,
-                    facecolors="none" if hollow else COLOURS[name],
-                    edgecolors=COLOURS[name],
+                    facecolors="none" if hollow else PIPELINE_COLOURS[name],
+                    edgecolors=PIPELINE_COLOURS[name],
                 )
             ax.annotate(
                 row,
                 (speed, ys[-1]),
                 textcoords="offset points",
                 xytext=(7, -4 if hollow else 4),
-                color=COLOURS[name],
+                color=PIPELINE_COLOURS[name],
                 fontsize=9,
             )
     for size, marker in MARKERS.items():

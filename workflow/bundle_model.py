@@ -5,8 +5,8 @@
 
 Copies config.json, model.safetensors, lm_head.safetensors, vocab.txt and pretrain.json
 (with the perplexities that `evaluate-lm` wrote: held-out, held-out without the CoNLL
-lines, CoNLL-2003 dev), checks that the copy loads and that the
-files stay within the size budget, and copies the perplexity plot to docs/. With
+lines, CoNLL-2003 dev), checks that the copy loads and that the files stay within the size
+budget, and plots the run's perplexity into docs/ with the stage in its title. With
 `--first-stage` (the run the bundled run was initialised from, `--init-from`, or the bundled
 pretrain.json of that model, which lists its own stages), pretrain.json records every stage
 and the totals over them: tokens seen, steps and training time.
@@ -98,7 +98,13 @@ def main() -> None:
         summary = with_first_stage(summary, earlier)
     (args.target / "pretrain.json").write_text(json.dumps(summary, indent=2) + "\n")
     args.docs.mkdir(parents=True, exist_ok=True)
-    if (args.run / "perplexity.png").exists():
+    stage = len(summary.get("stages") or [summary])
+    if (args.run / "metrics.jsonl").exists():  # the plot again, saying which stage it shows
+        from spacy_elmo.pretrain.plot import plot_metrics
+
+        title = f"Bundled biLM, pretraining stage {stage} of {stage} ({args.run.name})"
+        plot_metrics(args.run / "metrics.jsonl", args.docs / "bundled_perplexity.png", title)
+    elif (args.run / "perplexity.png").exists():
         shutil.copyfile(args.run / "perplexity.png", args.docs / "bundled_perplexity.png")
 
     from spacy_elmo import BiLM

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+DEFAULT_TITLE = "biLM pretraining"
 
-def plot_metrics(metrics: Path, output: Path) -> None:
+
+def plot_metrics(metrics: Path, output: Path, title: str = DEFAULT_TITLE) -> None:
+    """Train and held-out perplexity against training tokens, from a run's metrics.jsonl, under
+    `title`: say which run or pretraining stage it shows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,7 +36,7 @@ def plot_metrics(metrics: Path, output: Path) -> None:
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    ax.set_title("biLM pretraining")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(output)
     plt.close(fig)

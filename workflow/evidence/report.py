@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from workflow.evidence.colours import pipeline_colour
 from workflow.evidence.runs import PIPELINES, STEP_SETTINGS, run_name
 from workflow.evidence.stats import Cell, welch_interval
 from workflow.evidence.subsets import FULL
@@ -277,29 +278,49 @@ def gains(runs: Sequence[dict]) -> list[dict]:
 
 
 def plot_curves(runs: Sequence[dict], path: Path) -> None:
-    """Test NER F1 against training sentences (log x), one line per pipeline, std error bars."""
+    """Test NER F1 against training sentences on a log axis at the true counts, one colour per
+    pipeline (`pipeline_colour`; a second step budget dashed); the mean over seeds with its std
+    as an error bar, a single run as a hollow marker without one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, NullFormatter
 
     cells = aggregate(runs, "ents_f")
     labels = size_labels(runs)
-    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    single = False
     for pipeline in sorted({label(run) for run in runs}, key=pipeline_rank):
+        colour = pipeline_colour(pipeline)
         sizes = [size for size in labels if (pipeline, size) in cells]
         means = [100 * cells[pipeline, size].mean for size in sizes]
-        stds = [100 * (cells[pipeline, size].std or 0.0) for size in sizes]
-        axes.errorbar(sizes, means, yerr=stds, marker="o", capsize=3, label=pipeline)
+        style = "--" if " (" in pipeline else "-"
+        axes.plot(sizes, means, style, color=colour, lw=1.2, alpha=0.8, label=pipeline)
+        for size, mean in zip(sizes, means):
+            cell = cells[pipeline, size]
+            if cell.n > 1:
+                std = 100 * (cell.std or 0.0)
+                axes.errorbar(size, mean, yerr=std, fmt="o", color=colour, capsize=3, ms=5)
+            else:
+                single = True
+                axes.plot(size, mean, "o", mfc="white", mec=colour, mew=1.5, ms=6)
     axes.set_xscale("log")
-    axes.set_xticks(list(labels))
+    axes.set_xlim(min(labels) / 1.4, max(labels) * 1.4)
+    axes.xaxis.set_major_locator(FixedLocator(list(labels)))
     axes.set_xticklabels(list(labels.values()))
-    axes.minorticks_off()
-    axes.set_xlabel("training sentences (CoNLL-2003)")
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.set_xlabel("training sentences (CoNLL-2003, log scale)")
     axes.set_ylabel("test NER F1")
     axes.set_title("NER + tagger learning curves (mean ± std over seeds)")
-    axes.grid(alpha=0.3)
-    axes.legend()
+    axes.grid(alpha=0.3, which="major")
+    axes.grid(alpha=0.12, which="minor", axis="x")
+    handles, names = axes.get_legend_handles_labels()
+    if single:
+        handles.append(Line2D([], [], ls="", marker="o", mfc="white", mec="black", mew=1.5))
+        names.append("a single run (no spread)")
+    axes.legend(handles, names, fontsize=8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=150)
