@@ -382,8 +382,8 @@ def int8_option() -> Any:
     return typer.Option(
         False,
         "--int8",
-        help="Run the biLM's matrix products in int8 (CPU only; the vectors differ from float32 "
-        "by about 0.5% of their norm: docs/performance.md#int8-on-the-cpu).",
+        help="Run the biLM's matrix products in int8 (CPU only; the bundled biLM's vectors "
+        "differ from float32 by about 2% of their norm: docs/performance.md#int8-on-the-cpu).",
     )
 
 
