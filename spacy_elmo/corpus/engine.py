@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import resource
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -38,6 +40,10 @@ QUEUE_PER_WORKER = 1
 WAIT_SECONDS = 1.0
 # The local instance's shared-memory object store: only shard names and results pass through.
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2
+# What Ray's C++ code writes to standard error while it looks for this machine's IP address (it
+# tries to reach 8.8.8.8 first): "[... W ...] network_util.cc:330: Failed to determine local IP
+# via external connectivity to: ...". Dropped under --quiet.
+RAY_PROBE_LINE = re.compile(rb"^\[[^\]]*\] network_util\.cc:\d+: ")
 
 
 class Job(Protocol):
@@ -178,11 +184,11 @@ def run_tasks(
         threads = threads or max(1, cpus // (workers or cpus))
         workers = workers or max(1, cpus // threads)
         reaper = start_reaper()
-        with _own_signal_handlers():
+        with _own_signal_handlers(), _probe_lines_dropped(not progress):
             _init_local(ray, cpus=max(cpus, workers * threads))
     else:
         reaper = None
-        with _own_signal_handlers():
+        with _own_signal_handlers(), _probe_lines_dropped(not progress):
             _init_join(ray, address)
     try:
         resources = ray.cluster_resources()
@@ -332,6 +338,31 @@ def _own_signal_handlers() -> Iterator[None]:
             for number, handler in kept.items():
                 if handler is not None:
                     signal.signal(number, handler)
+
+
+@contextmanager
+def _probe_lines_dropped(quiet: bool) -> Iterator[None]:
+    """With `quiet`, what is written to standard error (file descriptor 2, where Ray's C++ code
+    writes) is held back, and passed on without Ray's IP probe lines (RAY_PROBE_LINE) at the
+    end, however the block ends. (Ray's own processes log to their files, not to it.)"""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    kept = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(kept, 2)
+            os.close(kept)
+            held.seek(0)
+            lines = held.read().splitlines(keepends=True)
+            passed = b"".join(line for line in lines if not RAY_PROBE_LINE.match(line))
+            if passed:
+                os.write(2, passed)
 
 
 def _init_local(ray, cpus: int) -> None:

@@ -120,3 +120,56 @@ def test_a_running_cluster_passes_the_check(tmp_path):
     )
     done = in_namespace(f"'{sys.executable}' '{probe}'", {}, timeout=180)
     assert done.returncode == 0 and "answered" in done.stdout, done.stdout + done.stderr
+
+
+PROBE_LINE = (
+    b"[2026-01-01 00:00:00,000 W 1 1] network_util.cc:330: Failed to determine local IP via "
+    b"external connectivity to: 8.8.8.8:53, falling back to hostname resolution\n"
+)
+
+
+class RayThatProbes:
+    """Stands in for the `ray` module: its `init` writes Ray's IP probe line and another line
+    to file descriptor 2, as Ray's C++ code does, then finds no cluster."""
+
+    @staticmethod
+    def init(**_):
+        os.write(2, PROBE_LINE + b"another line from ray.init\n")
+        raise ConnectionError("no cluster here")
+
+
+@pytest.mark.parametrize("progress", [False, True], ids=["quiet", "with progress"])
+def test_quiet_drops_rays_ip_probe_lines_and_nothing_else(monkeypatch, capfd, progress):
+    from spacy_elmo.corpus import engine, ray_address
+
+    monkeypatch.setattr(engine, "require_ray", lambda: RayThatProbes)
+    monkeypatch.setattr(ray_address, "check_ray_address", lambda address: None)
+    cluster = engine.Cluster(address="127.0.0.1:6399")
+    with pytest.raises(ValueError, match="cannot join the Ray cluster at 127.0.0.1:6399"):
+        engine.run_tasks(None, [], cluster, lambda task, result: [], progress=progress)
+    err = capfd.readouterr().err
+    assert "another line from ray.init" in err
+    assert ("network_util.cc" in err) is progress
+
+
+def test_the_probe_lines_dropped_are_those_ray_writes():
+    """Ray's own IP probe, where nothing outside answers (a private network namespace), writes
+    lines that the quiet filter drops; the other lines written at the same time pass."""
+    pytest.importorskip("ray")
+    script = (
+        "import os, sys\n"
+        "from ray._common.network_utils import node_ip_address_from_perspective\n"
+        "from spacy_elmo.corpus.engine import _probe_lines_dropped\n"
+        "with _probe_lines_dropped(quiet=sys.argv[1] == 'quiet'):\n"
+        "    node_ip_address_from_perspective()\n"
+        "    os.write(2, b'another line\\n')\n"
+    )
+    runs = {
+        how: in_namespace(f"'{sys.executable}' -c \"{script}\" {how}", {}, timeout=120)
+        for how in ("loud", "quiet")
+    }
+    for done in runs.values():
+        assert done.returncode == 0 and "another line" in done.stderr, done.stderr
+    if "network_util.cc" not in runs["loud"].stderr:
+        pytest.skip(f"this Ray writes no IP probe line: {runs['loud'].stderr!r}")
+    assert "network_util.cc" not in runs["quiet"].stderr, runs["quiet"].stderr
