@@ -9,6 +9,12 @@ vectors, and the largest |value| (the projection clip bounds layer 1). Usage:
 
     python -m benchmarks.int8_error
     python -m benchmarks.int8_error --fixture PATH   # the fixture folder (options.json, ...)
+    python -m benchmarks.int8_error --speed          # and the bundled biLM's speed, both ways
+
+--speed: the bundled biLM on the first 128 of those sentences in batches of 32 and on the first
+16 one at a time, float32 and int8 alternating in one process over --rounds rounds (token
+cache off), as words per wall-clock second and per CPU second of the process (the latter is
+less disturbed by other jobs on the machine); the fastest round of each counts.
 
 Writes benchmarks/results/int8_error_cpu.{md,json}.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +70,34 @@ def measure(bilm, sentences: list[list[str]]) -> list[dict]:
     return errors(float32, int8)
 
 
+def speed(bilm, sentences: list[list[str]], rounds: int) -> dict:
+    """Words per wall and CPU second, batch 32 and batch 1, float32 and int8 alternating."""
+    import time
+
+    from spacy_elmo.bilm.quantize import set_quantize
+
+    bilm.token_cache_size = 0
+    batch, alone = sentences[:128], sentences[:16]
+    results: dict = {"float32": [], "int8": []}
+    for number in range(rounds):
+        for mode in ("float32", "int8") if number % 2 == 0 else ("int8", "float32"):
+            set_quantize(bilm, None if mode == "float32" else mode)
+            row = {}
+            for name, run, words in (
+                ("b32", lambda: bilm.embed(batch, batch_size=32), sum(map(len, batch))),
+                ("b1", lambda: [bilm.embed([s]) for s in alone], sum(map(len, alone))),
+            ):
+                cpu, wall = time.process_time(), time.perf_counter()
+                run()
+                row[f"{name}_words_per_s"] = words / (time.perf_counter() - wall)
+                row[f"{name}_words_per_cpu_s"] = words / (time.process_time() - cpu)
+            results[mode].append(row)
+            print(mode, {k: round(v) for k, v in row.items()}, flush=True)
+    set_quantize(bilm, None)
+    best = {m: {k: max(r[k] for r in rows) for k in rows[0]} for m, rows in results.items()}
+    return {"rounds": results, "best": best, "sentences": [len(batch), len(alone)]}
+
+
 def conll_sentences(n: int) -> tuple[str, list[list[str]]]:
     test = CONLL / "test.txt"
     if test.exists():
@@ -90,6 +125,26 @@ def markdown(report: dict) -> str:
         "| lowest cosine | max abs float32 / int8 |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    if "speed" in report:  # before the error table
+        sp = report["speed"]
+        table_header = lines[-2:]
+        del lines[-2:]
+        lines += [
+            "",
+            f"Speed, bundled biLM, {sp['threads']} thread(s), {sp['text']}: batch 32 over "
+            f"{sp['sentences'][0]} sentences, batch 1 over {sp['sentences'][1]}; float32 and "
+            f"int8 alternating, fastest of {sp['rounds_n']} rounds; the load average of the "
+            f"machine was {sp['load_average']} at the start.",
+            "",
+            "| products | batch 32 words/s | words/CPU-s | batch 1 words/s | words/CPU-s |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for mode, b in sp["best"].items():
+            lines.append(
+                f"| {mode} | {b['b32_words_per_s']:,.0f} | {b['b32_words_per_cpu_s']:,.0f} "
+                f"| {b['b1_words_per_s']:,.0f} | {b['b1_words_per_cpu_s']:,.0f} |"
+            )
+        lines += ["", *table_header]
     for case in report["cases"]:
         for row in case["layers"]:
             lines.append(
@@ -107,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--speed", action="store_true", help="also time float32 and int8")
+    parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args(argv)
 
     import torch
@@ -126,14 +183,23 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print(f"no fixture at {fixture}: skipped", file=sys.stderr)
     text, sentences = conll_sentences(args.sentences)
-    layers = measure(BiLM.bundled(), sentences)
+    bundled = BiLM.bundled()
+    layers = measure(bundled, sentences)
     cases.append({"model": "bundled", "text": text, "layers": layers})
     cases[-1]["tokens"] = sum(map(len, sentences))
+    timing = None
+    if args.speed:
+        load_average = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+        timing = speed(bundled, sentences, args.rounds)
+        timing.update(
+            threads=args.threads, text=text, rounds_n=args.rounds, load_average=load_average
+        )
     report = {
         "machine": machine_info("spacy-elmo"),
         "command": "python -m benchmarks.int8_error "
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "cases": cases,
+        **({"speed": timing} if timing else {}),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
