@@ -23,6 +23,11 @@ def test_api_reference_is_up_to_date():
     assert expected.count("Mix the biLM layers of every doc") == 1
     assert expected.count("### `spacy_elmo.ScalarMix.v1`") == 1 and "an alias" not in expected
     assert "`doc._.elmo_mix_coefficients`: c = gamma * s" in expected
+    # A loader's `name` is its argument; only the factory's `nlp` and `name` come from spaCy.
+    published = expected.split("### `spacy_elmo.PublishedWeights.v1`")[1].split("###")[0]
+    assert "| `name` | `str` | `required` |" in published
+    factory = expected.split("### `elmo`")[1].split("###")[0]
+    assert "| `nlp` |" not in factory and "| `name` |" not in factory
 
 
 # What users never see: files outside the repository and the wheel.

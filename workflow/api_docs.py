@@ -61,8 +61,8 @@ def describe(name: str, target: str, factory: bool = False) -> str:
         lines += [doc, ""]
     rows = []
     for parameter in signature.parameters.values():
-        if parameter.name in ("nlp", "name"):
-            continue  # given by spaCy
+        if factory and parameter.name in ("nlp", "name"):
+            continue  # given by spaCy to a factory (other functions' `name` is an argument)
         annotation = parameter.annotation
         if annotation is inspect.Parameter.empty:
             kind = ""
