@@ -33,8 +33,11 @@ def _tracked(path: str) -> bool:
 def test_evidence_report_needs_only_what_git_holds():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    missing = [dep for dep in _command("evidence-report")["deps"] if not _tracked(dep)]
+    command = _command("evidence-report")
+    missing = [dep for dep in command["deps"] if not _tracked(dep)]
     assert not missing, f"a fresh clone lacks {missing}: spacy project would refuse to run"
+    # the runs under training/evidence are no dependency, so it must not skip when they change
+    assert command.get("no_skip") is True
 
 
 @pytest.mark.slow
