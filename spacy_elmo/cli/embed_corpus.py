@@ -28,6 +28,7 @@ def embed_corpus(
     pretokenized: Optional[bool] = opt.pretokenized_option(True),
     lang: Optional[str] = opt.lang_option(),
     pipeline: Optional[str] = opt.pipeline_option(),
+    code: Optional[Path] = opt.code_option(),
     max_tokens: int = typer.Option(
         256, "--max-tokens", min=1, help="Longer lines run as windows of this many tokens."
     ),
@@ -51,6 +52,7 @@ def embed_corpus(
 
     if top and average:
         raise ValueError("choose at most one of --top and --average")
+    opt.import_code(code)
     result = run(
         input,
         output_dir,
@@ -65,6 +67,7 @@ def embed_corpus(
         batch_size=batch_size,
         float16=float16,
         int8=int8,
+        code=code,
         compression=compression,
         shard_lines=shard_lines,
         cluster=cluster_from_options(workers, address, threads_per_worker, gpus_per_worker),

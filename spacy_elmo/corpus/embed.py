@@ -33,11 +33,16 @@ class EmbedJob:
     compression: Optional[str] = None
     gpu: bool = False
     int8: bool = False  # the biLM's products in int8 (`bilm.quantize`)
+    code: Optional[str] = None  # a Python file each worker imports first (`--code`)
 
     def setup(self) -> Any:
         from ..bilm.sources import load_bilm
         from ..embed_file import spacy_tokenizer, whitespace_tokenizer
 
+        if self.code is not None:
+            import spacy.util
+
+            spacy.util.import_file("python_code", self.code)
         bilm = load_bilm(self.model, self.options_file, self.weights_file, stateful=False)
         if self.gpu:
             bilm = bilm.to("cuda")  # the GPU Ray gave this worker (CUDA_VISIBLE_DEVICES)
@@ -141,6 +146,7 @@ def embed_corpus(
     compression: Optional[str] = None,
     shard_lines: int = DEFAULT_SHARD_LINES,
     int8: bool = False,
+    code: Optional[str | Path] = None,
     cluster: Cluster = Cluster(),
     progress: bool = True,
 ) -> CorpusResult:
@@ -148,7 +154,9 @@ def embed_corpus(
 
     Each output is what `embed_file` writes for that file. Inputs are checked, and the model
     named, before anything is written; outputs that the manifest records as done for the same
-    input, model and options are skipped. See docs/corpus.md.
+    input, model and options are skipped. See docs/corpus.md. `code`: a Python file every
+    worker imports first (the language or the pipeline's components it registers), on storage
+    every node sees.
     """
     from ..bilm.sources import resolve_source
 
@@ -182,6 +190,7 @@ def embed_corpus(
         compression=compression,
         gpu=cluster.gpus_per_worker > 0,
         int8=int8,
+        code=None if code is None else str(Path(code).resolve()),  # where every worker finds it
     )
     return run_corpus(
         "embed-corpus", inputs, output_dir, job, identity, job.options(), cluster, progress
