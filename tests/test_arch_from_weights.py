@@ -1,4 +1,4 @@
-"""The biLM architecture and the listener widths come from the weights (issue 11, part 1)."""
+"""The biLM architecture and the listener widths come from the weights."""
 
 from __future__ import annotations
 

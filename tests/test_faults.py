@@ -1,5 +1,5 @@
 """Files a user receives run no code; outputs are never lost or half-written; bad values are
-errors naming the file and value; the token cache is thread-safe and bounded (issue 14)."""
+errors naming the file and value; the token cache is thread-safe and bounded."""
 
 from __future__ import annotations
 
@@ -358,7 +358,7 @@ def test_a_truncated_component_file_names_the_component_and_file(tmp_path, bilm_
 
 
 # ---------------------------------------------------------------------- 5. foreign tensor types
-# (issue 24) Every weight source is checked as stored, before its cast to float32, by one check:
+# Every weight source is checked as stored, before its cast to float32, by one check:
 # floating-point weights (float16, bfloat16, float32, float64 within float32's range) load as
 # their float32 values; complex, boolean and integer tensors, NaN and inf are refused.
 BIAS = {  # the same weights (the first convolution's 4 biases) under each source's key

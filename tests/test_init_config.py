@@ -1,4 +1,4 @@
-"""`spacy-elmo init-config` (issue 11, part 2): valid, complete configs that train."""
+"""`spacy-elmo init-config`: valid, complete configs that train."""
 
 from __future__ import annotations
 

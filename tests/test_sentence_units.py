@@ -1,4 +1,4 @@
-"""Sentence units on raw text equal those of training (issue 11, part 3): `split_sentences`."""
+"""Sentence units on raw text equal those of training: `split_sentences`."""
 
 from __future__ import annotations
 

@@ -55,7 +55,8 @@ CHAR_SPECIALS = (BOS, EOS, OOV, PAD, BOW, EOW)
 WORD_SPECIALS = (OOV, PAD)  # `<bos>`/`<eos>` fall back to `<oov>` as in their code
 
 # The architecture of every published model (their package's configs/, under both names), for
-# a model directory whose config.json names a file that is not in it (their README, issue 27).
+# a model directory whose config.json names a file that is not in it (their README; issue 27 of
+# github.com/HIT-SCIR/ELMoForManyLangs).
 PUBLISHED_ARCHITECTURE: dict[str, Any] = {
     "encoder": {
         "name": "elmo",

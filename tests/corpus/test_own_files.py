@@ -1,4 +1,4 @@
-"""Issue 37: a corpus run touches only what it writes, never loops over an input tree, is never
+"""A corpus run touches only what it writes, never loops over an input tree, is never
 stuck for good by a file name or its own manifest, and checks every input before it writes.
 
 The runs here are whole runs of the driver (runner.py) with their shards run in this process

@@ -1,5 +1,5 @@
 """A run directory belongs to one run; checkpoints load without unpickling; resume keeps the
-run's settings; bad settings and files are messages, not tracebacks (issue 14)."""
+run's settings; bad settings and files are messages, not tracebacks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A warm-up longer than the run is named at the start of pretraining (issue 25, part 4)."""
+"""A warm-up longer than the run is named at the start of pretraining."""
 
 from __future__ import annotations
 
