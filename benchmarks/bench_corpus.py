@@ -32,10 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks.common import git_commit, machine_info
 
-from benchmarks.common import git_commit, machine_info  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 IN_NAMESPACE = "SPACY_ELMO_BENCH_NETNS"
 
@@ -66,7 +65,9 @@ def _rerun_in_namespace() -> int:
     prefix = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--net", "--map-root-user"]
     env = {**os.environ, IN_NAMESPACE: "1", "RAY_AUTH_MODE": "disabled"}
     command = [*prefix, "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable]
-    return subprocess.call(command + sys.argv, env=env)
+    return subprocess.call(
+        [*command, "-m", "benchmarks.bench_corpus", *sys.argv[1:]], env=env, cwd=REPO
+    )
 
 
 def corpus(source: Path, n: int, seed: int = 0) -> list[str]:

@@ -186,9 +186,7 @@ install_allennlp() {
             google-cloud-storage boto3 lmdb dill base58 more-itertools pillow "rich<13" \
             termcolor nltk scikit-learn scipy sentencepiece tensorboardX &&
         "$VENV/bin/python" -c '
-import sys
-sys.path.insert(0, "benchmarks")
-import allennlp_compat  # noqa: F401
+from benchmarks import allennlp_compat  # noqa: F401  (run from the repository root)
 from allennlp.modules.elmo import _ElmoBiLm  # noqa: F401
 print("allennlp imports")'
 }
