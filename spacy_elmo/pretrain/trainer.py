@@ -646,7 +646,10 @@ class Pretrainer:
             try:
                 from .plot import plot_metrics
 
-                plot_metrics(self.work / METRICS, self.work / "perplexity.png")
+                title = f"biLM pretraining: {self.work.name}"
+                if self.config.init_from:
+                    title += f", continued from {Path(self.config.init_from).name}"
+                plot_metrics(self.work / METRICS, self.work / "perplexity.png", title=title)
             except ImportError:
                 logger.warning("matplotlib is not installed: no perplexity plot")
         self._barrier()
