@@ -54,6 +54,8 @@ def _cell(param) -> str:
 
 def _default(option) -> str:
     if option.is_flag and option.secondary_opts:
+        if option.default is None:  # decided by other options: the help text says how
+            return "see what"
         return f"`{option.opts[0] if option.default else option.secondary_opts[0]}`"
     if option.default is None or option.default is False or option.default in ("", ()):
         return ""

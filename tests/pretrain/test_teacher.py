@@ -217,6 +217,7 @@ def test_resume_with_a_teacher_gives_the_same_weights(tmp_path, teacher_folder, 
         return tiny_config(tmp_path, corpus, teacher=str(teacher_folder), output=output)
 
     pretrain(config(str(tmp_path / "reference")))
+
     # Stopped after step 12 as a signal stops it: a checkpoint, then resumed to the end.
     def stop_after_step_12(self) -> bool:
         self.stop_requested = self.step >= 12
