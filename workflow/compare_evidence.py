@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """One table of NER F1 from pipelines of several evidence reports (`python -m workflow.evidence
 report` JSON files), each row one pipeline of one file, with its gain over a reference row and
-Welch's 95% interval for the gain.
+Welch's 95% interval for the gain, and the gain over the reference's runs of the same seeds
+(the same training subset and initialisation: the mean of the per-seed differences).
 
     python -m workflow.compare_evidence --reference "baseline=results/evidence.json:baseline" \\
         "elmo, stage 3 (bundled)=results/evidence.json:elmo" \\
@@ -31,6 +32,15 @@ def parse_row(text: str) -> tuple[str, Path, str]:
 def cells(runs: list[dict], pipeline: str, split: str) -> dict[int, Cell]:
     """NER F1 on `split` by training sentences for one pipeline's runs."""
     return {n: cell for (p, n), cell in aggregate(runs, "ents_f", split).items() if p == pipeline}
+
+
+def seed_scores(runs: list[dict], pipeline: str) -> dict[tuple[int, int], float]:
+    """Test NER F1 by (training sentences, seed) for one pipeline's runs."""
+    return {
+        (run["train_sentences"], run["seed"]): run["test"]["ents_f"]
+        for run in runs
+        if run["pipeline"] == pipeline
+    }
 
 
 def compare(rows: list[tuple[str, list[dict], str]], reference: tuple[str, list[dict], str]) -> str:
@@ -66,6 +76,19 @@ def compare(rows: list[tuple[str, list[dict], str]], reference: tuple[str, list[
             ci = "" if interval is None else " " + format_interval(interval)
             row.append(f"{100 * gain:+.2f}{ci}")
         lines.append(f"| *{label} − {base}, 95% CI* | " + " | ".join(row) + " |")
+    base_seeds = seed_scores(reference[1], reference[2])
+    for label, runs, pipeline in rows:
+        own = seed_scores(runs, pipeline)
+        row = []
+        for n in sizes:
+            shared = sorted(seed for size, seed in own if size == n and (n, seed) in base_seeds)
+            if not shared:
+                row.append("–")
+                continue
+            differences = [own[(n, seed)] - base_seeds[(n, seed)] for seed in shared]
+            mean = sum(differences) / len(differences)
+            row.append(f"{100 * mean:+.2f} ({len(shared)})")
+        lines.append(f"| *{label} − {base}, same seeds (runs)* | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 

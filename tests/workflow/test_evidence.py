@@ -772,6 +772,14 @@ def test_compare_evidence_rows_and_gains(tmp_path: Path, capsys):
         f"| *new − base, 95% CI* | +12.00 [{100 * low:+.2f}, {100 * high:+.2f}] | – |"
     )
     assert lines["| *old − base, 95% CI*"] == "| *old − base, 95% CI* | +9.00 | – |"  # one run
+    # Seed by seed: new's seeds 0 and 1 against base's seeds 0 and 1; old has seed 0 only.
+    same = (0.71 - 0.60 + 0.75 - 0.62) / 2
+    assert lines["| *new − base, same seeds (runs)*"] == (
+        f"| *new − base, same seeds (runs)* | {100 * same:+.2f} (2) | – |"
+    )
+    assert lines["| *old − base, same seeds (runs)*"] == (
+        "| *old − base, same seeds (runs)* | +10.00 (1) | – |"
+    )
     assert compare.main(["--reference", f"base={first}:vectors", f"x={first}:elmo"]) == 1
     assert "no runs of pipeline 'vectors'" in capsys.readouterr().err
     assert compare.main(["--reference", "nonsense", f"x={first}:elmo"]) == 1
