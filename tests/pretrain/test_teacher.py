@@ -244,6 +244,7 @@ def test_resume_with_another_teacher_is_refused(tmp_path, teacher_folder):
         pretrain(config, resume=True, explicit={"max_steps", "teacher"})
 
 
+@pytest.mark.slow
 def test_torchrun_with_a_teacher_holds_identical_weights(tmp_path, teacher_folder):
     corpus = write_corpus(tmp_path / "corpus.txt")
     run = tmp_path / "ddp"
