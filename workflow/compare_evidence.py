@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from workflow.evidence.report import aggregate, format_interval, size_labels
+from workflow.evidence.report import label as row_label
 from workflow.evidence.stats import Cell, welch_interval
 
 
@@ -35,11 +36,12 @@ def cells(runs: list[dict], pipeline: str, split: str) -> dict[int, Cell]:
 
 
 def seed_scores(runs: list[dict], pipeline: str) -> dict[tuple[int, int], float]:
-    """Test NER F1 by (training sentences, seed) for one pipeline's runs."""
+    """Test NER F1 by (training sentences, seed) for one row's runs (a pipeline at its
+    standard step budget, or e.g. "transformer (2x steps)", as `cells` groups them)."""
     return {
         (run["train_sentences"], run["seed"]): run["test"]["ents_f"]
         for run in runs
-        if run["pipeline"] == pipeline
+        if row_label(run) == pipeline
     }
 
 

@@ -780,6 +780,14 @@ def test_compare_evidence_rows_and_gains(tmp_path: Path, capsys):
     assert lines["| *old − base, same seeds (runs)*"] == (
         "| *old − base, same seeds (runs)* | +10.00 (1) | – |"
     )
+    # A second step budget is a row of its own, paired with nothing of the standard budget.
+    runs = json.loads(Path(second).read_text())["runs"]
+    runs.append({**runs[0], "max_steps": 2000, "size": "1000", "test": {"ents_f": 0.99}})
+    Path(second).write_text(json.dumps({"runs": runs}))
+    assert compare.main(["--reference", f"base={first}:baseline", f"new={second}:elmo"]) == 0
+    assert f"| *new − base, same seeds (runs)* | {100 * same:+.2f} (2) | – |" in (
+        capsys.readouterr().out
+    )
     assert compare.main(["--reference", f"base={first}:vectors", f"x={first}:elmo"]) == 1
     assert "no runs of pipeline 'vectors'" in capsys.readouterr().err
     assert compare.main(["--reference", "nonsense", f"x={first}:elmo"]) == 1
