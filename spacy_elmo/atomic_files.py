@@ -30,7 +30,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -88,7 +88,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_directory(folder: Path) -> None:
+def fsync_directory(folder: Path) -> None:
     """Make the rename durable (best effort: not every file system syncs folders)."""
     try:
         fd = os.open(folder, os.O_RDONLY)

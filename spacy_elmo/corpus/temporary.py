@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Collection, Iterator, Optional
 
-from ..atomic_files import atomic_path
+from ..atomic_files import atomic_path, fsync_directory
 
 MARK = ".spacy-elmo-tmp-"
 # `.NAME<MARK>XXXXXXXX` (the staged file) or `..NAME<MARK>XXXXXXXX.YYYYYYYY.tmp` (mkstemp's
@@ -53,7 +53,7 @@ def staged(path: Path) -> Iterator[Path]:
     except BaseException:
         stage.unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
 @contextmanager
@@ -83,17 +83,3 @@ def remove_owned(folder: Path, names: Optional[Collection[str]] = None) -> list[
                 continue
             removed.append(Path(entry.path))
     return removed
-
-
-def _fsync_directory(folder: Path) -> None:
-    """Make the rename durable (best effort: not every file system syncs folders)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
