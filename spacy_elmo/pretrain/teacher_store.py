@@ -70,8 +70,8 @@ def _read_json(path: Path) -> Optional[dict]:
     return record
 
 
-def plan_size(corpus: Path, dim: int) -> tuple[int, int]:
-    """(distinct sentences, their words) of a tokenised corpus; the store holds words x dim."""
+def plan_size(corpus: Path) -> tuple[int, int]:
+    """(distinct sentences, their words) of a tokenised corpus: the store holds a row a word."""
     seen: set[int] = set()
     words = 0
     for sentence in _lines(corpus, 0):
@@ -102,7 +102,7 @@ def build_store(
         if record.get("complete"):
             return record
     else:
-        sentences, words = plan_size(corpus, teacher.dim)
+        sentences, words = plan_size(corpus)
         record = {
             "format": FORMAT,
             "version": VERSION,
