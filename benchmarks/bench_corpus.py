@@ -95,9 +95,8 @@ def run(args, work: Path) -> dict:
     import torch
 
     from spacy_elmo.bilm import BiLM, BiLMOptions
-    from spacy_elmo.bilm.sources import load_bilm
     from spacy_elmo.corpus import Cluster, embed_corpus
-    from spacy_elmo.embed_file import embed_file
+    from spacy_elmo.corpus.embed_file import embed_file
     from spacy_elmo.pretrain.presets import preset
 
     all_lines = corpus(args.source, args.sentences)
@@ -125,7 +124,7 @@ def run(args, work: Path) -> dict:
             "tokens": sum(len(s.split()) for s in lines),
             "load_before": os.getloadavg(),
         }
-        bilm = load_bilm(model)
+        bilm = BiLM.load(model)
         for threads in (2, 1):
             torch.set_num_threads(threads)
             start, cpu = time.perf_counter(), _cpu_seconds()
@@ -196,10 +195,10 @@ PAIR_CHILD = """
 import sys, time
 import torch
 torch.set_num_threads(1)
-from spacy_elmo.bilm.sources import load_bilm
-from spacy_elmo.embed_file import embed_file
+from spacy_elmo import BiLM
+from spacy_elmo.corpus.embed_file import embed_file
 source, output, model, start_at = sys.argv[1:5]
-bilm = load_bilm(model)
+bilm = BiLM.load(model)
 while time.time() < float(start_at):
     time.sleep(0.01)
 t = time.perf_counter()

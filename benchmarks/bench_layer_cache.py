@@ -47,7 +47,7 @@ CONFIGS = {
 
 def elmo_weights(cache_dir: Path) -> tuple[str | None, str]:
     """(path for SavedBiLM.v1 or None for the bundled model, description)."""
-    from spacy_elmo.loaders import BUNDLED_MODEL
+    from spacy_elmo.pipeline.loaders import BUNDLED_MODEL
 
     if (BUNDLED_MODEL / "model.safetensors").exists():
         return None, f"bundled biLM ({BUNDLED_MODEL.relative_to(REPO)})"

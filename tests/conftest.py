@@ -67,7 +67,7 @@ def allennlp_fixture() -> Path:
 @pytest.fixture(scope="session")
 def bilm_dir(tmp_path_factory) -> Path:
     """A saved tiny biLM (random weights) for the spaCy integration tests."""
-    from .pipeline_util import save_tiny_bilm
+    from .pipeline.pipeline_util import save_tiny_bilm
 
     directory = tmp_path_factory.mktemp("bilm")
     save_tiny_bilm(directory)

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM, BiLMOptions
 from spacy_elmo.bilm import model as bilm_model
 from spacy_elmo.cli import app
-from spacy_elmo.embed_file import embed_file
+from spacy_elmo.corpus.embed_file import embed_file
 from spacy_elmo.pretrain.corpus import iter_lines
 from spacy_elmo.pretrain.vocab import Vocab
 
@@ -347,7 +347,7 @@ def test_nan_weights_in_spacy_bytes_are_an_error():
 def test_a_truncated_component_file_names_the_component_and_file(tmp_path, bilm_dir):
     import spacy
 
-    from .pipeline_util import tiny_nlp
+    from .pipeline.pipeline_util import tiny_nlp
 
     tiny_nlp(bilm_dir).to_disk(tmp_path / "pipeline")
     model = tmp_path / "pipeline" / "elmo" / "model"
@@ -407,7 +407,7 @@ def weights_in(source: str, tensor: torch.Tensor, tmp_path: Path):
         save_file(tensors, str(saved / "model.safetensors"))
         return lambda: BiLM.load(saved).char_cnn.convolutions[0].bias
     if source == "pkl":
-        from .bilm.efml_reference import architecture, dictionaries, write_model
+        from .weights.efml_reference import architecture, dictionaries, write_model
 
         directory = tmp_path / "efml"
         write_model(directory, architecture(0), *dictionaries([["a", "b"]]))
@@ -445,7 +445,7 @@ def test_every_weight_source_checks_the_dtype_and_values_before_any_cast(tmp_pat
 
 # ---------------------------------------------------------------------- 6. JSON of any size
 def _efml_model(tmp_path: Path) -> Path:
-    from .bilm.efml_reference import architecture, dictionaries, write_model
+    from .weights.efml_reference import architecture, dictionaries, write_model
 
     directory = tmp_path / "efml"
     write_model(directory, architecture(3), *dictionaries([["a", "b"]]))

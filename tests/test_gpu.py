@@ -24,7 +24,7 @@ from spacy.util import load_model_from_config  # noqa: E402
 from spacy_elmo import BiLM  # noqa: E402
 from spacy_elmo.layers.elmo_model import get_bilm  # noqa: E402
 
-from .pipeline_util import (  # noqa: E402
+from .pipeline.pipeline_util import (  # noqa: E402
     save_tiny_bilm,
     synthetic_docs,
     tiny_nlp,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from .conftest import REPO
-from .pipeline_util import save_tiny_bilm, tiny_nlp
+from .pipeline.pipeline_util import save_tiny_bilm, tiny_nlp
 
 
 def test_spacy_package_installs_and_loads(tmp_path):

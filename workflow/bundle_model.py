@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MAX_BYTES
+from spacy_elmo.pipeline.loaders import BUNDLED_FILES, BUNDLED_MAX_BYTES
 
 # pretrain.json key: (the run's perplexity file, from `spacy-elmo perplexity --output`; what
 # it measured, as the model card says it)

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from spacy_elmo.atomic_files import write_text
+from spacy_elmo.util.files import write_text
 
 MODES = {"float32": None, "int8": "int8"}
 

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from spacy_elmo.loaders import BUNDLED_FILES, BUNDLED_MODEL
+from spacy_elmo.pipeline.loaders import BUNDLED_FILES, BUNDLED_MODEL
 from workflow.bundle_model import PERPLEXITIES
 from workflow.markers import replace_between_markers
 

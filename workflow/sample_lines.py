@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spacy_elmo.atomic_files import atomic_path
+from spacy_elmo.util.files import atomic_path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from spacy_elmo import BiLM
-from spacy_elmo.loaders import bundled_bilm
+from spacy_elmo.pipeline.loaders import bundled_bilm
 from workflow.markers import replace_between_markers
 
 MARKER = "sense-check"

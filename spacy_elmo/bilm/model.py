@@ -6,23 +6,22 @@ import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy
 import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from ..weights.elmoformanylangs import EfmlLexicon, read_elmoformanylangs
+from ..weights.layouts import read_allennlp, read_saved, write_allennlp, write_saved
+from ..weights.sources import BiLMSource, resolve_source
 from . import fast_paths
 from .cache import BoundedCache
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
-from .io import read_allennlp, read_saved, write_allennlp, write_saved
 from .lstm import LstmStack, State, run_stacks
 from .options import BiLMOptions
-
-if TYPE_CHECKING:
-    from .elmoformanylangs import EfmlLexicon
 
 DIRECTIONS = ("forward", "backward")
 TOKEN_CACHE_SIZE = 20000  # distinct tokens whose char-CNN vectors are kept at inference
@@ -126,9 +125,7 @@ class BiLM(nn.Module):
     def from_elmoformanylangs(cls, model_dir: str | Path, stateful: bool = False) -> BiLM:
         """Load an ELMoForManyLangs model directory (config.json, architecture JSON, char.dic,
         word.dic, token_embedder.pkl, encoder.pkl); the .pkl files are read without running
-        code (`elmoformanylangs.py`)."""
-        from .elmoformanylangs import read_elmoformanylangs
-
+        code (`weights/elmoformanylangs.py`)."""
         options, state_dict, lexicon = read_elmoformanylangs(model_dir)
         bilm = cls._from_state(options, state_dict, stateful)
         bilm.set_lexicon(lexicon)
@@ -184,13 +181,26 @@ class BiLM(nn.Module):
         write_saved(self.options, self.state_dict(), directory)
 
     @classmethod
-    def load(cls, source: str | Path = "bundled", stateful: bool = False) -> BiLM:
-        """Load a biLM however it is named: 'bundled', a directory written by `save`, a
-        `spacy-elmo pretrain` run directory, a bilm-tf/AllenNLP folder or an ELMoForManyLangs
-        directory (`sources.resolve_source`)."""
-        from .sources import load_bilm
+    def load(
+        cls,
+        source: str | Path | None = "bundled",
+        stateful: bool = False,
+        options: str | Path | None = None,
+        weights: str | Path | None = None,
+    ) -> BiLM:
+        """Load a biLM however it is named: 'bundled', a published name, a directory written by
+        `save`, a `spacy-elmo pretrain` run directory, a bilm-tf/AllenNLP folder, an
+        ELMoForManyLangs directory, or `options` + `weights` files (`weights.resolve_source`)."""
+        return cls.from_source(resolve_source(source, options, weights), stateful=stateful)
 
-        return load_bilm(source, stateful=stateful)
+    @classmethod
+    def from_source(cls, source: BiLMSource, stateful: bool = False) -> BiLM:
+        """Read a resolved source with its format's reader and checks."""
+        if source.kind == "allennlp":
+            return cls.from_allennlp(source.options_file, source.weights_file, stateful=stateful)
+        if source.kind == "elmoformanylangs":
+            return cls.from_elmoformanylangs(source.path, stateful=stateful)
+        return cls.load_saved(source.path, stateful=stateful)
 
     @classmethod
     def bundled(cls, stateful: bool = False) -> BiLM:
@@ -203,8 +213,6 @@ class BiLM(nn.Module):
         options, state_dict = read_saved(directory, cls.state_shapes)
         bilm = cls._from_state(options, state_dict, stateful)
         if options.char_vocabulary == "dictionary":
-            from .elmoformanylangs import EfmlLexicon
-
             bilm.set_lexicon(EfmlLexicon.load(directory))
         return bilm
 

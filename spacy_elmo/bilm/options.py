@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..weights.json_files import read_json
 from .chars import MAX_CHARS_PER_TOKEN, N_CHARACTERS
-from .json_files import read_json
 
 ACTIVATIONS = ("relu", "tanh")
 # How tokens become character ids: ELMo's UTF-8 bytes (docs/MODEL.md §4), or the character (and

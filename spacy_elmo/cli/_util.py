@@ -2,7 +2,7 @@
 
 Options mean the same in every command (docs/cli.md):
 
-* `--model/-m` names a biLM in any of the ways `bilm.sources.resolve_source` takes;
+* `--model/-m` names a biLM in any of the ways `weights.sources.resolve_source` takes;
   `--options/--weights` name a bilm-tf/AllenNLP pair instead.
 * `--lang/-l` is the language of the tokenizer for raw text, `--pipeline/-p` a spaCy pipeline
   whose tokenizer and sentence boundaries read it instead (in `init-config`, as in `spacy init
@@ -365,7 +365,7 @@ def compression_option() -> Any:
 def check_compression(value: Optional[str]) -> Optional[str]:
     """--compression is one of the compressions embed_file writes (refused before any work)."""
     if value is not None:
-        from ..embed_file import COMPRESSIONS
+        from ..corpus.embed_file import COMPRESSIONS
 
         if value not in COMPRESSIONS:
             raise typer.BadParameter(
@@ -427,7 +427,7 @@ def set_threads(threads: Optional[int]) -> None:
     """torch's CPU threads; without --threads, torch's choice, with a warning where it has more
     threads than this process can run at once (a CPU quota, a narrower affinity)."""
     if threads is None:
-        from ..cpu_threads import warn_if_oversubscribed
+        from ..util.threads import warn_if_oversubscribed
 
         warn_if_oversubscribed()
         return
@@ -459,7 +459,7 @@ def device(gpu_id: int) -> str:
 
 def check_new_output(path: Path, force: bool, inputs: list[Path]) -> None:
     """Refuse an output that exists (unless `force`), is an input or cannot be written."""
-    from ..atomic_files import check_output
+    from ..util.files import check_output
 
     check_output(path, inputs)
     if path.exists() and not force:

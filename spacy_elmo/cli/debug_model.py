@@ -46,7 +46,7 @@ def debug_model(
     from spacy.schemas import ConfigSchemaTraining
     from thinc.api import fix_random_seed, set_gpu_allocator
 
-    from ..pipeline import Elmo, feed_listeners_of
+    from ..pipeline.component import Elmo, feed_listeners_of
 
     opt.device(use_gpu)  # no GPU: one clear error, before spaCy's "Using GPU"
     opt.import_code(code)

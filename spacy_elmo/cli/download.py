@@ -1,4 +1,4 @@
-"""`spacy-elmo download`: a published AllenNLP biLM into the cache (wiring `bilm.published`)."""
+"""`spacy-elmo download`: a published AllenNLP biLM into the cache (wiring `weights.published`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def download(
     seconds (default 60) stops. A file is recorded (size, sha256) only once it checks whole
     against the name's architecture; cached files are verified against that record, and
     --force downloads them again and replaces it."""
-    from ..bilm import published
+    from ..weights import published
 
     cached = not force and published.cached_files(name) is not None
     options_file, weights_file = published.download(name, force=force, progress=not quiet)

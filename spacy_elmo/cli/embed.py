@@ -91,8 +91,9 @@ def _embed(
     force: bool,
     quiet: bool,
 ) -> None:
-    from ..bilm.sources import resolve_source
-    from ..embed_file import embed_file, whitespace_tokenizer
+    from ..bilm import BiLM
+    from ..corpus.embed_file import embed_file, whitespace_tokenizer
+    from ..weights.sources import resolve_source
 
     if top and average:
         raise ValueError("choose at most one of --top and --average")
@@ -109,7 +110,7 @@ def _embed(
             warn_if_raw(input_file, input_name)
     else:
         tokenize = opt.raw_tokenizer(lang, pipeline)
-    bilm = source.load(stateful=stateful).to(device)
+    bilm = BiLM.from_source(source, stateful=stateful).to(device)
     if int8:
         from ..bilm.quantize import quantize_int8
 
@@ -131,7 +132,7 @@ def _embed(
 
 def warn_if_raw(path: Path, name: Optional[str] = None) -> None:
     """Warn once when pre-tokenised input looks like raw text (punctuation stuck to words)."""
-    from ..embed_file import raw_looking_token
+    from ..corpus.embed_file import raw_looking_token
 
     found = raw_looking_token(path)
     if found is not None:

@@ -68,8 +68,8 @@ def init_config(
     """Write a complete training config: `elmo` and the components that listen to it."""
     import spacy
 
-    from ..atomic_files import write_text
-    from ..init_config import ElmoSource, config_header, config_text, elmo_training_config
+    from ..pipeline.init_config import ElmoSource, config_header, config_text, elmo_training_config
+    from ..util.files import write_text
 
     opt.import_code(code)  # a custom language or architecture the config names
     names = [name.strip() for name in components.split(",") if name.strip()]

@@ -33,10 +33,10 @@ def perplexity(
     the same. Two models' perplexities compare only on the same text, tokenised the same way,
     with the same vocabulary (docs/pretraining.md).
     """
-    from ..atomic_files import write_text
-    from ..bilm.sources import resolve_source
     from ..pretrain.evaluate import describe
     from ..pretrain.evaluate import perplexity as compute
+    from ..util.files import write_text
+    from ..weights.sources import resolve_source
 
     opt.import_code(code)
     source = resolve_source(model)

@@ -12,9 +12,9 @@ from typing import Any, Optional
 
 import typer
 
-from ..bilm.json_files import read_json
 from ..pretrain import PretrainConfig
 from ..pretrain.config import DEFAULT_MAX_STEPS
+from ..weights.json_files import read_json
 from . import _util as opt
 from ._util import command
 

@@ -40,8 +40,9 @@ def probe(
     quiet: bool = opt.quiet_option("No progress lines, only the report."),
 ) -> None:
     """Linear POS and 1-NN WSD probes per biLM layer, next to their context-free baselines."""
-    from ..bilm.sources import resolve_source
+    from ..bilm import BiLM
     from ..probes import ProbeSettings, check_assets, parse_tasks, run_probes, write_report
+    from ..weights.sources import resolve_source
 
     started = time.perf_counter()
     device = opt.device(gpu_id)
@@ -59,7 +60,7 @@ def probe(
     for name in REPORT_FILES:  # every report is checked before the probes run
         opt.check_new_output(output / name, force, source.files())
     opt.set_threads(threads if threads is not None else 1)
-    bilm = source.load().to(device)
+    bilm = BiLM.from_source(source).to(device)
     result = run_probes(bilm, assets, settings, log=(lambda _: None) if quiet else typer.echo)
     result["seconds"] = round(time.perf_counter() - started, 1)
     written = write_report(result, output)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..embed_file import LineRange, read_lines
+from .embed_file import LineRange, read_lines
 from .engine import Cluster
 from .manifest import file_sha256
 from .plan import check_apart, plan_inputs

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..embed_file import MAX_TOKENS, OUTPUT_FORMATS, dataset_options, write_sentence_to_index
+from .embed_file import MAX_TOKENS, OUTPUT_FORMATS, dataset_options, write_sentence_to_index
 from .engine import Cluster
 from .manifest import file_sha256
 from .plan import check_apart, plan_inputs
@@ -36,14 +36,14 @@ class EmbedJob:
     code: Optional[str] = None  # a Python file each worker imports first (`--code`)
 
     def setup(self) -> Any:
-        from ..bilm.sources import load_bilm
-        from ..embed_file import spacy_tokenizer, whitespace_tokenizer
+        from ..bilm import BiLM
+        from .embed_file import spacy_tokenizer, whitespace_tokenizer
 
         if self.code is not None:
             import spacy.util
 
             spacy.util.import_file("python_code", self.code)
-        bilm = load_bilm(self.model, self.options_file, self.weights_file, stateful=False)
+        bilm = BiLM.load(self.model, options=self.options_file, weights=self.weights_file)
         if self.gpu:
             bilm = bilm.to("cuda")  # the GPU Ray gave this worker (CUDA_VISIBLE_DEVICES)
         if self.int8:
@@ -62,7 +62,7 @@ class EmbedJob:
         return bilm, tokenize
 
     def run(self, state: Any, payload: dict[str, Any]) -> dict[str, Any]:
-        from ..embed_file import embed_file
+        from .embed_file import embed_file
 
         output = Path(payload["output"])
         if payload["kind"] == "join":
@@ -158,7 +158,7 @@ def embed_corpus(
     worker imports first (the language or the pipeline's components it registers), on storage
     every node sees.
     """
-    from ..bilm.sources import resolve_source
+    from ..weights.sources import resolve_source
 
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")

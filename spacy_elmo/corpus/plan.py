@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
-from ..embed_file import LineRange
+from .embed_file import LineRange
 
 TEXT_SUFFIXES = (".txt", ".jsonl")
 

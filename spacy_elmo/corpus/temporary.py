@@ -4,7 +4,7 @@ Every file a corpus run writes (an output, a part, a join, the compacted manifes
 under a temporary name next to it and renamed over its final name when whole. The temporary
 name carries a mark no other program makes, `.NAME.spacy-elmo-tmp-XXXXXXXX` (X: hexadecimal),
 and a file being written under that name goes through one more temporary file of the same
-family, `..NAME.spacy-elmo-tmp-XXXXXXXX.YYYYYYYY.tmp` (`atomic_files.atomic_path`'s). A run
+family, `..NAME.spacy-elmo-tmp-XXXXXXXX.YYYYYYYY.tmp` (`util.files.atomic_path`'s). A run
 (which holds OUTPUT_DIR's lock, so no other run is writing there) removes a file only when its
 name is of this family *and* NAME is a file the run itself writes there: a user's own `.tmp`
 files, or the temporary files of a program writing other names in the same folder, are never
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Collection, Iterator, Optional
 
-from ..atomic_files import atomic_path, fsync_directory
+from ..util.files import atomic_path, fsync_directory
 
 MARK = ".spacy-elmo-tmp-"
 # `.NAME<MARK>XXXXXXXX` (the staged file) or `..NAME<MARK>XXXXXXXX.YYYYYYYY.tmp` (mkstemp's

@@ -20,8 +20,8 @@ from thinc.layers.pytorchwrapper import forward as pytorch_forward
 from thinc.types import Floats4d, Ints3d
 
 from ..bilm import BiLM, BiLMOptions
-from ..bilm.io import check_weights
 from ..bilm.model import TOKEN_CACHE_SIZE
+from ..weights.tensors import check_weights
 
 
 class PendingBiLM(torch.nn.Module):
@@ -167,7 +167,7 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
     loaded = BiLM._from_state(options, state, bilm.stateful)
     loaded.token_cache_size = bilm.token_cache_size
     if msg.get("lexicon") is not None:
-        from ..bilm.elmoformanylangs import EfmlLexicon
+        from ..weights.elmoformanylangs import EfmlLexicon
 
         loaded.set_lexicon(EfmlLexicon.from_json(msg["lexicon"], "serialised elmo model"))
     return loaded.train(bilm.training).to(device)

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from ..atomic_files import atomic_path
-from ..bilm.io import check_weights, read_torch_file
+from ..util.files import atomic_path
+from ..weights.tensors import check_weights, read_torch_file
 
 FORMAT_NAME = "spacy-elmo-pretrain-checkpoint"
 FORMAT_VERSION = 1

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence
 
-from ..atomic_files import atomic_path
 from ..bilm.batching import batches_by_padded_tokens
+from ..util.files import atomic_path
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 

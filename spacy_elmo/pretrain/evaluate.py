@@ -7,18 +7,18 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from ..bilm import batch_to_ids
+from ..bilm import BiLM, batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.lm_head import LMHead
-from ..bilm.sources import BiLMSource, resolve_source
+from ..weights.sources import BiLMSource, resolve_source
 from .corpus import iter_input_files, iter_lines, pretokenized_splitter, spacy_sentence_splitter
 from .vocab import Vocab
 
 
 def load_language_model(model: str | Path | BiLMSource):
     """The biLM, its softmax and vocabulary: the bundled biLM or one `spacy-elmo pretrain`
-    wrote (its run directory or the run's `model/`), named as `bilm.sources` takes it."""
-    from ..bilm.io import read_safetensors
+    wrote (its run directory or the run's `model/`), named as `weights.sources` takes it."""
+    from ..weights.tensors import read_safetensors
     from .objective import LanguageModel, load_head
 
     source = model if isinstance(model, BiLMSource) else resolve_source(model)
@@ -30,7 +30,7 @@ def load_language_model(model: str | Path | BiLMSource):
             "bundled biLM or one written by `spacy-elmo pretrain` (bilm-tf/AllenNLP and "
             "ELMoForManyLangs files hold none)"
         )
-    bilm = source.load()
+    bilm = BiLM.from_source(source)
     vocab = Vocab.from_file(model_dir / "vocab.txt")
     head = LMHead(bilm.options.projection_dim, len(vocab))
     load_head(head, read_safetensors(head_path), str(head_path), model_dir / "vocab.txt")

@@ -13,9 +13,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..bilm import BiLM
-from ..bilm.io import check_weights, read_safetensors
 from ..bilm.lm_head import LMHead
-from ..bilm.sources import resolve_source
+from ..weights.sources import resolve_source
+from ..weights.tensors import check_weights, read_safetensors
 from .distill import DistillationHeads
 from .teacher import TeacherHead
 from .vocab import Vocab
@@ -127,10 +127,10 @@ def perplexity_of(nll_sum: float, count: float) -> float:
 
 
 def load_init_model(source: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
-    """The biLM to adapt, named as every entry point names one (`bilm.sources`), with its
+    """The biLM to adapt, named as every entry point names one (`weights.sources`), with its
     softmax and vocabulary when it has them (the bundled biLM, a `spacy-elmo pretrain` run)."""
     resolved = resolve_source(source)
-    bilm = resolved.load()
+    bilm = BiLM.from_source(resolved)
     directory = resolved.path
     if directory is None or resolved.kind not in ("bundled", "saved", "run"):
         return bilm, None, None

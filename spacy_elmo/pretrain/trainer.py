@@ -24,12 +24,12 @@ from typing import Any, Collection, Iterator, NoReturn, Optional
 import torch
 from torch import nn
 
-from ..atomic_files import write_text
 from ..bilm import BiLM, BiLMOptions, batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
-from ..bilm.io import write_safetensors
 from ..bilm.lm_head import LMHead
-from ..bilm.sources import resolve_source
+from ..util.files import write_text
+from ..weights.sources import resolve_source
+from ..weights.tensors import write_safetensors
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import (
     DEFAULT_MAX_STEPS,

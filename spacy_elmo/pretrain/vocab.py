@@ -6,8 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
-from ..atomic_files import write_text
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
+from ..util.files import write_text
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)

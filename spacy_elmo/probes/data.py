@@ -20,7 +20,7 @@ TASKS = ("pos-wsj", "pos-brown", "wsd")
 
 
 # What each probe reads under the asset folder, and the registry package it comes from
-# (project.yml's assets; tests/test_probe.py checks that the two agree).
+# (project.yml's assets; tests/probes/test_probe.py checks that the two agree).
 
 
 @dataclass(frozen=True)

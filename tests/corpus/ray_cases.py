@@ -24,7 +24,7 @@ import h5py
 import numpy
 import pytest
 
-from spacy_elmo.bilm.sources import load_bilm
+from spacy_elmo import BiLM
 from spacy_elmo.corpus import Cluster, apply_corpus, embed_corpus
 from spacy_elmo.corpus.embed import EmbedJob
 from spacy_elmo.corpus.manifest import MANIFEST_NAME, file_sha256, read_manifest
@@ -32,7 +32,7 @@ from spacy_elmo.corpus.plan import plan_inputs
 from spacy_elmo.corpus.reaper import _descendants
 from spacy_elmo.corpus.runner import CorpusRunError, run_corpus
 from spacy_elmo.corpus.temporary import MARK
-from spacy_elmo.embed_file import embed_file
+from spacy_elmo.corpus.embed_file import embed_file
 
 REPO = Path(__file__).resolve().parent.parent.parent
 WORDS = (
@@ -127,7 +127,7 @@ def tiny_bilm(tiny):
     import torch
 
     torch.set_num_threads(1)
-    return load_bilm(None, tiny["options_file"], tiny["weights_file"])
+    return BiLM.load(None, options=tiny["options_file"], weights=tiny["weights_file"])
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +263,7 @@ def test_rerun_skips_done_and_redoes_changed_input_and_model(
 
     other = embed_corpus(tmp_path / "in", out, model=str(bilm_dir), cluster=run, progress=False)
     assert sorted(other.written) == ["0.hdf5", "1.hdf5", "2.hdf5"], "another model: all redone"
-    saved = load_bilm(str(bilm_dir))
+    saved = BiLM.load(str(bilm_dir))
     for text in texts:
         assert_same_as_embed(saved, text, out / f"{text.stem}.hdf5")
     assert {r["model"]["kind"] for r in read_manifest(out).values()} == {"saved"}
@@ -274,7 +274,7 @@ def test_apply_gives_the_annotations_of_nlp_pipe(tmp_path, cluster, bilm_dir):
     from spacy.tokens import DocBin
     from spacy.training import Example
 
-    from tests.pipeline_util import synthetic_docs, tiny_nlp
+    from tests.pipeline.pipeline_util import synthetic_docs, tiny_nlp
 
     nlp = tiny_nlp(bilm_dir, pipeline=("elmo", "tagger", "ner", "sentencizer"))
     gold = synthetic_docs(nlp, 20, seed=0)
@@ -349,7 +349,7 @@ def test_worker_killed_mid_shard_is_retried(tmp_path, cluster):
     assert killed[0] not in {int(w.split(":")[1]) for w in result.stats.workers if True} or (
         len(result.stats.workers) > 2
     ), "the killed worker was replaced"
-    bundled = load_bilm("bundled")
+    bundled = BiLM.load("bundled")
     for text in texts:
         assert_same_as_embed(bundled, text, tmp_path / "out" / f"{text.stem}.hdf5")
 
@@ -407,7 +407,7 @@ def test_killed_driver_leaves_whole_outputs_and_the_rerun_finishes(tmp_path):
     assert wait_gone(before) == {}, "the local instance's processes ended with the driver"
     finished = {name for name in read_manifest(out)}
     assert 2 <= len(finished) < 10
-    bundled = load_bilm("bundled")
+    bundled = BiLM.load("bundled")
     for path in out.rglob("*.hdf5"):  # every output under its final name is whole
         assert_same_as_embed(bundled, tmp_path / "in" / f"{path.stem}.txt", path)
     kept = {name: stamp for name, stamp in stamps(out).items() if name in finished}
@@ -455,7 +455,7 @@ def test_whole_parts_of_an_interrupted_run_are_reused_never_others(
 ):
     """A part left whole by an interrupted run (same input, model, options) is joined without
     being embedded again; parts of another input or model (another key) are deleted unused."""
-    from spacy_elmo.bilm.sources import resolve_source
+    from spacy_elmo.weights.sources import resolve_source
     from spacy_elmo.corpus.embed import model_identity
     from spacy_elmo.corpus.manifest import work_key
 

@@ -31,7 +31,7 @@ from spacy_elmo.corpus.manifest import (
 from spacy_elmo.corpus.plan import find_inputs, plan_inputs
 from spacy_elmo.corpus.temporary import owned_name
 
-from ..pipeline_util import save_tiny_bilm
+from ..pipeline.pipeline_util import save_tiny_bilm
 
 NOT_UTF8 = os.fsdecode(b"b\xff.txt")  # a file name with a byte that is not UTF-8
 

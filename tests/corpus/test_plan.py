@@ -12,7 +12,7 @@ import h5py
 import numpy
 import pytest
 
-from spacy_elmo.bilm.sources import load_bilm
+from spacy_elmo import BiLM
 from spacy_elmo.corpus import embed_corpus
 from spacy_elmo.corpus.apply import apply_corpus
 from spacy_elmo.corpus.embed import join_hdf5
@@ -27,7 +27,7 @@ from spacy_elmo.corpus.manifest import (
     read_manifest,
 )
 from spacy_elmo.corpus.plan import find_inputs, plan_inputs
-from spacy_elmo.embed_file import FLOAT16_RELATIVE_ERROR, LineRange, embed_file, read_lines
+from spacy_elmo.corpus.embed_file import FLOAT16_RELATIVE_ERROR, LineRange, embed_file, read_lines
 
 SENTENCES = [
     "the cat sat on the mat .",
@@ -42,7 +42,9 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def tiny(allennlp_fixture):
-    return load_bilm(None, allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5")
+    return BiLM.load(
+        None, options=allennlp_fixture / "options.json", weights=allennlp_fixture / "lm_weights.hdf5"
+    )
 
 
 def write(path: Path, lines: list[str]) -> Path:

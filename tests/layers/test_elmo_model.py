@@ -9,10 +9,11 @@ import spacy
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from spacy_elmo import BiLM, architectures
-from spacy_elmo.architectures import ElmoModel
+from spacy_elmo import BiLM
+from spacy_elmo.pipeline import architectures
+from spacy_elmo.pipeline.architectures import ElmoModel
 
-from ..pipeline_util import TINY_MODEL_CONFIG
+from ..pipeline.pipeline_util import TINY_MODEL_CONFIG
 
 WORDS = [["the", "river", "bank"], ["Anna", "visited", "Paris", "."]]
 

@@ -33,7 +33,7 @@ from spacy_elmo.pretrain.objective import LanguageModel, perplexity_of
 from spacy_elmo.pretrain.trainer import DIVERGED, MAX_LOSS, TrainingDiverged
 
 from ..bilm.util import tiny_options
-from ..pipeline_util import synthetic_docs, tiny_training_config, write_train_dev
+from ..pipeline.pipeline_util import synthetic_docs, tiny_training_config, write_train_dev
 from .test_pretrain import cli, cli_args, tiny_config, weights_of, write_corpus
 
 

@@ -237,7 +237,7 @@ def test_elmo_model_trains_from_a_config_that_names_it(tmp_path: Path):
     import torch
     from spacy.util import registry
 
-    from spacy_elmo.loaders import BUNDLED_MODEL, bundled_bilm
+    from spacy_elmo.pipeline.loaders import BUNDLED_MODEL, bundled_bilm
 
     spec = runs.make_spec("vectors+elmo", 1000, 2, root=tmp_path, elmo_model=BUNDLED_MODEL)
     assert spec.train_command()[4] == str(tmp_path / "vectors+elmo_1000_s2" / "config.cfg")

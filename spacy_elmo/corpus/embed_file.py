@@ -1,0 +1,217 @@
+"""Bulk embedding of a text file into hdf5, in the layout of the old `allennlp elmo` command."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import numpy
+
+from ..util.files import atomic_path, check_output
+from ..bilm import BiLM
+
+OUTPUT_FORMATS = ("all", "top", "average")
+# Longer lines run as consecutive windows of this many tokens (like the spaCy component's
+# `max_tokens`): memory stays bounded, and each line still gets one dataset, the windows'
+# vectors concatenated. Each window is a sentence of its own for the biLM (no context across).
+MAX_TOKENS = 256
+COMPRESSIONS = ("gzip", "lzf")
+# float16 keeps 11 significant bits: each stored value is within a relative 2**-11 (4.9e-4) of
+# the float32 one (round to nearest: half of the 2**-10 spacing). Measured on the bundled biLM
+# (docs/corpus.md): max |error| / max |value| per layer about 2e-4.
+FLOAT16_RELATIVE_ERROR = 2.0**-11
+
+
+@dataclass(frozen=True)
+class LineRange:
+    """Lines `first` .. `first + count - 1` (0-based) of a file, starting at byte `offset`."""
+
+    first: int
+    offset: int
+    count: int
+
+
+def read_lines(path: Path, lines: Optional[LineRange] = None) -> Iterator[str]:
+    """Stream the lines of a UTF-8 text file; ValueError naming the file and line on bad bytes.
+
+    A byte-order mark at the start of the file is dropped. With `lines`, only that range is
+    read, from its byte offset (no scan of the lines before it).
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist or is not a file")
+    first = lines.first if lines is not None else 0
+    with path.open("rb") as handle:
+        if lines is not None:
+            handle.seek(lines.offset)
+        for number, raw in enumerate(handle, start=first + 1):
+            if lines is not None and number > lines.first + lines.count:
+                break
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"input file {path}, line {number}: not UTF-8 text ({err.reason} at byte "
+                    f"{err.start})"
+                ) from None
+            if "\x00" in text:  # valid UTF-8, but not text: a binary file
+                raise ValueError(
+                    f"input file {path}, line {number}: not UTF-8 text (a NUL byte at "
+                    f"character {text.index(chr(0)) + 1})"
+                )
+            yield text
+
+
+def whitespace_tokenizer(line: str) -> list[str]:
+    """Pre-tokenised input: tokens are separated by whitespace."""
+    return line.split()
+
+
+# Tokens that a tokenizer would have split: punctuation stuck to a word, a contraction, a
+# sentence-final period on the last word of a line ("office."; "U.S." is left alone).
+_RAW_TOKEN = re.compile(
+    r"\w[,;:!?\"')\]]$|^[\"'(\[]\w|\w(n't|'s|'re|'ve|'ll|'d|'m)$", re.IGNORECASE
+)
+_FINAL_PERIOD = re.compile(r"^[^.]*\w{2}\.$")
+
+
+def raw_looking_token(path: Path, max_lines: int = 1000) -> Optional[tuple[int, str]]:
+    """The first (line number, token) among the first `max_lines` lines of `path` that looks
+    like untokenised text, or None."""
+    for number, line in enumerate(read_lines(path), start=1):
+        if number > max_lines:
+            break
+        tokens = line.split()
+        for token in tokens:
+            if len(token) > 1 and _RAW_TOKEN.search(token):
+                return number, token
+        if tokens and _FINAL_PERIOD.match(tokens[-1]):
+            return number, tokens[-1]
+    return None
+
+
+def spacy_tokenizer(lang: str = "en") -> Callable[[str], list[str]]:
+    """spaCy's rule-based tokenizer for `lang`, without whitespace tokens."""
+    import spacy
+
+    tokenizer = spacy.blank(lang).tokenizer
+    return lambda line: [t.text for t in tokenizer(line) if not t.is_space]
+
+
+def embed_file(
+    bilm: BiLM,
+    input_path: str | Path,
+    output_path: str | Path,
+    output_format: str = "all",
+    batch_size: int = 64,
+    tokenize: Callable[[str], list[str]] = whitespace_tokenizer,
+    chunk_lines: int = 1024,
+    progress: bool = True,
+    max_tokens: int = MAX_TOKENS,
+    float16: bool = False,
+    compression: Optional[str] = None,
+    lines: Optional[LineRange] = None,
+) -> int:
+    """Embed every line of `input_path` into `output_path`; return the number of lines.
+
+    Dataset `str(i)` holds line i: (L + 1, n, D) for "all", (n, D) for "top" and "average".
+    Dataset `sentence_to_index` is a JSON object mapping each line's text to its index.
+    A line of more than `max_tokens` tokens runs as windows of `max_tokens` (see MAX_TOKENS).
+    `float16` stores half precision (relative error <= FLOAT16_RELATIVE_ERROR, half the size);
+    `compression` ("gzip" level 4 or "lzf", lossless) compresses each dataset. With `lines`,
+    only that range is embedded, its datasets keeping the lines' numbers in the whole file.
+    The file is written under a temporary name and renamed when complete: an interrupted run
+    leaves no partial output, and an earlier output stays as it was.
+    """
+    import h5py
+    from tqdm import tqdm
+
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    storage = dataset_options(float16, compression)
+    dtype = storage.pop("dtype")
+    input_path, output_path = Path(input_path), Path(output_path)
+    check_output(output_path, [input_path])
+    total = lines.count if lines is not None else sum(1 for _ in read_lines(input_path))
+    sentence_to_index: dict[str, str] = {}
+    with atomic_path(output_path) as tmp:
+        with (
+            h5py.File(tmp, "w") as out,
+            tqdm(total=total, unit="line", disable=not progress, desc="embedding") as bar,
+        ):
+            index = lines.first if lines is not None else 0
+            for chunk in _chunks(read_lines(input_path, lines), chunk_lines):
+                windows = [_windows(tokenize(line), max_tokens) for line in chunk]
+                vectors = iter(
+                    bilm.embed([w for line in windows for w in line], batch_size=batch_size)
+                )
+                for line, line_windows in zip(chunk, windows):
+                    pieces = [next(vectors) for _ in line_windows]
+                    layers = pieces[0] if len(pieces) == 1 else numpy.concatenate(pieces, axis=1)
+                    data = _select(layers, output_format).astype(dtype, copy=False)
+                    out.create_dataset(str(index), data=data, **_chunked(data, storage))
+                    sentence_to_index.setdefault(line, str(index))
+                    index += 1
+                bar.update(len(chunk))
+            write_sentence_to_index(out, sentence_to_index)
+    return index - (lines.first if lines is not None else 0)
+
+
+def dataset_options(float16: bool = False, compression: Optional[str] = None) -> dict:
+    """h5py `create_dataset` keywords (and "dtype") for the storage options; checked here."""
+    if compression is not None and compression not in COMPRESSIONS:
+        raise ValueError(
+            f"compression must be one of {', '.join(map(repr, COMPRESSIONS))} (or None: not "
+            f"compressed), got {compression!r}"
+        )
+    options: dict = {"dtype": numpy.float16 if float16 else numpy.float32}
+    if compression == "gzip":
+        options.update(compression="gzip", compression_opts=4, shuffle=True)
+    elif compression == "lzf":
+        options.update(compression="lzf", shuffle=True)
+    return options
+
+
+def write_sentence_to_index(out, sentence_to_index: dict[str, str]) -> None:
+    """The `sentence_to_index` dataset: one JSON string, line text -> first index."""
+    import h5py
+
+    mapping = out.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
+    mapping[0] = json.dumps(sentence_to_index, ensure_ascii=False)
+
+
+def _chunked(data: numpy.ndarray, storage: dict) -> dict:
+    """Compression needs a chunked dataset; an empty line's (.., 0, D) array cannot have one."""
+    if storage and data.size == 0:
+        return {}
+    return storage
+
+
+def _windows(tokens: list[str], max_tokens: int) -> list[list[str]]:
+    """Consecutive windows of at most `max_tokens` tokens; one (empty) for an empty line."""
+    return [tokens[i : i + max_tokens] for i in range(0, max(len(tokens), 1), max_tokens)]
+
+
+def _select(layers: numpy.ndarray, output_format: str) -> numpy.ndarray:
+    if output_format == "top":
+        return layers[-1]
+    if output_format == "average":
+        return layers.mean(axis=0)
+    return layers
+
+
+def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

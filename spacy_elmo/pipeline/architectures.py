@@ -1,0 +1,272 @@
+"""Every registered architecture of spacy-elmo (versioned; never change a released version)."""
+
+import functools
+import inspect
+from typing import Any, Callable, Dict, List, Optional
+
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Maxout, Model, chain, concatenate, with_array
+from thinc.types import Floats2d, Floats3d
+
+from ..layers.elmo_model import elmo_model
+from ..layers.leading_columns import leading_columns
+from ..layers.listener import ElmoLayersListener
+from ..layers.own_dropout import own_dropout
+from ..layers.scalar_mix import scalar_mix
+from .loaders import bundled_bilm
+
+MODEL = "spacy_elmo.ElmoModel.v1"
+LISTENER = "spacy_elmo.ElmoListener.v1"
+TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
+TOK2VEC_V2 = "spacy_elmo.ElmoTok2Vec.v2"
+# the tok2vec architectures whose `elmo` argument is a listener (nlp.replace_listeners)
+TOK2VECS = (TOK2VEC, TOK2VEC_V2)
+MIX = "spacy_elmo.ElmoMix.v1"
+
+
+def architecture_defaults(function: Callable[..., Any]) -> Dict[str, Any]:
+    """The default of every argument of a registered function, as a config section."""
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+
+
+@registry.architectures(MODEL)
+def ElmoModel(
+    char_embedding_dim: Optional[int] = None,
+    filters: Optional[List[List[int]]] = None,
+    n_highway: Optional[int] = None,
+    activation: Optional[str] = None,
+    lstm_dim: Optional[int] = None,
+    projection_dim: Optional[int] = None,
+    n_layers: Optional[int] = None,
+    cell_clip: Optional[float] = None,
+    proj_clip: Optional[float] = None,
+    use_skip_connections: Optional[bool] = None,
+    max_tokens: int = 256,
+    batch_tokens: int = 4096,
+    frozen: bool = True,
+    grad_factor: float = 1.0,
+    cache_tokens: int = 1_000_000,
+    store_dtype: str = "float32",
+    cache_mb: Optional[float] = None,
+) -> Model[List[Doc], List[Floats3d]]:
+    """The biLM (dims as in options.json) over doc sentences, one (L+1, n, 2P) array per doc.
+
+    Architecture values left null (char_embedding_dim ... use_skip_connections) are taken
+    from the weights when the pipeline is initialized and written into the pipeline's config;
+    given values are checked against the weights. A clip of 0 means no clipping. Weights are
+    not part of the architecture: they come from `[initialize.components.elmo]`, from the
+    pipeline directory, or, when none were given, the bundled English biLM.
+
+    cache_mb: bound the training cache of frozen layers in megabytes too (null: tokens only).
+
+    How docs are cut into sentences (`split_sentences`, `sentence_punct`) is a setting of the
+    `elmo` component (or of the `spacy_elmo.ElmoMix.v1` that replaces a listener), not of this
+    model: whoever holds the model sets it.
+    """
+    architecture = {
+        "char_embedding_dim": char_embedding_dim,
+        "filters": filters,
+        "n_highway": n_highway,
+        "activation": activation,
+        "lstm_dim": lstm_dim,
+        "projection_dim": projection_dim,
+        "n_layers": n_layers,
+        "cell_clip": cell_clip,
+        "proj_clip": proj_clip,
+        "use_skip_connections": use_skip_connections,
+    }
+    model = elmo_model(
+        architecture,
+        max_tokens=max_tokens,
+        batch_tokens=batch_tokens,
+        frozen=frozen,
+        grad_factor=grad_factor,
+        cache_tokens=cache_tokens,
+        cache_mb=cache_mb,
+        store_dtype=store_dtype,
+        split_sentences=True,  # the owner's setting replaces it (set_unit_rule)
+        sentence_punct=None,
+    )
+    model.attrs["default_weights"] = bundled_bilm
+    model.attrs["replace_listener"] = _replace_listener
+    set_unit_rule(model, split_sentences=True, sentence_punct=None)
+    return model
+
+
+def set_unit_rule(model: Model, *, split_sentences: bool, sentence_punct: Optional[List[str]]):
+    """How `model` (an ElmoModel.v1) cuts docs without sentence boundaries: with
+    `split_sentences`, into the sentences of spaCy's rule-based sentencizer rule (a sentence
+    ends after a token in `sentence_punct`, default the sentencizer's); else the doc is one unit.
+    Set by the model's owner: the `elmo` component, or the inline ElmoMix.v1 that
+    `nlp.replace_listeners` writes (with the component's values)."""
+    if not isinstance(split_sentences, bool):
+        raise TypeError(f"split_sentences must be true or false, got {split_sentences!r}")
+    if sentence_punct is not None and (
+        isinstance(sentence_punct, str) or not all(isinstance(p, str) and p for p in sentence_punct)
+    ):
+        raise TypeError(
+            f"sentence_punct must be null or a list of non-empty strings, got {sentence_punct!r}"
+        )
+    model.attrs["split_sentences"] = split_sentences
+    model.attrs["sentence_punct"] = None if sentence_punct is None else list(sentence_punct)
+    model.attrs["replace_listener_cfg"] = functools.partial(
+        _replace_listener_cfg, split_sentences=split_sentences, sentence_punct=sentence_punct
+    )
+
+
+# scalar_mix's keyword arguments: the mix settings of a listener and of an inline ElmoMix.
+_MIX_PARAMETERS = tuple(
+    parameter
+    for parameter in inspect.signature(scalar_mix).parameters.values()
+    if parameter.kind is parameter.KEYWORD_ONLY
+)
+# What a listener's config and the inline ElmoMix replacing it share.
+MIX_KEYS = ("n_layers", *(parameter.name for parameter in _MIX_PARAMETERS))
+
+
+def takes_mix_arguments(architecture: Callable[..., Model]) -> Callable[..., Model]:
+    """Give `architecture`, which takes `**mix`, scalar_mix's keyword arguments (layer_norm
+    ... trainable, with their types and defaults) in its signature, so that configs are
+    filled and checked against them and the docs list them; they are written once, in
+    `scalar_mix`."""
+    signature = inspect.signature(architecture)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    architecture.__signature__ = signature.replace(parameters=own + list(_MIX_PARAMETERS))
+    return architecture
+
+
+@registry.architectures(LISTENER)
+@takes_mix_arguments
+def ElmoListener(
+    width: Optional[int] = None,
+    n_layers: Optional[int] = None,
+    upstream: str = "*",
+    **mix: Any,
+) -> Model[List[Doc], List[Floats2d]]:
+    """This component's own mix gamma * sum_j s_j h_j of the upstream `elmo` layers.
+
+    An `ElmoLayersListener` (the upstream's (L + 1, n, width) layers) chained with a
+    `spacy_elmo.ScalarMix.v1` of the other arguments. width is 2P of the biLM (256 for the
+    bundled model), n_layers is L + 1; null takes them from the upstream component when the
+    pipeline is initialized.
+    """
+    listener = ElmoLayersListener(upstream, width=width, n_layers=n_layers)
+    return _with_mix(listener, width, n_layers, mix)
+
+
+@registry.architectures(MIX)
+@takes_mix_arguments
+def ElmoMix(
+    elmo: Model[List[Doc], List[Floats3d]],
+    n_layers: Optional[int] = None,
+    split_sentences: bool = True,
+    sentence_punct: Optional[List[str]] = None,
+    **mix: Any,
+) -> Model[List[Doc], List[Floats2d]]:
+    """An inline biLM with its mix: what `nlp.replace_listeners` puts in a listener's place.
+
+    split_sentences, sentence_punct: the sentence rule of the inline biLM, the `elmo`
+    component's (copied by `nlp.replace_listeners`)."""
+    set_unit_rule(elmo, split_sentences=split_sentences, sentence_punct=sentence_punct)
+    return _with_mix(elmo, elmo.maybe_get_dim("nO"), n_layers, mix)
+
+
+def _with_mix(
+    layers: Model, width: Optional[int], n_layers: Optional[int], mix: Dict[str, Any]
+) -> Model[List[Doc], List[Floats2d]]:
+    """Docs -> (L + 1, n, width) layers -> this component's mixed (n, width) vectors.
+
+    A width of None is inferred when the model is initialized (after the upstream's).
+    """
+    model = chain(layers, scalar_mix(n_layers, **mix))
+    if width is not None:
+        model.set_dim("nO", width)
+    return model
+
+
+@registry.architectures(TOK2VEC)
+def ElmoTok2Vec(
+    elmo: Model[List[Doc], List[Floats2d]],
+    embed: Model[List[Doc], List[Floats2d]],
+    encode: Model[Floats2d, Floats2d],
+) -> Model[List[Doc], List[Floats2d]]:
+    """The paper's [x_k; ELMo_k]: mixed ELMo concatenated with context-free token features.
+
+    The concatenation is projected to the encoder's width (Maxout), then encoded.
+    """
+    width = encode.get_dim("nO")
+    model = chain(
+        concatenate(elmo, embed),
+        with_array(Maxout(width, nP=3, normalize=True)),
+        with_array(encode),
+    )
+    model.set_dim("nO", width)
+    return model
+
+
+@registry.architectures(TOK2VEC_V2)
+def ElmoTok2Vec_v2(
+    elmo: Model[List[Doc], List[Floats2d]],
+    embed: Model[List[Doc], List[Floats2d]],
+    encode: Model[Floats2d, Floats2d],
+    elmo_at_output: bool = False,
+    elmo_dropout: float = 0.0,
+) -> Model[List[Doc], List[Floats2d]]:
+    """ElmoTok2Vec.v1 with two options of the paper's section 3.3.
+
+    elmo_dropout: dropout on the mixed ELMo vector in training ("a moderate amount of dropout
+    to ELMo"), its own rate: spaCy's `training.dropout` does not change it.
+    elmo_at_output: also concatenate the mixed vector to what the encoder returns,
+    [encode(Maxout([x_k; ELMo_k])); ELMo_k], so the tagger or parser reads the contextual vector
+    directly rather than through the encoder's narrower width; the width is then the encoder's
+    plus ELMo's. With neither, this is v1.
+    """
+    if not 0.0 <= elmo_dropout < 1.0:
+        raise ValueError(f"ElmoTok2Vec.v2: elmo_dropout must be in [0, 1), got {elmo_dropout}")
+    features = elmo
+    if elmo_dropout > 0.0:
+        features = chain(elmo, with_array(own_dropout(elmo_dropout)))
+    if not elmo_at_output:
+        return ElmoTok2Vec(features, embed, encode)
+    width = encode.get_dim("nO")
+    encoder = chain(Maxout(width, nP=3, normalize=True), encode)
+    model = chain(
+        concatenate(features, embed),
+        with_array(concatenate(encoder, leading_columns(elmo))),
+    )
+    if elmo.has_dim("nO"):
+        model.set_dim("nO", width + elmo.get_dim("nO"))
+    return model
+
+
+def _replace_listener(model: Model) -> Model:
+    """Called by `nlp.replace_listeners` on the copy of the elmo model: give it its own cache."""
+    model.attrs["cache"] = model.attrs["cache"].empty_copy()
+    return model
+
+
+def _replace_listener_cfg(
+    elmo_cfg: Dict[str, Any],
+    tok2vec_cfg: Dict[str, Any],
+    *,
+    split_sentences: bool,
+    sentence_punct: Optional[List[str]],
+) -> Dict:
+    """The config of an inline ElmoMix.v1 that keeps the listener's own mix settings and the
+    `elmo` component's sentence rule."""
+    listener_cfg = tok2vec_cfg
+    if tok2vec_cfg.get("@architectures") in TOK2VECS:
+        listener_cfg = tok2vec_cfg["elmo"]
+    if listener_cfg.get("@architectures") != LISTENER:
+        raise ValueError(
+            f"replace_listeners: expected a {LISTENER} config, got "
+            f"{listener_cfg.get('@architectures')!r}"
+        )
+    mix = {key: listener_cfg[key] for key in MIX_KEYS if key in listener_cfg}
+    units = {"split_sentences": split_sentences, "sentence_punct": sentence_punct}
+    return {"@architectures": MIX, "elmo": elmo_cfg, **units, **mix}

@@ -1,0 +1,449 @@
+"""The `elmo` pipeline component and the Doc/Span/Token extensions it fills (`extensions.py`).
+
+The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
+
+* `doc._.elmo_layers`: the doc's (L + 1, n_tokens, 2P) layers; `span._.elmo_layers` and
+  `token._.elmo_layers` are views of it. They follow retokenising after the component
+  (`merge_entities`, `merge_noun_chunks`, `doc.retokenize()`): a merged token's layers are the
+  mean of its parts' (whitespace tokens left out), each piece of a split token has the layers
+  of the token it came from.
+* `doc._.elmo`, `span._.elmo`, `token._.elmo`: the component's own mix sum_j c_j h_j.
+* `doc._.elmo_mix_coefficients`: c = gamma * s, one float per layer, kept on the doc so that a
+  saved doc's `doc._.elmo` needs no pipeline.
+* `doc._.elmo_vector_layer`: with `vector_hooks = true`, the rule ("top", "average" or "mix")
+  of the doc's ELMo `token.vector`, `span.vector`, `doc.vector` and `.similarity` (spaCy user
+  hooks, `extensions.py`); kept on the doc so that the hooks come back on a doc read from
+  bytes, which loses them (`nlp.pipe(n_process=N)`, `DocBin.get_docs`, the first read of an
+  extension, or `set_vector_hooks(doc)`).
+
+Setting `doc._.elmo_layers` by hand is checked: a (L + 1, len(doc), 2P) float32 or float16
+array, L + 1 the number of the doc's mix coefficients when it has them.
+
+The names of a mix: s are the layer weights normalised to sum 1 and gamma a scale. The `elmo`
+component's `mix_weights` are its fixed weights before normalising (s = mix_weights / their
+sum). A downstream component's mix (`spacy_elmo.ElmoListener.v1`: a `spacy_elmo.ScalarMix.v1`
+layer) learns pre-softmax weights w, starting from `initial_weights`: s = softmax(w).
+"""
+
+import warnings
+from itertools import islice
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+import numpy
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.vocab import Vocab
+from thinc.api import Model, NumpyOps, Optimizer, set_dropout_rate
+from thinc.types import Floats3d
+
+from ..bilm import BiLM
+from ..bilm.quantize import check_quantize, set_quantize
+from ..layers.elmo_model import (
+    ARCHITECTURE_KEYS,
+    architecture_of,
+    ensure_weights,
+    get_bilm,
+    set_weights,
+)
+from ..layers.listener import ElmoLayersListener, set_listener_dims
+from ..layers.scalar_mix import check_one_per_layer
+from ..util.threads import warn_if_oversubscribed
+from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
+from .extensions import VECTOR_LAYERS, install_extensions, mix_layers, set_vector_hooks
+
+# The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
+# from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
+# written into the pipeline's config. Every default is the one of the registered function.
+DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
+# The ElmoModel.v1 settings that the model keeps as attributes (which Thinc saves and restores
+# with the weights): after loading, the config's values are put back, so overrides work.
+MODEL_SETTINGS = ("max_tokens", "batch_tokens", "frozen", "grad_factor", "store_dtype")
+DEFAULT_CONFIG = {
+    "model": DEFAULT_MODEL,
+    "mix_weights": None,
+    "gamma": 1.0,
+    "set_tensor": False,
+    "split_sentences": True,
+    "sentence_punct": None,
+    "vector_hooks": False,
+    "vector_layer": "top",
+    "quantize": None,
+}
+
+
+@Language.factory(
+    "elmo",
+    default_config=DEFAULT_CONFIG,
+    assigns=["doc._.elmo_layers", "doc._.elmo_mix_coefficients"],
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats3d]],
+    mix_weights: Optional[List[float]],
+    gamma: float,
+    set_tensor: bool,
+    split_sentences: bool,
+    sentence_punct: Optional[List[str]],
+    vector_hooks: bool,
+    vector_layer: str,
+    quantize: Optional[str],
+) -> "Elmo":
+    """ELMo layers for every token, and this component's own mix of them, `doc._.elmo` =
+    sum_j c_j h_j with c = gamma * s: `mix_weights` are the layer weights before s normalises
+    them to sum 1 (non-negative; null: equal), `gamma` the scale. c is stored on every doc as
+    `doc._.elmo_mix_coefficients`; `set_tensor` writes the mix into `doc.tensor`.
+
+    split_sentences: the biLM reads a doc without sentence boundaries sentence by sentence, cut
+    by spaCy's rule-based sentencizer rule (a sentence ends after a token in `sentence_punct`,
+    null: the sentencizer's punctuation), without writing boundaries to the doc; false: the
+    doc is one unit. Docs with sentence boundaries are read by their sentences either way.
+    vector_hooks: `token.vector`, `span.vector`, `doc.vector`, `has_vector`, `vector_norm` and
+    `.similarity` use ELMo (spaCy's user hooks): `vector_layer` "top" (the top layer h_L),
+    "average" (the mean of the layers) or "mix" (`token._.elmo`); a span's or doc's vector is
+    the mean of its tokens' vectors, similarity their cosine.
+    quantize: "int8" runs the biLM's matrix products in int8 where it runs without autograd
+    (prediction, a frozen biLM in training; CPU only; errors and speed: docs/performance.md);
+    null or "none": float32."""
+    return Elmo(
+        nlp.vocab,
+        model,
+        name,
+        mix_weights=mix_weights,
+        gamma=gamma,
+        set_tensor=set_tensor,
+        split_sentences=split_sentences,
+        sentence_punct=sentence_punct,
+        vector_hooks=vector_hooks,
+        vector_layer=vector_layer,
+        quantize=quantize,
+    )
+
+
+class Elmo(TrainablePipe):
+    """Runs the biLM over each doc's sentences and shares its layers with listeners."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "elmo",
+        *,
+        mix_weights: Optional[List[float]] = None,
+        gamma: float = 1.0,
+        set_tensor: bool = False,
+        split_sentences: bool = True,
+        sentence_punct: Optional[List[str]] = None,
+        vector_hooks: bool = False,
+        vector_layer: str = "top",
+        quantize: Optional[str] = None,
+    ) -> None:
+        install_extensions()
+        check_quantize(quantize, f"quantize of the '{name}' component")
+        if vector_layer not in VECTOR_LAYERS:
+            raise ValueError(
+                f"vector_layer of the '{name}' component must be one of "
+                f"{', '.join(repr(v) for v in VECTOR_LAYERS)}, got {vector_layer!r}"
+            )
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.listener_map: Dict[str, List[ElmoLayersListener]] = {}
+        self.cfg: Dict[str, Any] = {
+            "mix_weights": mix_weights,
+            "gamma": gamma,
+            "set_tensor": set_tensor,
+            "split_sentences": split_sentences,
+            "sentence_punct": sentence_punct,
+            "vector_hooks": vector_hooks,
+            "vector_layer": vector_layer,
+            "quantize": quantize,
+        }
+        set_unit_rule(model, split_sentences=split_sentences, sentence_punct=sentence_punct)
+        if isinstance(model.ops, NumpyOps):  # the biLM runs on the CPU
+            warn_if_oversubscribed()
+        self._mix_coefficients: Optional[numpy.ndarray] = None
+        if model.maybe_get_dim("n_layers") is not None:
+            n_layers = model.get_dim("n_layers")
+            self._mix_coefficients = mix_coefficients(mix_weights, gamma, n_layers)
+
+    @property
+    def mix_coefficients(self) -> numpy.ndarray:
+        """c = gamma * s of `doc._.elmo` (known once the biLM's number of layers is)."""
+        n_layers = self.model.get_dim("n_layers")
+        if self._mix_coefficients is None or len(self._mix_coefficients) != n_layers:
+            self._mix_coefficients = mix_coefficients(
+                self.cfg["mix_weights"], self.cfg["gamma"], n_layers
+            )
+        return self._mix_coefficients
+
+    # ------------------------------------------------------------------ listeners
+    @property
+    def listeners(self) -> List[ElmoLayersListener]:
+        return [m for c in self.listening_components for m in self.listener_map[c]]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map.keys())
+
+    def add_listener(self, listener: ElmoLayersListener, component_name: str) -> None:
+        self.listener_map.setdefault(component_name, [])
+        if listener not in self.listener_map[component_name]:
+            self.listener_map[component_name].append(listener)
+        width, n_layers = self.model.maybe_get_dim("nO"), self.model.maybe_get_dim("n_layers")
+        if width is not None and n_layers is not None:  # the biLM is known: fill open dims
+            set_listener_dims(listener, width, n_layers)
+        # spaCy links components again once all are initialized: from then on, docs without
+        # layers at inference are worth a warning.
+        listener.attrs["initializing"] = False
+
+    def remove_listener(self, listener: ElmoLayersListener, component_name: str) -> bool:
+        if listener in self.listener_map.get(component_name, []):
+            self.listener_map[component_name].remove(listener)
+            if not self.listener_map[component_name]:
+                del self.listener_map[component_name]
+            return True
+        return False
+
+    def find_listeners(self, component) -> None:
+        names = ("*", self.name)
+        if isinstance(getattr(component, "model", None), Model):
+            for node in component.model.walk():
+                if isinstance(node, ElmoLayersListener) and node.upstream_name in names:
+                    self.add_listener(node, component.name)
+
+    # ------------------------------------------------------------------ prediction
+    def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
+        ensure_weights(self.model)  # a pipeline used without `initialize`: the bundled biLM
+        self._set_quantize()
+        return self.model.predict(list(docs))
+
+    def _set_quantize(self) -> None:
+        """The biLM in the `quantize` setting (the biLM may have been replaced since)."""
+        set_quantize(get_bilm(self.model), self.cfg["quantize"])
+
+    def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
+        coefficients = self.model.ops.asarray(self.mix_coefficients)
+        for doc, doc_layers in zip(docs, layers):
+            doc._.elmo_mix_coefficients = self.mix_coefficients.tolist()
+            doc._.elmo_layers = doc_layers  # checked against the coefficients and the doc
+            if self.cfg["set_tensor"]:
+                doc.tensor = mix_layers(doc_layers, coefficients)
+            if self.cfg["vector_hooks"]:
+                set_vector_hooks(doc, self.cfg["vector_layer"])
+
+    # ------------------------------------------------------------------ training
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Compute the layers of the batch once and hand them to every listener."""
+        if losses is None:
+            losses = {}
+        validate_examples(examples, "Elmo.update")
+        docs = [eg.predicted for eg in examples]
+        losses.setdefault(self.name, 0.0)
+        set_dropout_rate(self.model, drop)
+        ensure_weights(self.model)
+        self._set_quantize()
+        layers, backprop_layers = self.model.begin_update(docs)
+        ops = self.model.ops
+        d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]
+
+        def accumulate_gradient(one_d_layers: List[Floats3d]) -> List[Floats3d]:
+            for i, d in enumerate(one_d_layers):
+                d_layers[i] += d
+                losses[self.name] += float((d**2).sum())
+            return [ops.alloc(x.shape, dtype="float32") for x in layers]
+
+        def backprop(one_d_layers: List[Floats3d]) -> List[Doc]:
+            accumulate_gradient(one_d_layers)
+            d_docs = backprop_layers(d_layers)
+            if sgd is not None:
+                self.finish_update(sgd)
+            return d_docs
+
+        batch_id = ElmoLayersListener.get_batch_id(docs)
+        for listener in self.listeners[:-1]:
+            listener.receive(batch_id, layers, accumulate_gradient)
+        if self.listeners:
+            self.listeners[-1].receive(batch_id, layers, backprop)
+        return losses
+
+    def get_loss(self, examples, scores) -> None:
+        pass
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        weights: Optional[Callable[[], BiLM]] = None,
+    ) -> None:
+        """Load the biLM weights (`weights` loader, else the bundled model); fill the
+        architecture values and listener dims the config left null (in `nlp.config` too) and
+        check the given ones."""
+        validate_get_examples(get_examples, "Elmo.initialize")
+        if weights is not None:
+            source = getattr(weights, "source", "the weights loader")
+            set_weights(self.model, weights(), source)
+        doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
+        self.model.initialize(X=doc_sample)
+        width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
+        for listener in self.listeners:
+            set_listener_dims(listener, width, n_layers)
+        self._check_listeners()
+        self._mix_coefficients = mix_coefficients(
+            self.cfg["mix_weights"], self.cfg["gamma"], n_layers
+        )
+        if nlp is not None:
+            self._record_architecture(nlp)
+        unfed = self._trained_without_elmo(nlp)
+        if unfed and not self.cfg["set_tensor"] and not self.cfg["vector_hooks"]:
+            warnings.warn(
+                f"nothing listens to the '{self.name}' component and set_tensor and "
+                "vector_hooks are false: "
+                "it computes doc._.elmo_layers, but no component uses them (training "
+                f"{', '.join(repr(name) for name in unfed)} runs the biLM for nothing). "
+                "Give components a spacy_elmo.ElmoListener.v1 "
+                f'(upstream = "{self.name}"), e.g. with `spacy-elmo init-config`, or set '
+                "set_tensor = true to get doc.tensor (vector_hooks = true: token.vector and "
+                ".similarity); ignore this if your own code reads "
+                "doc._.elmo_layers",
+                ElmoUnusedWarning,
+                stacklevel=2,
+            )
+
+    def _trained_without_elmo(self, nlp: Optional[Language]) -> List[str]:
+        """The other trainable components of `nlp` when none of them listens to this one
+        (training them runs the biLM for nothing); empty when something listens, or when
+        this is the pipeline's only trainable component (its layers are then the product)."""
+        if self.listeners or nlp is None:
+            return []
+        return [
+            name
+            for name, pipe in nlp.pipeline
+            if pipe is not self and isinstance(pipe, TrainablePipe)
+        ]
+
+    def _check_listeners(self) -> None:
+        width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
+        for component, listeners in self.listener_map.items():
+            for listener in listeners:
+                got = listener.get_dim("nO"), listener.get_dim("n_layers")
+                if got != (width, n_layers):
+                    raise ValueError(
+                        f"the elmo listener of '{component}' has width={got[0]}, n_layers="
+                        f"{got[1]} but the '{self.name}' biLM gives width={width} "
+                        f"(2 x projection_dim), n_layers={n_layers}; fix the listener's "
+                        "config (or set width and n_layers to null to take them from the biLM)"
+                    )
+
+    def _record_architecture(self, nlp: Language) -> None:
+        """Write the biLM's architecture and the listeners' dims into the config values left
+        null, so that the saved pipeline builds the same model without the weights files."""
+        config = nlp.get_pipe_config(self.name)["model"]
+        if config.get("@architectures") == MODEL:
+            filled = architecture_of(get_bilm(self.model).options)
+            for key in ARCHITECTURE_KEYS:
+                if config.get(key) is None:
+                    config[key] = filled[key]
+        dims = {"width": self.model.get_dim("nO"), "n_layers": self.model.get_dim("n_layers")}
+        for component in self.listening_components:
+            if component in nlp.component_names:
+                for block in _listener_configs(nlp.get_pipe_config(component), self.name):
+                    for key, value in dims.items():
+                        if block.get(key) is None:
+                            block[key] = value
+
+    def _settings(self) -> Dict[str, Any]:
+        """What the config gave: the component's settings and the model's run settings."""
+        attrs = {key: self.model.attrs[key] for key in MODEL_SETTINGS if key in self.model.attrs}
+        return {"cfg": dict(self.cfg), "attrs": attrs}
+
+    def _keep_settings(self, settings: Dict[str, Any]) -> None:
+        """After loading: the settings stay those this component was built with from its
+        config (so that `spacy.load(path, config=...)` overrides work), not those of the
+        saved `cfg` file or of the saved model's attributes."""
+        self.cfg.update(settings["cfg"])
+        self.model.attrs.update(settings["attrs"])
+        set_unit_rule(
+            self.model,
+            split_sentences=self.cfg["split_sentences"],
+            sentence_punct=self.cfg["sentence_punct"],
+        )
+        self.model.attrs["cache"].clear()
+
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        settings = self._settings()
+        result = super().from_bytes(bytes_data, exclude=exclude)
+        self._keep_settings(settings)
+        return result
+
+    def from_disk(self, path, *, exclude=tuple()):
+        settings = self._settings()
+        try:
+            result = super().from_disk(path, exclude=exclude)
+        except (ValueError, OSError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"the '{self.name}' component's files in {path} cannot be read ({err}); the "
+                f"pipeline directory may be truncated or damaged (its weights are in "
+                f"{Path(path) / 'model'})"
+            ) from err
+        self._keep_settings(settings)
+        return result
+
+
+def feed_listeners_of(elmo: Elmo, component: str) -> bool:
+    """Make `component`'s listeners run `elmo` on their docs when they find no output of it
+    (update in training, annotate at inference; for `spacy-elmo debug-model`); False if it
+    has no listeners of `elmo`."""
+
+    def feed(docs: List[Doc], is_train: bool) -> None:
+        if is_train:
+            elmo.update([Example(doc, doc) for doc in docs])
+        else:
+            elmo.set_annotations(docs, elmo.predict(docs))
+
+    listeners = elmo.listener_map.get(component, [])
+    for listener in listeners:
+        listener.feed_upstream = feed
+    return bool(listeners)
+
+
+class ElmoUnusedWarning(UserWarning):
+    """The elmo component computes layers that no component uses."""
+
+
+def _listener_configs(config: Any, upstream: str) -> Iterable[Dict[str, Any]]:
+    """The ElmoListener.v1 blocks in a component's config that listen to `upstream`."""
+    if isinstance(config, dict):
+        if config.get("@architectures") == LISTENER and config.get("upstream", "*") in (
+            "*",
+            upstream,
+        ):
+            yield config
+        for value in config.values():
+            yield from _listener_configs(value, upstream)
+
+
+# ---------------------------------------------------------------------- the component's mix
+def mix_coefficients(
+    mix_weights: Optional[List[float]], gamma: float, n_layers: int
+) -> numpy.ndarray:
+    """c = gamma * s as a (n_layers,) float32 vector; s = mix_weights normalised to sum 1
+    (default equal)."""
+    if mix_weights is None:
+        mix_weights = [1.0] * n_layers
+    check_one_per_layer("mix_weights", mix_weights, n_layers, "the biLM")
+    array = numpy.asarray(mix_weights, dtype="float64")
+    if (array < 0).any() or array.sum() <= 0:
+        raise ValueError(f"mix_weights must be non-negative and not all 0, got {list(mix_weights)}")
+    return (gamma * array / array.sum()).astype("float32")

@@ -1,0 +1,397 @@
+"""The Doc/Span/Token extensions the `elmo` component fills, and how they are read.
+
+What each extension holds is listed in `component.py`. Only `doc._.elmo_layers` and
+`doc._.elmo_mix_coefficients` are stored (on the doc, so that a saved doc needs no pipeline),
+and `doc._.elmo_vector_layer` when the component sets vector hooks (below); every
+other extension is a view or a mix of them, computed when read. `doc._.elmo_layers` is checked
+when set: a (L + 1, len(doc), D) float32 or float16 array, L + 1 the number of mix
+coefficients when the doc has them.
+
+Retokenising: with the layers, the character offsets of the tokens they were computed for are
+stored. Every read compares them with the doc's tokens now; after `doc.retokenize()`
+(`merge_entities`, `merge_noun_chunks`, splits) a token's layers are the mean of the layers of
+the tokens it overlaps (whitespace tokens, whose layers are 0, left out unless there is
+nothing else): a merged token gets the mean of its parts, each piece of a split token the
+original token's layers. The stored layers are never changed by a read, so a merge undone by
+a split gives the original layers back.
+
+## ELMo behind spaCy's vectors
+
+ELMo behind spaCy's vectors: `token.vector`, `span.vector`, `doc.vector`, `has_vector`,
+`vector_norm` and every `.similarity`, through a doc's user hooks.
+
+The `elmo` component sets them on each doc it annotates when `vector_hooks = true`. A token's
+vector is one rule applied to its layers h_0 .. h_L (`token._.elmo_layers`), `vector_layer`:
+
+* "top": h_L, the top biLSTM layer (the most contextual: it tells word senses apart best);
+* "average": the mean of h_0 .. h_L;
+* "mix": the component's own mix sum_j c_j h_j, i.e. `token._.elmo`.
+
+A span's or doc's vector is the mean of its tokens' vectors, whitespace tokens (which the biLM
+does not read: their layers are 0) left out. `.similarity` is the cosine of the two vectors,
+for a token, span or doc against a token, span or doc of any doc with ELMo layers (the other
+one's vector taken by the same rule); equal word forms get no short-cut, a vector of norm 0
+gives 0.0.
+
+Hooks are functions, not data: a pickled doc keeps them, but `Doc.to_bytes`, `DocBin` and
+`nlp.pipe(n_process=N)` (which sends docs as bytes) do not (spaCy warns W109). What they need is
+kept on the doc (`doc._.elmo_layers`, `doc._.elmo_mix_coefficients` and the rule,
+`doc._.elmo_vector_layer`), and the hooks are put back on such a doc (`restore_vector_hooks`)
+as it comes back: `Language.pipe` and `DocBin.get_docs` are wrapped to do it on every doc they
+yield (`install_hook_restoring`, done on import), and any read of an ELMo extension does it.
+A doc read with `Doc.from_bytes` (a compiled method, which cannot be wrapped) gets them at its
+first extension read, or from `set_vector_hooks(doc)`.
+"""
+
+import functools
+from functools import partial
+from typing import Any, Callable, Optional, Union
+
+import numpy
+import srsly
+from spacy.attrs import IDX, LENGTH
+from spacy.language import Language
+from spacy.tokens import Doc, DocBin, Span, Token
+from thinc.api import get_array_module
+from thinc.types import Floats3d
+
+
+def mix_layers(layers: Floats3d, coefficients) -> Any:
+    """(L + 1, n, D) layers -> their (n, D) float32 mix sum_j c_j h_j."""
+    xp = get_array_module(layers)
+    return xp.tensordot(xp.asarray(coefficients, dtype="float32"), layers.astype("float32"), axes=1)
+
+
+# Where spaCy keeps a doc extension's value (Underscore's key), so that `Doc.to_bytes` and
+# `DocBin(store_user_data=True)` keep the layers as they keep any extension value; beside them,
+# the (n, 2) character offsets (start, end) of the n tokens they were computed for.
+_LAYERS_KEY = ("._.", "elmo_layers", None, None)
+_OFFSETS_KEY = ("._.", "elmo_token_offsets", None, None)
+VECTOR_LAYER_KEY = ("._.", "elmo_vector_layer", None, None)
+_LAYER_DTYPES = ("float32", "float16")
+
+
+def _get_layers(doc: Doc):
+    return layers_of_tokens(doc, 0, len(doc))
+
+
+def _set_layers(doc: Doc, layers) -> None:
+    """Store `layers` after checking them against the doc: (n_layers, len(doc), D), float32 or
+    float16, n_layers = the doc's number of mix coefficients when it has them; and the
+    character offsets of the doc's tokens, which later reads follow."""
+    if layers is None:
+        doc.user_data.pop(_OFFSETS_KEY, None)
+    else:
+        check_layers(doc, layers)
+        doc.user_data[_OFFSETS_KEY] = token_offsets(doc)
+    doc.user_data[_LAYERS_KEY] = layers
+
+
+def has_layers(doc: Doc) -> bool:
+    """Whether `doc` holds ELMo layers (without reading them)."""
+    return doc.user_data.get(_LAYERS_KEY) is not None
+
+
+def token_offsets(doc: Doc) -> numpy.ndarray:
+    """(len(doc), 2) int64: each token's first character and the one after its last."""
+    offsets = doc.to_array([IDX, LENGTH]).astype("int64").reshape((len(doc), 2))
+    offsets[:, 1] += offsets[:, 0]
+    return offsets
+
+
+def layers_of_tokens(doc: Doc, start: int, end: int) -> Optional[Any]:
+    """The (L + 1, end - start, D) layers of the doc's tokens start .. end - 1 as they are now:
+    a view of the stored layers, or, after a retokenisation, each token's mean of the layers
+    of the tokens it overlaps (module docstring). None when the doc has no layers."""
+    layers = doc.user_data.get(_LAYERS_KEY)
+    if layers is None:
+        return None
+    if "vector" not in doc.user_token_hooks and doc.user_data.get(VECTOR_LAYER_KEY) is not None:
+        # a doc read from bytes, which lost its ELMo vector hooks: put them back
+        set_vector_hooks(doc)
+    offsets = doc.user_data.get(_OFFSETS_KEY)
+    if offsets is None:  # a doc saved before offsets were kept: its length is all we know
+        if layers.shape[1] != len(doc):
+            raise ValueError(
+                f"doc._.elmo_layers holds {layers.shape[1]} tokens but the doc has {len(doc)} "
+                "(it was retokenised after the elmo component) and records no token offsets "
+                "to follow the change: run the elmo component after retokenising"
+            )
+        return _rows(layers, start, end)
+    offsets = numpy.asarray(offsets, dtype="int64")
+    if offsets.shape != (layers.shape[1], 2):
+        raise ValueError(
+            f"doc._.elmo_layers holds {layers.shape[1]} tokens but its recorded token offsets "
+            f"have shape {offsets.shape}: the doc's user_data was changed by hand; set "
+            "doc._.elmo_layers again"
+        )
+    # The text never changes, so tokens that start where the layers' tokens start are them.
+    if len(doc) == len(offsets) and (doc.to_array(IDX) == offsets[:, 0]).all():
+        return _rows(layers, start, end)
+    return _realign(doc, layers, offsets, token_offsets(doc)[start:end])
+
+
+def _rows(layers, start: int, end: int):
+    """Tokens start .. end - 1 of the stored layers: the array itself for all, else a view."""
+    return layers if (start, end) == (0, layers.shape[1]) else layers[:, start:end]
+
+
+def _realign(doc: Doc, layers, offsets: numpy.ndarray, targets: numpy.ndarray):
+    """(L + 1, len(targets), D): for each target (start, end), the mean of the layers of the
+    tokens at `offsets` that it overlaps, whitespace tokens left out unless all are."""
+    text = doc.text
+    if len(offsets) and offsets[-1, 1] > len(text):
+        raise ValueError(
+            f"doc._.elmo_layers were computed for tokens up to character {offsets[-1, 1]} but "
+            f"the doc's text has {len(text)} characters: they belong to another doc"
+        )
+    first = numpy.searchsorted(offsets[:, 1], targets[:, 0], side="right")
+    stop = numpy.searchsorted(offsets[:, 0], targets[:, 1], side="left")
+    xp = get_array_module(layers)
+    aligned = xp.empty((layers.shape[0], len(targets), layers.shape[2]), dtype=layers.dtype)
+    for row, ((char_start, char_end), lo, hi) in enumerate(zip(targets, first, stop)):
+        if hi <= lo:
+            raise ValueError(
+                f"the token {text[char_start:char_end]!r} (characters {char_start}..{char_end}) "
+                "overlaps none of the tokens doc._.elmo_layers were computed for"
+            )
+        parts = [k for k in range(lo, hi) if not text[offsets[k, 0] : offsets[k, 1]].isspace()]
+        parts = parts or list(range(lo, hi))
+        aligned[:, row] = layers[:, parts].astype("float32").mean(axis=1)  # (L + 1, D)
+    return aligned
+
+
+def check_layers(doc: Doc, layers) -> None:
+    """Raise if `layers` cannot be `doc._.elmo_layers`, naming the expected and given shapes."""
+    coefficients = doc._.elmo_mix_coefficients
+    n_layers = "n_layers" if coefficients is None else len(coefficients)
+    expected = f"({n_layers}, {len(doc)}, D)"
+    shape = getattr(layers, "shape", None)
+    if shape is None or not hasattr(layers, "dtype") or not hasattr(layers, "astype"):
+        raise TypeError(
+            f"doc._.elmo_layers must be a numpy or cupy array of shape {expected}, got "
+            f"{type(layers).__name__}"
+        )
+    shape = tuple(shape)
+    wrong_layers = coefficients is not None and shape[:1] != (n_layers,)
+    if len(shape) != 3 or shape[1] != len(doc) or wrong_layers:
+        raise ValueError(
+            f"doc._.elmo_layers must have shape {expected} (layers, the doc's {len(doc)} "
+            f"tokens, width), got {shape}"
+            + ("" if coefficients is None else f"; the doc has {n_layers} mix coefficients")
+        )
+    if str(layers.dtype) not in _LAYER_DTYPES:
+        raise TypeError(
+            f"doc._.elmo_layers must be float32 or float16, got {layers.dtype} (convert "
+            "with .astype('float32'))"
+        )
+
+
+def _doc_mix(doc: Doc):
+    layers = doc._.elmo_layers
+    return None if layers is None else mix_layers(layers, doc._.elmo_mix_coefficients)
+
+
+def _span_layers(span: Span):
+    return layers_of_tokens(span.doc, span.start, span.end)
+
+
+def _span_mix(span: Span):
+    layers = _span_layers(span)
+    return None if layers is None else mix_layers(layers, span.doc._.elmo_mix_coefficients)
+
+
+def _token_layers(token: Token):
+    layers = layers_of_tokens(token.doc, token.i, token.i + 1)
+    return None if layers is None else layers[:, 0]
+
+
+def _token_mix(token: Token):
+    layers = _token_layers(token)
+    if layers is None:
+        return None
+    xp = get_array_module(layers)
+    coefficients = xp.asarray(token.doc._.elmo_mix_coefficients, dtype="float32")
+    return coefficients @ layers.astype("float32")
+
+
+def install_extensions() -> None:
+    """Register the extensions once (idempotent, also in worker processes)."""
+    if not Doc.has_extension("elmo_vector_layer"):
+        Doc.set_extension("elmo_vector_layer", default=None)
+    if not Doc.has_extension("elmo_layers"):
+        Doc.set_extension("elmo_layers", getter=_get_layers, setter=_set_layers)
+        Doc.set_extension("elmo_mix_coefficients", default=None)
+        Doc.set_extension("elmo", getter=_doc_mix)
+        Span.set_extension("elmo_layers", getter=_span_layers)
+        Span.set_extension("elmo", getter=_span_mix)
+        Token.set_extension("elmo_layers", getter=_token_layers)
+        Token.set_extension("elmo", getter=_token_mix)
+
+
+@srsly.msgpack_encoders("spacy_elmo_cupy")
+def _encode_cupy(obj, chain=None):
+    """GPU arrays on docs are written as numpy arrays (Doc.to_bytes, DocBin, n_process)."""
+    if type(obj).__module__.startswith("cupy"):
+        obj = obj.get()
+    return obj if chain is None else chain(obj)
+
+
+install_extensions()
+
+
+VECTOR_LAYERS = ("top", "average", "mix")
+
+
+def set_vector_hooks(doc: Doc, vector_layer: Optional[str] = None) -> Doc:
+    """Make `doc`'s tokens, spans and itself take their vectors and similarities from ELMo,
+    by `vector_layer` (default: the rule recorded on the doc, `doc._.elmo_vector_layer`)."""
+    install_extensions()
+    if vector_layer is None:
+        vector_layer = doc._.elmo_vector_layer
+        if vector_layer is None:
+            raise ValueError(
+                "set_vector_hooks: the doc records no vector_layer (doc._.elmo_vector_layer is "
+                f"not set): name one of {', '.join(repr(v) for v in VECTOR_LAYERS)}"
+            )
+    if vector_layer not in VECTOR_LAYERS:
+        raise ValueError(
+            f"vector_layer must be one of {', '.join(repr(v) for v in VECTOR_LAYERS)}, "
+            f"got {vector_layer!r}"
+        )
+    if not has_layers(doc):
+        raise ValueError(
+            "set_vector_hooks: the doc has no ELMo layers (doc._.elmo_layers is None); run it "
+            "through a pipeline with the elmo component first"
+        )
+    doc._.elmo_vector_layer = vector_layer
+    vector = partial(elmo_vector, vector_layer=vector_layer)
+    similarity = partial(elmo_similarity, vector_layer=vector_layer)
+    norm = partial(_vector_norm, vector_layer=vector_layer)
+    hooks = {"vector": vector, "has_vector": _has_vector, "similarity": similarity}
+    doc.user_hooks.update(hooks, vector_norm=norm)
+    doc.user_token_hooks.update(hooks, vector_norm=norm)
+    # No span "vector_norm" hook: spaCy 3's Span.vector_norm calls the span's *vector* hook
+    # when one is set; without it, it takes the norm of span.vector, our vector.
+    doc.user_span_hooks.update(hooks)
+    return doc
+
+
+def elmo_vector(obj: Union[Token, Span, Doc], vector_layer: str = "top") -> Any:
+    """The (D,) float32 ELMo vector of a token, span or doc: `vector_layer` of each token's
+    layers, averaged over the tokens of a span or doc (whitespace left out)."""
+    doc = _doc_of(obj)
+    if isinstance(obj, Token):
+        start, end = obj.i, obj.i + 1
+    else:
+        start, end = (obj.start, obj.end) if isinstance(obj, Span) else (0, len(doc))
+    layers = layers_of_tokens(doc, start, end)  # (L + 1, end - start, D), after any retokenising
+    if layers is None:
+        raise ValueError(
+            f"{type(obj).__name__} {_quote(obj)} has no ELMo vector: its doc has no layers "
+            "(doc._.elmo_layers is None); run its text through the pipeline with the elmo "
+            "component"
+        )
+    coefficients = doc._.elmo_mix_coefficients
+    if isinstance(obj, Token):
+        return _layer_rule(layers[:, 0], vector_layer, coefficients)  # (D,)
+    positions = [i - start for i in range(start, end) if not doc[i].is_space]
+    xp = get_array_module(layers)
+    if not positions:
+        return xp.zeros((layers.shape[2],), dtype="float32")
+    vectors = _layer_rule(layers[:, positions], vector_layer, coefficients)  # (n, D)
+    return vectors.mean(axis=0)
+
+
+def elmo_similarity(
+    obj: Union[Token, Span, Doc], other: Union[Token, Span, Doc], vector_layer: str = "top"
+) -> float:
+    """The cosine of the ELMo vectors of `obj` and `other` (0.0 when one has norm 0)."""
+    if not isinstance(other, (Token, Span, Doc)):
+        raise TypeError(
+            f"ELMo similarity compares a Token, Span or Doc with another, got "
+            f"{type(other).__name__}: a word without its sentence has no ELMo vector"
+        )
+    a = elmo_vector(obj, vector_layer)
+    b = elmo_vector(other, vector_layer)
+    if a.shape != b.shape:
+        raise ValueError(
+            f"cannot compare {_quote(obj)} with {_quote(other)}: their ELMo vectors have "
+            f"widths {a.shape[0]} and {b.shape[0]} (different biLMs)"
+        )
+    xp = get_array_module(a)
+    norms = float(xp.linalg.norm(a)) * float(xp.linalg.norm(b))
+    return 0.0 if norms == 0.0 else float(xp.dot(a, b)) / norms
+
+
+def _layer_rule(layers: Any, vector_layer: str, coefficients: Any) -> Any:
+    """(L + 1, ..., D) layers -> (..., D) float32 vectors by `vector_layer`."""
+    if vector_layer == "top":
+        return layers[-1].astype("float32")
+    if vector_layer == "average":
+        return layers.astype("float32").mean(axis=0)
+    if vector_layer == "mix":
+        return mix_layers(layers, coefficients)
+    raise ValueError(f"vector_layer must be one of {VECTOR_LAYERS}, got {vector_layer!r}")
+
+
+def _has_vector(obj: Union[Token, Span, Doc]) -> bool:
+    return has_layers(_doc_of(obj))
+
+
+def _vector_norm(obj: Union[Token, Doc], vector_layer: str) -> float:
+    vector = elmo_vector(obj, vector_layer)
+    return float(get_array_module(vector).linalg.norm(vector))
+
+
+def _doc_of(obj: Union[Token, Span, Doc]) -> Doc:
+    if isinstance(obj, Doc):
+        return obj
+    if isinstance(obj, (Token, Span)):
+        return obj.doc
+    raise TypeError(f"expected a Token, Span or Doc, got {type(obj).__name__}")
+
+
+def _quote(obj: Any) -> str:
+    text = getattr(obj, "text", str(obj))
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def restore_vector_hooks(doc: Doc) -> Doc:
+    """Put the ELMo hooks back on a doc that records a `vector_layer`, holds ELMo layers and has
+    no vector hook (one read from bytes); other docs are left as they are."""
+    if (
+        "vector" not in doc.user_token_hooks
+        and doc.user_data.get(VECTOR_LAYER_KEY) is not None
+        and has_layers(doc)
+    ):
+        set_vector_hooks(doc)
+    return doc
+
+
+# The methods by which docs come back from bytes, wrapped to restore the hooks of each doc.
+_RESTORING = ((Language, "pipe"), (DocBin, "get_docs"))
+
+
+def install_hook_restoring() -> None:
+    """Wrap `Language.pipe` (docs from `n_process` workers) and `DocBin.get_docs` so that every
+    doc they yield gets its ELMo hooks back (`restore_vector_hooks`); idempotent."""
+    for owner, name in _RESTORING:
+        method = getattr(owner, name)
+        if not getattr(method, "restores_elmo_hooks", False):
+            setattr(owner, name, _restoring_hooks(method))
+
+
+def _restoring_hooks(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        for item in method(*args, **kwargs):
+            # Language.pipe(as_tuples=True) yields (doc, context)
+            restore_vector_hooks(item[0] if isinstance(item, tuple) else item)
+            yield item
+
+    wrapper.restores_elmo_hooks = True
+    return wrapper
+
+
+install_hook_restoring()

@@ -1,0 +1,306 @@
+"""A complete spaCy training config with ELMo for the components a user names.
+
+Every component gets its own ELMo mix through a `spacy_elmo.ElmoListener.v1`, concatenated
+with spaCy's context-free token features ([x_k; ELMo_k], Peters et al. 2018) by
+`spacy_elmo.ElmoTok2Vec.v1`. The biLM's architecture and the listeners' widths are left null:
+they are taken from the weights when the pipeline is initialized. spaCy fills everything else
+with its defaults, as `spacy init fill-config` does.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from thinc.api import Config
+
+from ..bilm import BiLMOptions
+from ..weights.sources import PUBLISHED_NAMES, BiLMSource, resolve_source
+from .architectures import LISTENER, TOK2VEC, TOK2VEC_V2, ElmoListener, architecture_defaults
+from .component import DEFAULT_CONFIG
+
+# Every component's mix, as in configs/ner_tagger_elmo.cfg: the listener's defaults but for
+# these (layer norm: +0.8 NER F1 at 1,000 CoNLL sentences, README "Learning curves").
+LISTENER_SETTINGS = {"upstream": "elmo", "layer_norm": True, "layer_dropout": 0.1}
+TOK2VEC_WIDTH = 96
+ENCODER_DEPTH = 4
+GPU_BATCH_TOKENS = 16384  # padded tokens per biLM batch in a `--gpu` config
+
+
+def _tagger(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+    return {"@architectures": "spacy.Tagger.v2", "nO": None, "normalize": False, "tok2vec": tok2vec}
+
+
+def _parser(state_type: str, hidden_width: int, maxout_pieces: int):
+    def build(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+        return {
+            "@architectures": "spacy.TransitionBasedParser.v2",
+            "state_type": state_type,
+            "extra_state_tokens": False,
+            "hidden_width": hidden_width,
+            "maxout_pieces": maxout_pieces,
+            "use_upper": True,
+            "nO": None,
+            "tok2vec": tok2vec,
+        }
+
+    return build
+
+
+def _spancat(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        "@architectures": "spacy.SpanCategorizer.v1",
+        "reducer": {"@layers": "spacy.mean_max_reducer.v1", "hidden_size": 128},
+        "scorer": {"@layers": "spacy.LinearLogistic.v1", "nO": None, "nI": None},
+        "tok2vec": tok2vec,
+    }
+
+
+def _textcat(exclusive: bool):
+    def build(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+        return {
+            "@architectures": "spacy.TextCatEnsemble.v2",
+            "nO": None,
+            "tok2vec": tok2vec,
+            "linear_model": {
+                "@architectures": "spacy.TextCatBOW.v3",
+                "exclusive_classes": exclusive,
+                "ngram_size": 1,
+                "no_output_layer": False,
+                "length": 262144,
+                "nO": None,
+            },
+        }
+
+    return build
+
+
+# Component factory -> its model around a tok2vec (spaCy's accuracy-preset architectures).
+COMPONENTS = {
+    "tagger": _tagger,
+    "morphologizer": _tagger,
+    "trainable_lemmatizer": _tagger,
+    "parser": _parser("parser", 128, 3),
+    "ner": _parser("ner", 64, 2),
+    "spancat": _spancat,
+    "textcat": _textcat(exclusive=True),
+    "textcat_multilabel": _textcat(exclusive=False),
+}
+
+
+@dataclass
+class ElmoSource:
+    """Where the biLM weights come from (`weights.sources.BiLMSource`) and its architecture."""
+
+    bilm: BiLMSource
+    options: BiLMOptions
+
+    @classmethod
+    def from_arguments(
+        cls,
+        model: Optional[str] = "bundled",
+        options_file: Optional[Path] = None,
+        weights_file: Optional[Path] = None,
+    ) -> ElmoSource:
+        """The biLM named by `model` (any name `weights.sources.resolve_source` takes) or by a
+        bilm-tf/AllenNLP `options_file` + `weights_file` pair."""
+        bilm = resolve_source(model, options_file, weights_file)
+        return cls(bilm, bilm.options())
+
+    @property
+    def kind(self) -> str:
+        """The source's kind; "published" for a published model named as such."""
+        if self.bilm.kind == "allennlp" and self.bilm.name in PUBLISHED_NAMES:
+            return "published"
+        return self.bilm.kind
+
+    def weights_config(self) -> Optional[Dict[str, Any]]:
+        """The `[initialize.components.elmo.weights]` block (None: the bundled default)."""
+        if self.kind in ("saved", "run"):
+            return {"@misc": "spacy_elmo.SavedBiLM.v1", "path": "${paths.elmo_model}"}
+        if self.kind == "elmoformanylangs":
+            return {"@misc": "spacy_elmo.ElmoForManyLangsWeights.v1", "path": "${paths.elmo_model}"}
+        if self.kind == "published":  # downloaded at `initialize` where it is not cached
+            return {"@misc": "spacy_elmo.PublishedWeights.v1", "name": self.bilm.name}
+        if self.kind == "allennlp":
+            return {
+                "@misc": "spacy_elmo.AllenNLPWeights.v1",
+                "options_file": "${paths.elmo_options}",
+                "weights_file": "${paths.elmo_weights}",
+            }
+        return None
+
+    def paths(self) -> Dict[str, str]:
+        if self.kind in ("saved", "run", "elmoformanylangs"):
+            return {"elmo_model": str(self.bilm.path)}
+        if self.kind == "allennlp":
+            return {
+                "elmo_options": str(self.bilm.options_file),
+                "elmo_weights": str(self.bilm.weights_file),
+            }
+        return {}
+
+    def describe(self) -> str:
+        o = self.options
+        return (
+            f"{self.bilm.describe()}: {parameter_count(o.n_parameters())} parameters, "
+            f"{o.n_layers + 1} layers of width {o.output_dim} (LSTM {o.lstm_dim}, projection "
+            f"{o.projection_dim})"
+        )
+
+
+def parameter_count(n: int) -> str:
+    """`n` for people: 93.6M, 2,998,480 -> 3.0M, 12,345 -> 12.3k, 800 -> 800."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return str(n)
+
+
+def elmo_training_config(
+    components: List[str],
+    source: ElmoSource,
+    *,
+    lang: str = "en",
+    vectors: Optional[str] = None,
+    gpu: bool = False,
+    fine_tune: bool = False,
+    split_sentences: bool = True,
+    elmo_at_output: bool = False,
+    elmo_dropout: float = 0.0,
+) -> Config:
+    """The filled training config: `elmo` first, then `components` with their listeners."""
+    unknown = [name for name in components if name not in COMPONENTS]
+    if unknown or not components:
+        raise ValueError(
+            f"unknown components {unknown or components}; choose from {', '.join(COMPONENTS)}"
+        )
+    if len(set(components)) != len(components):
+        raise ValueError(f"a component is named twice in {components}")
+    paths: Dict[str, Any] = {"train": None, "dev": None, "vectors": vectors, **source.paths()}
+    config: Dict[str, Any] = {
+        "paths": paths,
+        "system": {"gpu_allocator": "pytorch" if gpu else None, "seed": 0},
+        "nlp": {"lang": lang, "pipeline": ["elmo", *components], "batch_size": 256},
+        "components": {"elmo": _elmo_block(gpu, fine_tune, split_sentences)},
+        "corpora": {
+            name: {
+                "@readers": "spacy.Corpus.v1",
+                "path": f"${{paths.{name}}}",
+                "max_length": 0,
+                "gold_preproc": False,
+                "limit": 0,
+                "augmenter": None,
+            }
+            for name in ("train", "dev")
+        },
+        "training": {"dev_corpus": "corpora.dev", "train_corpus": "corpora.train"},
+        "initialize": {"vectors": "${paths.vectors}", "components": {}},
+    }
+    for name in components:
+        tok2vec = _tok2vec_block(vectors is not None, elmo_at_output, elmo_dropout)
+        config["components"][name] = {"factory": name, "model": COMPONENTS[name](tok2vec)}
+    weights = source.weights_config()
+    if weights is not None:
+        config["initialize"]["components"]["elmo"] = {"weights": weights}
+    return fill(Config(config))
+
+
+def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, Any]:
+    """The factory's default config (architecture null: from the weights at `initialize`, then
+    written into the trained config), with the choices of `init-config`."""
+    settings = copy.deepcopy(DEFAULT_CONFIG)
+    model = settings.pop("model")
+    block = {"factory": "elmo", **settings, "model": model}  # the model block last
+    block["model"]["frozen"] = not fine_tune
+    block["split_sentences"] = split_sentences
+    if gpu:
+        block["model"]["batch_tokens"] = GPU_BATCH_TOKENS
+    return block
+
+
+def _tok2vec_block(
+    include_static_vectors: bool, elmo_at_output: bool, elmo_dropout: float
+) -> Dict[str, Any]:
+    """ElmoTok2Vec.v1, or v2 where ELMo goes to the encoder's output too or has its dropout."""
+    architecture: Dict[str, Any] = {"@architectures": TOK2VEC}
+    if elmo_at_output or elmo_dropout:
+        architecture = {
+            "@architectures": TOK2VEC_V2,
+            "elmo_at_output": elmo_at_output,
+            "elmo_dropout": elmo_dropout,
+        }
+    return {
+        **architecture,
+        "elmo": {
+            "@architectures": LISTENER,
+            **architecture_defaults(ElmoListener),
+            **LISTENER_SETTINGS,
+        },
+        "embed": {
+            "@architectures": "spacy.MultiHashEmbed.v2",
+            "width": TOK2VEC_WIDTH,
+            "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
+            "rows": [5000, 1000, 2500, 2500],
+            "include_static_vectors": include_static_vectors,
+        },
+        "encode": {
+            "@architectures": "spacy.MaxoutWindowEncoder.v2",
+            "width": TOK2VEC_WIDTH,
+            "depth": ENCODER_DEPTH,
+            "window_size": 1,
+            "maxout_pieces": 3,
+        },
+    }
+
+
+def fill(config: Config) -> Config:
+    """Every default spaCy and the factories add (what `spacy init fill-config` does)."""
+    from spacy.util import load_model_from_config
+
+    filled = load_model_from_config(config, auto_fill=True, validate=True).config
+    order = ["paths", "system", "nlp", "components", "corpora", "training", "pretraining"]
+    order += ["initialize"] + [key for key in filled if key not in order + ["initialize"]]
+    return Config({key: filled[key] for key in order if key in filled})
+
+
+def config_text(config: Config) -> str:
+    """The config as text, every section right after its parent (easier to read)."""
+    sections = {}
+    for block in ("\n" + config.to_str()).split("\n["):
+        if block.strip():
+            name, _, _ = block.partition("]")
+            sections[name] = "[" + block.strip() + "\n"
+    ordered: List[str] = []
+
+    def visit(node: Dict[str, Any], path: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                name = f"{path}.{key}" if path else key
+                if name in sections:
+                    ordered.append(sections.pop(name))
+                visit(value, name)
+
+    visit(config, "")
+    return "\n".join(ordered + list(sections.values()))
+
+
+def config_header(source: ElmoSource, components: List[str], gpu: bool) -> str:
+    """Comment lines that say how the config was made and how to train with it."""
+    command = "python -m spacy train config.cfg --paths.train TRAIN.spacy --paths.dev DEV.spacy"
+    return "\n".join(
+        [
+            f"# spacy-elmo training config: elmo -> {', '.join(components)}",
+            f"# biLM: {source.describe()}",
+            "# Each component mixes the ELMo layers with its own weights (ElmoListener.v1). The",
+            "# biLM's architecture and the listeners' widths are null here: they come from the",
+            "# weights at `initialize` and are written into the trained pipeline's config.",
+            "# [components.elmo] split_sentences: whether elmo cuts docs without sentence",
+            "# boundaries with spaCy's sentencizer rule, in training and on raw text alike.",
+            f"#   {command}{' --gpu-id 0' if gpu else ''}",
+            "",
+            "",
+        ]
+    )

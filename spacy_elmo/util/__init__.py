@@ -1,0 +1,1 @@
+"""Small helpers shared by the package: files written whole (`files`), CPU threads (`threads`)."""

@@ -1,0 +1,598 @@
+"""ELMoForManyLangs (HIT-SCIR, CoNLL 2018) models: their directory read into a `BiLM`.
+
+A model directory holds `config.json` (whose `config_path` names the architecture JSON), the
+dictionaries `char.dic` and `word.dic` (`token<TAB>id` a line) and two PyTorch state dicts,
+`token_embedder.pkl` and `encoder.pkl`. What differs from bilm-tf/AllenNLP ELMo, as their
+code (`elmoformanylangs` 0.0.4.post2) does it:
+
+* characters are Unicode code points looked up in `char.dic` (unknown ones: `<oov>`), not
+  UTF-8 bytes; tokens are cut to `max_characters_per_token - 2` code points;
+* each token row is `char2id['<eow>'], chars..., char2id['<bow>'], <pad>...` (their
+  `create_one_batch` names the two the other way round, so a word starts with the id of
+  `<eow>` and ends with that of `<bow>`); sentences are `<bos> tokens <eos>`, each boundary
+  a row `<eow>-id, <bos>/<eos>-id, <bow>-id, <pad>...`;
+* an optional word embedding (`word.dic`, unknown words: `<oov>`) is concatenated before the
+  highway-transformed CNN features, and the projection is always applied;
+* the encoder is AllenNLP's `LstmCellWithProjection`: gates in the order i, f, g, o, the
+  forget bias inside the stored bias;
+* the highway is AllenNLP's: x <- g * x + (1 - g) * relu(A x), g = sigmoid(B x).
+
+Everything is mapped onto the bilm-tf layout of `BiLM`: ids are shifted by +1 as ELMo's (0 means
+"no token"), the gates are reordered to i, j, f, o with 1 taken off the forget bias (the cell
+adds it back), the highway gate is negated. The `.pkl` files are read with
+`torch.load(weights_only=True)`, which builds tensors and containers only and never runs code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Sequence
+
+import torch
+
+from ..bilm.chars import MAX_CHARS_PER_TOKEN, check_sentences
+from ..bilm.options import BiLMOptions
+from ..util.files import atomic_path
+from .json_files import MAX_LEXICON_BYTES, MissingFileError, read_json
+from .tensors import check_weights, read_torch_file
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "config.json"
+CHAR_DICTIONARY = "char.dic"
+WORD_DICTIONARY = "word.dic"
+TOKEN_EMBEDDER_WEIGHTS = "token_embedder.pkl"
+ENCODER_WEIGHTS = "encoder.pkl"
+LEXICON_NAME = "lexicon.json"  # what `BiLM.save` writes next to the weights
+LEXICON_FORMAT = "spacy-elmo-efml-lexicon"
+
+BOS, EOS, OOV, PAD, BOW, EOW = "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"
+CHAR_SPECIALS = (BOS, EOS, OOV, PAD, BOW, EOW)
+WORD_SPECIALS = (OOV, PAD)  # `<bos>`/`<eos>` fall back to `<oov>` as in their code
+
+# The architecture of every published model (their package's configs/, under both names), for
+# a model directory whose config.json names a file that is not in it (their README; issue 27 of
+# github.com/HIT-SCIR/ELMoForManyLangs).
+PUBLISHED_ARCHITECTURE: dict[str, Any] = {
+    "encoder": {
+        "name": "elmo",
+        "projection_dim": 512,
+        "cell_clip": 3,
+        "proj_clip": 3,
+        "dim": 4096,
+        "n_layers": 2,
+    },
+    "token_embedder": {
+        "name": "cnn",
+        "activation": "relu",
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+        "n_highway": 2,
+        "word_dim": 100,
+        "char_dim": 50,
+        "max_characters_per_token": 50,
+    },
+    "classifier": {"name": "sampled_softmax", "n_samples": 8192},
+    "dropout": 0.1,
+}
+PUBLISHED_ARCHITECTURE_NAMES = (
+    "cnn_50_100_512_4096_sample.json",
+    "cnn_0_100_512_4096_sample.json",
+)
+
+
+# ---------------------------------------------------------------------- tokens -> ids
+@dataclass
+class EfmlLexicon:
+    """Tokens to the ids of an ELMoForManyLangs model (their `read_list` + `create_one_batch`).
+
+    A row is `max_chars` char ids, then the word id when the model has a word embedding; every
+    id is the dictionary id + 1, so that 0 means "no token" as in ELMo's `batch_to_ids`.
+    """
+
+    chars: dict[str, int]
+    words: dict[str, int] | None = None
+    max_chars: int = MAX_CHARS_PER_TOKEN
+    _rows: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        missing = [s for s in CHAR_SPECIALS if s not in self.chars]
+        if missing:
+            raise ValueError(f"the character dictionary has no {', '.join(missing)}")
+        if self.words is not None:
+            missing = [s for s in WORD_SPECIALS if s not in self.words]
+            if missing:
+                raise ValueError(f"the word dictionary has no {', '.join(missing)}")
+        if self.max_chars < 3:
+            raise ValueError(f"max_characters_per_token must be at least 3, got {self.max_chars}")
+
+    @property
+    def row_width(self) -> int:
+        """Ids per token: the char slots, plus one word id with a word embedding."""
+        return self.max_chars + (self.words is not None)
+
+    @property
+    def padding_id(self) -> int:
+        """The (shifted) id of `<pad>` in the char slots after a word."""
+        return self.chars[PAD] + 1
+
+    @property
+    def bos_ids(self) -> tuple[int, ...]:
+        return self.token_ids(BOS)
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return self.token_ids(EOS)
+
+    def token_ids(self, token: str) -> tuple[int, ...]:
+        """The shifted ids of one token (their code's ids + 1)."""
+        row = self._rows.get(token)
+        if row is None:
+            row = self._token_ids(token)
+            if len(self._rows) < 2**17:
+                self._rows[token] = row
+        return row
+
+    def _token_ids(self, token: str) -> tuple[int, ...]:
+        chars = self.chars
+        if len(token) + 2 > self.max_chars:  # code points, not bytes (their read_list)
+            token = token[: self.max_chars - 2]
+        # Their create_one_batch reads `bow_id, eow_id` from '<eow>', '<bow>': in this order.
+        begin, end = chars[EOW], chars[BOW]
+        if token in (BOS, EOS):
+            inner = [chars[token]]
+        else:
+            oov = chars[OOV]
+            inner = [chars.get(c, oov) for c in token]
+        row = [begin, *inner, end]
+        row += [chars[PAD]] * (self.max_chars - len(row))
+        if self.words is not None:
+            row.append(self.words.get(token, self.words[OOV]))
+        return tuple(i + 1 for i in row)
+
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        """Ids of a batch, (batch, max_tokens, row_width), without `<bos>`/`<eos>`; 0 = no token."""
+        sentences = check_sentences(sentences)
+        width = max((len(s) for s in sentences), default=0)
+        ids = torch.zeros((len(sentences), width, self.row_width), dtype=torch.long)
+        for i, sentence in enumerate(sentences):
+            if sentence:
+                ids[i, : len(sentence)] = torch.tensor(
+                    [self.token_ids(token) for token in sentence], dtype=torch.long
+                )
+        return ids
+
+    def check_sizes(self, options: BiLMOptions, source: str) -> None:
+        """Raise ValueError when an id is past the embedding tables of `options`."""
+        tables = [("character", self.chars, options.n_characters)]
+        if self.words is not None:
+            tables.append(("word", self.words, options.n_words))
+        for kind, dictionary, rows in tables:
+            token, smallest = min(dictionary.items(), key=lambda item: item[1])
+            if smallest < 0:
+                raise ValueError(
+                    f"{source}: the {kind} dictionary gives {token!r} the id {smallest}; ids "
+                    f"are rows of the {kind} embedding, from 0"
+                )
+            token, largest = max(dictionary.items(), key=lambda item: item[1])
+            if largest + 1 >= rows:
+                raise ValueError(
+                    f"{source}: the {kind} dictionary gives {token!r} the id {largest} but the "
+                    f"{kind} embedding has {rows - 1} rows (ids 0 to {rows - 2}); the "
+                    f"dictionary does not match the weights"
+                )
+        if (self.words is not None) != (options.word_embedding_dim > 0):
+            raise ValueError(
+                f"{source}: the word dictionary and the word embedding must come together"
+            )
+
+    # ------------------------------------------------------------------ saving
+    def to_json(self) -> str:
+        """The dictionaries as one JSON document (what `save` writes, no pickle)."""
+        data = {
+            "format": LEXICON_FORMAT,
+            "version": 1,
+            "max_characters_per_token": self.max_chars,
+            "chars": self.chars,
+            "words": self.words,
+        }
+        return json.dumps(data, ensure_ascii=True)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "lexicon") -> EfmlLexicon:
+        """Read what `to_json` wrote; ValueError naming `source` when it is not that."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{source} is not valid JSON: {err}") from None
+        return cls.from_data(data, source)
+
+    @classmethod
+    def from_data(cls, data: Any, source: str = "lexicon") -> EfmlLexicon:
+        """The lexicon in the parsed JSON of `to_json`; ValueError naming `source` if not one."""
+        if not isinstance(data, dict) or data.get("format") != LEXICON_FORMAT:
+            raise ValueError(f"{source} is not a spacy-elmo lexicon (no format '{LEXICON_FORMAT}')")
+        chars, words = data.get("chars"), data.get("words")
+        for name, table in (("chars", chars), ("words", words)):
+            if table is None and name == "words":
+                continue
+            if not isinstance(table, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) for k, v in table.items()
+            ):
+                raise ValueError(f"{source}: '{name}' must be an object of token: integer id")
+        try:
+            return cls(chars, words, int(data.get("max_characters_per_token", 50)))
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+
+    def save(self, directory: str | Path) -> None:
+        """Write `lexicon.json` into `directory`."""
+        with atomic_path(Path(directory) / LEXICON_NAME) as tmp:
+            tmp.write_text(self.to_json() + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> EfmlLexicon:
+        """Read the `lexicon.json` written by `save`."""
+        path = Path(directory) / LEXICON_NAME
+        if not path.exists():
+            raise MissingFileError(
+                2,
+                f"saved biLM directory {directory} is an ELMoForManyLangs model but has no "
+                f"{LEXICON_NAME} (its character and word dictionaries)",
+                str(path),
+            )
+        return cls.from_data(read_json(path, "lexicon", MAX_LEXICON_BYTES), str(path))
+
+
+def read_dictionary(path: Path, rows: int | None = None, table: str = "") -> dict[str, int]:
+    """A `token<TAB>id` file read exactly as their `Embedder.get_model` does.
+
+    Each line is stripped of surrounding whitespace first, so a whitespace character loses its
+    token and the line is read as U+3000 (their code: `tokens.insert(0, '\\u3000')`); a later
+    line with the same token wins. An id is a row of the embedding `table` (`rows` rows, when
+    given): ValueError naming the line of one that is negative or past the last row.
+    """
+    if not path.exists():
+        raise MissingFileError(2, "ELMoForManyLangs dictionary does not exist", str(path))
+    dictionary: dict[str, int] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text: {err}") from None
+    # Their codecs.open reader splits lines at every Unicode line boundary, as splitlines does.
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.strip().split("\t")
+        if len(fields) == 1:
+            fields.insert(0, "\u3000")
+        try:
+            token, index = fields
+            dictionary[token] = int(index)
+        except ValueError:
+            raise ValueError(
+                f"{path}, line {number}: expected 'token<TAB>id', got {line.rstrip()!r:.80}"
+            ) from None
+        if dictionary[token] < 0 or (rows is not None and dictionary[token] >= rows):
+            limit = f"0 to {rows - 1}, the rows of {table}" if rows is not None else "0 or more"
+            raise ValueError(
+                f"{path}, line {number}: the id of {token!r} is {dictionary[token]}; ids are "
+                f"{limit}"
+            )
+    if not dictionary:
+        raise ValueError(f"{path} is empty")
+    return dictionary
+
+
+# ---------------------------------------------------------------------- weights
+def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """A PyTorch state dict read without running code (`torch.load(weights_only=True)`)."""
+    if not path.exists():
+        raise MissingFileError(2, "ELMoForManyLangs weights file does not exist", str(path))
+    state = read_torch_file(path, "ELMoForManyLangs weights file")
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise ValueError(f"{path} is not a state dict (a mapping of names to tensors)")
+    return dict(state)
+
+
+def _reorder_gates(tensor: torch.Tensor) -> torch.Tensor:
+    """AllenNLP's gate blocks i, f, g, o -> bilm-tf's i, j (= g), f, o (first axis)."""
+    i, f, g, o = tensor.chunk(4, dim=0)
+    return torch.cat([i, g, f, o])
+
+
+def _take(state: dict[str, torch.Tensor], key: str, shape: tuple[int, ...], path: Path):
+    """state[key] as float32, checked for presence and shape."""
+    if key not in state:
+        raise ValueError(f"weights file {path} has no tensor '{key}' required by the config")
+    tensor = state.pop(key)
+    if tuple(tensor.shape) != shape:
+        raise ValueError(
+            f"weights file {path}: tensor '{key}' has shape {tuple(tensor.shape)} but the "
+            f"config implies {shape}; the config does not match the weights"
+        )
+    return tensor.detach().to(torch.float32)
+
+
+def _with_no_token_row(table: torch.Tensor) -> torch.Tensor:
+    """Prepend the id-0 ("no token") row of zeros."""
+    return torch.cat([table.new_zeros((1, table.shape[1])), table])
+
+
+def convert_state_dicts(
+    options: BiLMOptions,
+    token_embedder: dict[str, torch.Tensor],
+    encoder: dict[str, torch.Tensor],
+    token_embedder_path: Path,
+    encoder_path: Path,
+) -> dict[str, torch.Tensor]:
+    """Their two state dicts (key names of their modules) -> a `BiLM` state dict."""
+    e, f, p, d = (
+        options.char_embedding_dim,
+        options.n_filters,
+        options.projection_dim,
+        options.lstm_dim,
+    )
+    token_embedder, encoder = dict(token_embedder), dict(encoder)
+    # Checked as stored, before `_take` casts to float32 (which would drop an imaginary part).
+    check_weights(token_embedder, f"weights file {token_embedder_path}")
+    check_weights(encoder, f"weights file {encoder_path}")
+    state: dict[str, torch.Tensor] = {}
+    n_chars = options.n_characters - 1
+    state["char_cnn.char_embedding.weight"] = _with_no_token_row(
+        _take(token_embedder, "char_emb_layer.embedding.weight", (n_chars, e), token_embedder_path)
+    )
+    if options.word_embedding_dim:
+        shape = (options.n_words - 1, options.word_embedding_dim)
+        state["char_cnn.word_embedding.weight"] = _with_no_token_row(
+            _take(token_embedder, "word_emb_layer.embedding.weight", shape, token_embedder_path)
+        )
+    for k, (width, n) in enumerate(options.filters):
+        for name, shape in (("weight", (n, e, width)), ("bias", (n,))):
+            key = f"convolutions.{k}.{name}"
+            state[f"char_cnn.{key}"] = _take(token_embedder, key, shape, token_embedder_path)
+    for h in range(options.n_highway):
+        # AllenNLP: x <- g x + (1 - g) relu(A x), g = sigmoid(B x); ours gates the transform
+        # branch with t = sigmoid(-B x) = 1 - g.
+        prefix = f"highways._layers.{h}"
+        weight = _take(token_embedder, f"{prefix}.weight", (2 * f, f), token_embedder_path)
+        bias = _take(token_embedder, f"{prefix}.bias", (2 * f,), token_embedder_path)
+        state[f"char_cnn.highways.{h}.weight"] = torch.cat([weight[:f], -weight[f:]])
+        state[f"char_cnn.highways.{h}.bias"] = torch.cat([bias[:f], -bias[f:]])
+    width = options.word_embedding_dim + f
+    state["char_cnn.projection.weight"] = _take(
+        token_embedder, "projection.weight", (p, width), token_embedder_path
+    )
+    state["char_cnn.projection.bias"] = _take(
+        token_embedder, "projection.bias", (p,), token_embedder_path
+    )
+    forget = slice(2 * d, 3 * d)  # the f block in the bilm-tf order
+    for direction in ("forward", "backward"):
+        for layer in range(options.n_layers):
+            theirs, ours = f"{direction}_layer_{layer}", f"{direction}_lstm.layers.{layer}"
+
+            def take(name: str, shape: tuple[int, ...], theirs: str = theirs) -> torch.Tensor:
+                return _take(encoder, f"{theirs}.{name}", shape, encoder_path)
+
+            state[f"{ours}.input_weight"] = _reorder_gates(
+                take("input_linearity.weight", (4 * d, p))
+            )
+            state[f"{ours}.recurrent_weight"] = _reorder_gates(
+                take("state_linearity.weight", (4 * d, p))
+            )
+            bias = _reorder_gates(take("state_linearity.bias", (4 * d,)))
+            bias[forget] -= 1.0  # the cell adds TF's forget bias of 1 back
+            state[f"{ours}.bias"] = bias
+            state[f"{ours}.projection_weight"] = take("state_projection.weight", (p, d))
+    for leftover, path in ((token_embedder, token_embedder_path), (encoder, encoder_path)):
+        if leftover:
+            raise ValueError(
+                f"weights file {path} has tensors that the config does not describe: "
+                f"{', '.join(sorted(leftover)[:5])}; the config does not match the weights"
+            )
+    return state
+
+
+# ---------------------------------------------------------------------- the model directory
+# The files of a model directory (word.dic only with a word embedding); any of them marks one.
+MODEL_FILES = (CONFIG_NAME, CHAR_DICTIONARY, TOKEN_EMBEDDER_WEIGHTS, ENCODER_WEIGHTS)
+MARKERS = (CHAR_DICTIONARY, WORD_DICTIONARY, TOKEN_EMBEDDER_WEIGHTS, ENCODER_WEIGHTS)
+
+
+def is_elmoformanylangs_dir(path: str | Path) -> bool:
+    """Whether `path` looks like an ELMoForManyLangs model directory: it holds one of their
+    dictionaries or state dicts, or a config.json naming an architecture (`config_path`), even
+    when other files are missing (their loader then names those)."""
+    path = Path(path)
+    if any((path / name).exists() for name in MARKERS):
+        return True
+    try:
+        config = read_json(path / CONFIG_NAME, "config")
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "config_path" in config and "format" not in config
+
+
+def missing_files(model_dir: Path) -> list[str]:
+    """The files that every ELMoForManyLangs model directory holds and `model_dir` lacks."""
+    return [name for name in MODEL_FILES if not (model_dir / name).is_file()]
+
+
+def missing_files_error(model_dir: Path, missing: list[str]) -> MissingFileError:
+    """The error for an ELMoForManyLangs model directory that lacks `missing` files."""
+    return MissingFileError(
+        2,
+        f"ELMoForManyLangs model directory {model_dir} lacks {', '.join(missing)} (a model "
+        f"holds {', '.join(MODEL_FILES)}, the architecture JSON its config.json names and, "
+        f"with a word embedding, {WORD_DICTIONARY})",
+        str(model_dir / missing[0]),
+    )
+
+
+def _climbs_out(name: str) -> bool:
+    """Whether a path written in a config leaves the folder it is read from."""
+    paths = (PurePosixPath(name), PureWindowsPath(name))
+    return any(p.is_absolute() or p.anchor or ".." in p.parts for p in paths)
+
+
+def read_architecture(model_dir: Path) -> tuple[dict[str, Any], str]:
+    """The architecture JSON named by `config.json`'s `config_path`, and which file it was.
+
+    A model directory is read only from inside itself: a relative `config_path` is looked up in
+    it, and one that is absolute or climbs out with `..` (the published models name a path on
+    the machine they were trained on) by its file name in it; then, for the name of a published
+    architecture, their packaged copy.
+    """
+    config_file = model_dir / CONFIG_NAME
+    config = read_json(config_file, "ELMoForManyLangs config")
+    config_path = config.get("config_path") if isinstance(config, dict) else None
+    if not isinstance(config_path, str) or not config_path.strip():
+        raise ValueError(
+            f"{config_file} has no 'config_path' naming the architecture JSON "
+            f"(such as cnn_50_100_512_4096_sample.json); is this an ELMoForManyLangs model?"
+        )
+    name = PureWindowsPath(config_path).name  # the last part, after / or \\
+    candidates = [model_dir / name] if name not in ("", ".", "..") else []
+    if not _climbs_out(config_path):
+        candidates.insert(0, model_dir / config_path)
+    for candidate in candidates:
+        if candidate.is_file():
+            source = str(candidate)
+            if candidate != model_dir / config_path:
+                logger.info(
+                    "%s names the architecture %r; reading %s, the file of that name in %s",
+                    config_file,
+                    config_path,
+                    candidate,
+                    model_dir,
+                )
+                source = f"{candidate} (config.json names {config_path!r})"
+            return read_json(candidate, "ELMoForManyLangs architecture"), source
+    if name in PUBLISHED_ARCHITECTURE_NAMES:
+        warnings.warn(
+            f"{config_file} names the architecture {config_path!r}, which is not in "
+            f"{model_dir}; using the published {name} of ELMoForManyLangs",
+            stacklevel=3,
+        )
+        return json.loads(json.dumps(PUBLISHED_ARCHITECTURE)), f"the published {name}"
+    outside = " (a model directory is read only from inside itself)" * _climbs_out(config_path)
+    tried = ", ".join(str(c) for c in candidates)
+    raise FileNotFoundError(
+        f"{config_file} names the architecture {config_path!r}, which is not there (tried "
+        f"{tried}){outside}; copy the architecture JSON into {model_dir}"
+    )
+
+
+def architecture_options(
+    architecture: dict[str, Any], n_characters: int, n_words: int, source: str
+) -> BiLMOptions:
+    """Their architecture JSON as `BiLMOptions` (tables of n rows get the id-0 row added)."""
+    if not isinstance(architecture, dict):
+        raise ValueError(f"{source}: expected a JSON object")
+    encoder, embedder = architecture.get("encoder"), architecture.get("token_embedder")
+    if not isinstance(encoder, dict) or not isinstance(embedder, dict):
+        raise ValueError(f"{source}: missing the 'encoder' or 'token_embedder' object")
+    if str(encoder.get("name", "")).lower() != "elmo":
+        raise ValueError(
+            f"{source}: encoder '{encoder.get('name')}' is not supported; spacy-elmo reads "
+            f'the ELMo encoder ("name": "elmo") of the published models'
+        )
+    if str(embedder.get("name", "")).lower() != "cnn":
+        raise ValueError(
+            f"{source}: token_embedder '{embedder.get('name')}' is not supported; spacy-elmo "
+            f'reads the character CNN ("name": "cnn") of the published models'
+        )
+    if not embedder.get("char_dim"):
+        raise ValueError(f"{source}: 'token_embedder.char_dim' is 0; a char CNN is required")
+    max_chars = embedder.get("max_characters_per_token", MAX_CHARS_PER_TOKEN)
+    if max_chars != MAX_CHARS_PER_TOKEN:
+        raise ValueError(
+            f"{source}: 'token_embedder.max_characters_per_token' is {max_chars}; spacy-elmo "
+            f"reads models with {MAX_CHARS_PER_TOKEN} (all published ones)"
+        )
+    word_dim = embedder.get("word_dim", 0) or 0
+    options = {
+        "char_cnn": {
+            "char_vocabulary": "dictionary",
+            "n_characters": n_characters + 1,
+            "embedding": {"dim": embedder.get("char_dim")},
+            "filters": embedder.get("filters"),
+            "n_highway": embedder.get("n_highway", 0),
+            "activation": embedder.get("activation", "relu"),
+            "max_characters_per_token": max_chars,
+        },
+        "lstm": {
+            "dim": encoder.get("dim"),
+            "projection_dim": encoder.get("projection_dim"),
+            "n_layers": encoder.get("n_layers"),
+            "cell_clip": encoder.get("cell_clip"),
+            "proj_clip": encoder.get("proj_clip"),
+            "use_skip_connections": True,  # their ElmobiLm adds the input of layers >= 1
+        },
+    }
+    if word_dim:
+        options["char_cnn"]["word_embedding"] = {"dim": word_dim, "n_words": n_words + 1}
+    for key in ("dim", "projection_dim", "n_layers"):
+        if encoder.get(key) is None:
+            raise ValueError(f"{source}: missing required key 'encoder.{key}'")
+    parsed = BiLMOptions.from_dict(options, source=source)
+    if not parsed.has_lstm_projection:
+        raise ValueError(
+            f"{source}: 'encoder.projection_dim' must be smaller than 'encoder.dim' (their cell "
+            f"always projects; spacy-elmo's projects only then)"
+        )
+    return parsed
+
+
+def read_elmoformanylangs(
+    model_dir: str | Path,
+) -> tuple[BiLMOptions, dict[str, torch.Tensor], EfmlLexicon]:
+    """Options, a `BiLM` state dict and the lexicon of an ELMoForManyLangs model directory."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise MissingFileError(2, "ELMoForManyLangs model directory does not exist", str(model_dir))
+    missing = missing_files(model_dir)
+    if missing:
+        raise missing_files_error(model_dir, missing)
+    architecture, source = read_architecture(model_dir)
+    embedder = architecture.get("token_embedder") if isinstance(architecture, dict) else None
+    word_dim = embedder.get("word_dim", 0) if isinstance(embedder, dict) else 0
+    token_embedder_path = model_dir / TOKEN_EMBEDDER_WEIGHTS
+    encoder_path = model_dir / ENCODER_WEIGHTS
+    token_embedder = load_state_dict(token_embedder_path)
+    encoder = load_state_dict(encoder_path)
+    # The table sizes are the weights' (as their EmbeddingLayer, len(dictionary) rows).
+    rows = {}
+    for kind, key in (("char", "char_emb_layer"), ("word", "word_emb_layer")):
+        table = token_embedder.get(f"{key}.embedding.weight")
+        if table is None and (kind == "char" or word_dim):
+            raise ValueError(
+                f"weights file {token_embedder_path} has no tensor '{key}.embedding.weight' "
+                f"required by {source}"
+            )
+        rows[kind] = 0 if table is None or table.dim() != 2 else table.shape[0]
+    chars = read_dictionary(
+        model_dir / CHAR_DICTIONARY,
+        rows["char"] or None,
+        f"the character embedding of {token_embedder_path}",
+    )
+    words = None
+    if word_dim:
+        words = read_dictionary(
+            model_dir / WORD_DICTIONARY,
+            rows["word"] or None,
+            f"the word embedding of {token_embedder_path}",
+        )
+    options = architecture_options(
+        architecture, rows["char"], rows["word"], f"architecture {source}"
+    )
+    try:
+        lexicon = EfmlLexicon(chars, words, MAX_CHARS_PER_TOKEN)
+    except ValueError as err:
+        raise ValueError(f"ELMoForManyLangs model {model_dir}: {err}") from None
+    lexicon.check_sizes(options, f"ELMoForManyLangs model {model_dir}")
+    state = convert_state_dicts(options, token_embedder, encoder, token_embedder_path, encoder_path)
+    return options, state, lexicon

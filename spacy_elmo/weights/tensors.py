@@ -1,0 +1,123 @@
+"""Tensor files and the one check of every weight: safetensors (no code), `torch.save` files
+read with `weights_only`, and the dtype/finiteness check every weight source goes through."""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping, Union
+
+import numpy
+import torch
+
+from ..util.files import atomic_path
+
+
+def write_safetensors(
+    state_dict: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None
+) -> None:
+    """Write the tensors of `state_dict` (detached, on the CPU) to a safetensors file."""
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (a format that cannot hold code); ValueError if bad."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"cannot read {path} ({err}); is it truncated?") from None
+
+
+def read_torch_file(path: Path, what: str) -> Any:
+    """A `torch.save` file of plain values and tensors, read with `torch.load(weights_only=True)`
+    onto the CPU, which refuses any other object: a crafted file cannot run code.
+
+    ValueError naming `what` and the file when it holds other objects or cannot be read.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"refusing to load {what} {path}: it holds objects other than tensors and plain "
+            f"values, which could run code when unpickled; spacy-elmo never loads those "
+            f"({_first_line(err)})"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, AttributeError, zipfile.BadZipFile) as err:
+        raise ValueError(
+            f"cannot read {what} {path} ({_first_line(err)}); it may be truncated or corrupted"
+        ) from None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else repr(error)
+
+
+# ---------------------------------------------------------------------- the weights' values
+# The one check of every weight source (hdf5, safetensors, ELMoForManyLangs .pkl, checkpoints,
+# a pipeline's bytes), made on the values as stored, before the cast to the float32 that
+# `BiLM` computes in: floating-point numbers whose cast is exact (float16, bfloat16) or the
+# nearest float32 (float64, within float32's range). Integers, booleans and complex numbers
+# are not weights: a cast would make numbers of them silently (a complex tensor's imaginary
+# part would be dropped).
+WEIGHT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
+
+Weights = Union[torch.Tensor, numpy.ndarray]
+
+
+def check_dtype(key: str, dtype: Any, source: str, what: str = "tensor") -> None:
+    """ValueError unless `dtype` (numpy or torch) is one of WEIGHT_DTYPES."""
+    name = str(dtype).removeprefix("torch.")
+    if name in WEIGHT_DTYPES:
+        return
+    if name.startswith("complex"):
+        kind = "complex"
+    elif name == "bool":
+        kind = "boolean"
+    elif name.startswith(("int", "uint")):
+        kind = "integer"
+    elif name.startswith("float"):
+        kind = "unsupported floating-point"
+    else:
+        kind = "non-numeric"
+    raise ValueError(
+        f"{source}: {what} '{key}' has {kind} dtype {name}; ELMo weights are real numbers "
+        f"stored as {', '.join(WEIGHT_DTYPES)}"
+    )
+
+
+def check_weights(state: Mapping[str, Weights], source: str, what: str = "tensor") -> None:
+    """Raise ValueError naming the first tensor (or array) of `state` that is not weights: a
+    dtype not in WEIGHT_DTYPES, a NaN or infinity, or a float64 value past float32's range."""
+    for key, value in state.items():
+        check_dtype(key, value.dtype, source, what)
+        if isinstance(value, numpy.ndarray):
+            if not value.dtype.isnative:  # a big-endian file: the same values, swapped bytes
+                value = value.astype(value.dtype.newbyteorder("="))
+            value = torch.from_numpy(numpy.ascontiguousarray(value))
+        finite = torch.isfinite(value)
+        if not finite.all():
+            index = int((~finite).flatten().nonzero()[0])
+            bad = value.flatten()[index].item()
+            position = [int(i) for i in numpy.unravel_index(index, tuple(value.shape))]
+            raise ValueError(
+                f"{source}: {what} '{key}' contains NaN or inf ({int((~finite).sum()):,} of "
+                f"{value.numel():,} values; {bad} at {position})"
+            )
+        if value.dtype == torch.float64 and value.numel():
+            largest = value.abs().max().item()
+            if largest > FLOAT32_MAX:
+                raise ValueError(
+                    f"{source}: {what} '{key}' holds float64 values up to {largest:.3g}, past "
+                    f"float32's largest ({FLOAT32_MAX:.3g}): they would become infinite"
+                )

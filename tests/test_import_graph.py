@@ -1,0 +1,94 @@
+"""The package's import graph has no cycle: every import statement counts, at the top of a module
+or inside a function (a lazy import still ties two modules together), `TYPE_CHECKING` ones too;
+and the weight readers (`spacy_elmo.weights`) use only the model's description modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "spacy_elmo"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_init = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_init else parts)] = (path, is_init)
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (a submodule named in `from pkg import sub`
+    is the edge, not the package)."""
+    modules = _modules()
+    graph = {}
+    for name, (path, is_init) in modules.items():
+        package = name if is_init else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                submodules = [f"{target}.{a.name}" for a in node.names]
+                named = [m for m in submodules if m in modules]
+                edges.update(named)
+                if target in modules and len(named) < len(submodules):
+                    edges.add(target)
+            elif isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in modules)
+        graph[name] = edges - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycles_are_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_has_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_weight_readers_use_only_the_models_description():
+    graph = import_graph()
+    for name, edges in graph.items():
+        if name.startswith("spacy_elmo.weights"):
+            model = {e for e in edges if e.startswith("spacy_elmo.bilm")}
+            assert model <= {"spacy_elmo.bilm.options", "spacy_elmo.bilm.chars"}, name
