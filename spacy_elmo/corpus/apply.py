@@ -36,6 +36,7 @@ class ApplyJob:
     batch_size: int = 64
     gpu: bool = False
     code: Optional[str] = None  # a Python file each worker imports first (`--code`)
+    unit = "documents"  # what one input line is (the progress bar's unit)
 
     def setup(self) -> Any:
         import spacy

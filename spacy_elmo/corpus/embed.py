@@ -33,6 +33,7 @@ class EmbedJob:
     compression: Optional[str] = None
     gpu: bool = False
     int8: bool = False  # the biLM's products in int8 (`bilm.quantize`)
+    unit = "sentences"  # what one input line is (the progress bar's unit)
     code: Optional[str] = None  # a Python file each worker imports first (`--code`)
 
     def setup(self) -> Any:

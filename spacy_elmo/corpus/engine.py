@@ -211,7 +211,16 @@ def run_tasks(
         for info in _gather(ray, [a.setup.remote() for a in actors]):
             _count_worker(stats, info)
         stats.startup_seconds = time.perf_counter() - start
-        _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm)
+        bar = tqdm(
+            total=sum(task.lines for task in tasks),
+            unit=" " + getattr(job, "unit", "lines"),
+            desc=description,
+            disable=not progress,
+            smoothing=0.05,
+            dynamic_ncols=True,
+        )
+        with bar:
+            _drive(ray, actors, tasks, on_done, stats, bar)
         stats.run_seconds = time.perf_counter() - start - stats.startup_seconds
     finally:
         closing = time.perf_counter()
@@ -221,65 +230,56 @@ def run_tasks(
     return stats
 
 
-def _drive(ray, actors, tasks, on_done, stats, progress, description, tqdm) -> None:
+def _drive(ray, actors, tasks, on_done, stats, bar) -> None:
     queue = deque(tasks)
     running: dict[Any, tuple[Any, Task]] = {}
-    total = sum(task.lines for task in tasks)
-    with tqdm(
-        total=total,
-        unit="sent",
-        desc=description,
-        disable=not progress,
-        smoothing=0.05,
-        dynamic_ncols=True,
-    ) as bar:
 
-        def submit(actor) -> None:
-            if queue:
-                task = queue.popleft()
-                task.attempts += 1
-                running[actor.run.remote(task.payload)] = (actor, task)
+    def submit(actor) -> None:
+        if queue:
+            task = queue.popleft()
+            task.attempts += 1
+            running[actor.run.remote(task.payload)] = (actor, task)
 
-        for actor in actors:
-            for _ in range(1 + QUEUE_PER_WORKER):
-                submit(actor)
-        alive = list(actors)
-        while running:
-            # With a timeout, so that Ctrl-C and SIGTERM are acted on within a second.
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SECONDS)
-            if not ready:
-                continue
-            (ref,) = ready
-            actor, task = running.pop(ref)
-            try:
-                result = ray.get(ref)
-            except ray.exceptions.RayActorError as error:
-                # Ray restarted the worker and ran the shard again MAX_RETRIES times, and each
-                # time the worker died: a shard that kills workers (out of memory, say).
-                _fail(
-                    stats,
-                    bar,
-                    task,
-                    f"its worker died each of {MAX_RETRIES + 1} times it ran it (killed, or out "
-                    f"of memory?): {_first_line(error)}",
-                )
-                submit(actor)
-                continue
-            except ray.exceptions.RayTaskError as error:
-                _fail(stats, bar, task, _cause(error))
-                submit(actor)
-                continue
-            stats.lines += task.lines
-            stats.task_seconds.append(result["seconds"])
-            stats.cpu_seconds += result["cpu_seconds"]
-            _count_worker(stats, result)
-            bar.update(task.lines)
-            for follow_up in on_done(task, result):
-                stats.tasks += 1
-                queue.appendleft(follow_up)
+    for actor in actors:
+        for _ in range(1 + QUEUE_PER_WORKER):
             submit(actor)
-            while queue and len(running) < len(alive) * (1 + QUEUE_PER_WORKER):
-                submit(min(alive, key=lambda a: sum(1 for b, _ in running.values() if b is a)))
+    alive = list(actors)
+    while running:
+        # With a timeout, so that Ctrl-C and SIGTERM are acted on within a second.
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SECONDS)
+        if not ready:
+            continue
+        (ref,) = ready
+        actor, task = running.pop(ref)
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayActorError as error:
+            # Ray restarted the worker and ran the shard again MAX_RETRIES times, and each
+            # time the worker died: a shard that kills workers (out of memory, say).
+            _fail(
+                stats,
+                bar,
+                task,
+                f"its worker died each of {MAX_RETRIES + 1} times it ran it (killed, or out "
+                f"of memory?): {_first_line(error)}",
+            )
+            submit(actor)
+            continue
+        except ray.exceptions.RayTaskError as error:
+            _fail(stats, bar, task, _cause(error))
+            submit(actor)
+            continue
+        stats.lines += task.lines
+        stats.task_seconds.append(result["seconds"])
+        stats.cpu_seconds += result["cpu_seconds"]
+        _count_worker(stats, result)
+        bar.update(task.lines)
+        for follow_up in on_done(task, result):
+            stats.tasks += 1
+            queue.appendleft(follow_up)
+        submit(actor)
+        while queue and len(running) < len(alive) * (1 + QUEUE_PER_WORKER):
+            submit(min(alive, key=lambda a: sum(1 for b, _ in running.values() if b is a)))
 
 
 def _fail(stats: RunStats, bar, task: Task, message: str) -> None:
