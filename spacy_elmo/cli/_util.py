@@ -387,13 +387,20 @@ def int8_option() -> Any:
     )
 
 
-def threads_option() -> Any:
+def threads_option(default: Optional[int] = None) -> Any:
+    """--threads/-t, which the command hands to `util.threads.use_threads`."""
+    said = (
+        " (default: torch's, at most the CPUs this process may use: its cores, fewer under a "
+        "container's CPU quota)"
+        if default is None
+        else ""  # typer shows the default
+    )
     return typer.Option(
-        None,
+        default,
         "--threads",
         "-t",
-        help="torch CPU threads (default: torch's choice, one per core). Where other jobs keep "
-        "cores busy, 1 (docs/performance.md#threads-on-a-shared-machine).",
+        help=f"torch CPU threads{said}. Where other jobs keep cores busy, 1 "
+        "(docs/performance.md#threads-on-a-shared-machine).",
     )
 
 
@@ -421,21 +428,6 @@ def raw_tokenizer(lang: Optional[str], pipeline: Optional[str]) -> Callable[[str
 
     tokenizer = (spacy.load(pipeline) if pipeline else spacy.blank(lang or "en")).tokenizer
     return lambda line: [token.text for token in tokenizer(line) if not token.is_space]
-
-
-def set_threads(threads: Optional[int]) -> None:
-    """torch's CPU threads; without --threads, torch's choice, with a warning where it has more
-    threads than this process can run at once (a CPU quota, a narrower affinity)."""
-    if threads is None:
-        from ..util.threads import warn_if_oversubscribed
-
-        warn_if_oversubscribed()
-        return
-    import torch
-
-    if threads < 1:
-        raise ValueError(f"--threads must be a positive integer, got {threads}")
-    torch.set_num_threads(threads)
 
 
 def device(gpu_id: int) -> str:

@@ -93,6 +93,7 @@ def _embed(
 ) -> None:
     from ..bilm import BiLM
     from ..corpus.embed_file import embed_file, whitespace_tokenizer
+    from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
     if top and average:
@@ -103,7 +104,7 @@ def _embed(
     opt.import_code(code)
     source = resolve_source(model if options is None else None, options, weights)
     opt.check_new_output(output_file, force, [input_file, *source.files()])
-    opt.set_threads(threads)
+    use_threads(threads, "--threads")
     if opt.is_pretokenized(pretokenized, lang, pipeline, default=True):
         tokenize = whitespace_tokenizer
         if pretokenized is None:

@@ -36,13 +36,14 @@ def perplexity(
     from ..pretrain.evaluate import describe
     from ..pretrain.evaluate import perplexity as compute
     from ..util.files import write_text
+    from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
     opt.import_code(code)
     source = resolve_source(model)
     if output is not None:
         opt.check_new_output(output, force, [*source.files(), *inputs])
-    opt.set_threads(threads)
+    use_threads(threads, "--threads")
     result = compute(
         source,
         inputs,

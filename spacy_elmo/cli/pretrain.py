@@ -101,7 +101,13 @@ def pretrain(
     teacher_store_max_gb: float = typer.Option(
         DEFAULTS["teacher_store_max_gb"], help="Refuse a teacher store bigger than this (GiB)."
     ),
-    resume: bool = typer.Option(False, help="Continue from OUTPUT/checkpoints/last.pt."),
+    resume: bool = typer.Option(
+        False,
+        help="Continue from OUTPUT/checkpoints/last.pt with the run's settings; --max-steps and "
+        "where it runs (--threads, --gpu-id, --max-memory-gb, --teacher-store, "
+        "--teacher-store-max-gb) may change. Another thread count or device continues the same "
+        "steps, but its floating-point sums may round differently (docs/pretraining.md).",
+    ),
     force: bool = opt.force_option(
         "the run already in OUTPUT (its corpus, vocabulary, checkpoints and model are deleted)"
     ),
@@ -110,7 +116,10 @@ def pretrain(
 
     An OUTPUT that already holds a run is refused unless --resume or --force is given; on
     --resume the run's settings are kept (a setting given that differs is an error), and only
-    --max-steps may change.
+    --max-steps and where the run happens (--threads, --gpu-id, --max-memory-gb, the teacher's
+    store) may change: a line says what changed, and model/pretrain.json's "ran_with" which
+    values each part of the run had. With the same values a resumed run ends bit for bit as an
+    uninterrupted one; with another thread count or device its sums may round differently.
     """
     import logging
 

@@ -33,7 +33,7 @@ def probe(
         5000, min=10, help="Brown sentences sampled for the POS probe (split 80/20)."
     ),
     batch_size: int = opt.batch_size_option(),
-    threads: Optional[int] = opt.threads_option(),
+    threads: int = opt.threads_option(default=1),
     gpu_id: int = opt.gpu_option(),
     seed: int = typer.Option(0, help="Seed of the Brown sentence sample."),
     force: bool = opt.force_option("the reports in OUTPUT"),
@@ -42,6 +42,7 @@ def probe(
     """Linear POS and 1-NN WSD probes per biLM layer, next to their context-free baselines."""
     from ..bilm import BiLM
     from ..probes import ProbeSettings, check_assets, parse_tasks, run_probes, write_report
+    from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
     started = time.perf_counter()
@@ -59,7 +60,7 @@ def probe(
     check_assets(assets, settings.tasks)  # FileNotFoundError: each missing file, where to get it
     for name in REPORT_FILES:  # every report is checked before the probes run
         opt.check_new_output(output / name, force, source.files())
-    opt.set_threads(threads if threads is not None else 1)
+    use_threads(threads, "--threads")
     bilm = BiLM.from_source(source).to(device)
     result = run_probes(bilm, assets, settings, log=(lambda _: None) if quiet else typer.echo)
     result["seconds"] = round(time.perf_counter() - started, 1)

@@ -117,9 +117,9 @@ class CorpusWorker:
     """A Ray actor (see `run_tasks`): holds the job's state (the model) between shards."""
 
     def __init__(self, job: Job, threads: int, gpus: float) -> None:
-        import torch
+        from ..util.threads import use_threads
 
-        torch.set_num_threads(threads)
+        use_threads(threads, "--threads-per-worker")
         self.job, self.state, self.gpus = job, None, gpus
         self.load_seconds = 0.0
 
@@ -180,7 +180,9 @@ def run_tasks(
     threads = cluster.threads_per_worker
     workers = cluster.workers
     if local:
-        cpus = os.cpu_count() or 1
+        from ..util.threads import usable_cpus
+
+        cpus = usable_cpus()[0]  # this machine's cores, fewer under a container's CPU quota
         threads = threads or max(1, cpus // (workers or cpus))
         workers = workers or max(1, cpus // threads)
         reaper = start_reaper()

@@ -51,9 +51,9 @@ def _one_torch_thread_in_child() -> None:
     The OpenMP pool the parent already started does not survive `fork`: the child's first
     multi-threaded GEMM would wait for it forever.
     """
-    import torch
+    from ..util.threads import use_threads
 
-    torch.set_num_threads(1)
+    use_threads(1, "the forked child's threads")
 
 
 os.register_at_fork(after_in_child=_one_torch_thread_in_child)

@@ -110,8 +110,16 @@ _BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
     "teacher_weight": ((int, float), 0, False, None, False),
     "teacher_store_max_gb": ((int, float), 0, True, None, False),
 }
-# Where the run is, not what it trains: may differ on resume (the directory was moved).
-_LOCATION_SETTINGS = ("output", "teacher_store", "teacher_store_max_gb")
+# Where the run happens, not what it computes: a resumed run takes the values given for it (the
+# directory or the teacher's store was moved; another GPU, thread count or memory limit).
+LOCATION_SETTINGS = (
+    "output",
+    "teacher_store",
+    "teacher_store_max_gb",
+    "gpu_id",
+    "threads",
+    "max_memory_gb",
+)
 
 
 def warmup_longer_than_run(config: PretrainConfig) -> Optional[str]:
@@ -142,9 +150,10 @@ def resumed_config(
 ) -> PretrainConfig:
     """The checkpoint's configuration, after checking that `given` does not contradict it.
 
-    Only `max_steps` may change on resume, and only when given (not None). With `explicit`
-    (the names of the settings the user gave) only those are compared; the others are taken
-    from the checkpoint.
+    What the run computes is kept: only `max_steps` may change (when given, not None), and the
+    LOCATION_SETTINGS take the values given for this resume. With `explicit` (the names of the
+    settings the user gave) only those are compared or taken; the others come from the
+    checkpoint (the output directory is always the one given).
     """
     unknown = sorted(set(saved) - {f.name for f in fields(PretrainConfig)})
     if unknown:
@@ -157,7 +166,7 @@ def resumed_config(
         raise ValueError(f"checkpoint {source}: bad settings: {err}") from None
     changed = []
     for f in fields(PretrainConfig):
-        if f.name in (*_LOCATION_SETTINGS, "max_steps"):
+        if f.name in (*LOCATION_SETTINGS, "max_steps"):
             continue
         if explicit is not None and f.name not in explicit:
             continue
@@ -167,17 +176,33 @@ def resumed_config(
     if changed:
         raise ValueError(
             f"resuming the run in {given.output}: {'; '.join(changed)} (checkpoint {source}). "
-            f"A resumed run keeps its settings; only max_steps may change. Start a new run to "
-            f"change the others (another output directory, or overwrite this run)"
+            f"A resumed run keeps what it computes; only max_steps and where it runs "
+            f"({', '.join(LOCATION_SETTINGS)}) may change. Start a new run to change the others "
+            f"(another output directory, or overwrite this run)"
         )
     max_steps = given.max_steps if given.max_steps is not None else config.max_steps
-    return replace(config, output=given.output, max_steps=max_steps)
+    located = {
+        name: getattr(given, name)
+        for name in LOCATION_SETTINGS
+        if explicit is None or name in explicit or name == "output"
+    }
+    return replace(config, max_steps=max_steps, **located)
+
+
+def moved_settings(saved: dict[str, Any], resumed: PretrainConfig) -> dict[str, tuple[Any, Any]]:
+    """{setting: (the checkpoint's value, the resumed run's)} of the LOCATION_SETTINGS that a
+    resume changed, the output directory left out (a moved directory computes the same)."""
+    return {
+        name: (saved.get(name), getattr(resumed, name))
+        for name in LOCATION_SETTINGS
+        if name != "output" and not _same_setting(name, saved.get(name), getattr(resumed, name))
+    }
 
 
 def _same_setting(name: str, old: Any, new: Any) -> bool:
     """Equal settings; paths are equal when they name the same file from here."""
     if name in ("inputs", "dev") and isinstance(old, list) and isinstance(new, list):
         return [os.path.realpath(p) for p in old] == [os.path.realpath(p) for p in new]
-    if name in ("init_from", "teacher") and old is not None and new is not None:
+    if name in ("init_from", "teacher", "teacher_store") and old is not None and new is not None:
         return os.path.realpath(old) == os.path.realpath(new)
     return old == new

@@ -4,7 +4,9 @@ The settings are `config.py`'s, the model and its loss `objective.py`'s.
 
 Resumable bit for bit: a checkpoint holds the weights, optimizer, scheduler, RNG state and
 the number of batches consumed; the batch stream is a pure function of (seed, corpus), so a
-resumed run skips the consumed batches and continues exactly where the killed run was.
+resumed run skips the consumed batches and continues exactly where the killed run was. A resume
+may run elsewhere (another thread count, GPU or memory limit: `PLACEMENT`); it then computes the
+same steps, but its floating-point sums may round differently.
 Under `torchrun` it trains with DistributedDataParallel, rank r taking every r-th batch.
 """
 
@@ -27,6 +29,7 @@ from torch import nn
 from ..bilm import BiLM, BiLMOptions, batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.lm_head import LMHead
+from ..util import threads as cpu_threads
 from ..util.files import write_text
 from ..weights.sources import resolve_source
 from ..weights.tensors import write_safetensors
@@ -35,6 +38,7 @@ from .config import (
     DEFAULT_MAX_STEPS,
     PretrainConfig,
     build_options,
+    moved_settings,
     resumed_config,
     warmup_longer_than_run,
 )
@@ -73,6 +77,9 @@ SKIPPED = "corpus/skipped.json"  # the input lines that were not text, by file
 # the settings that tame a divergence.
 DIVERGED = "checkpoints/diverged.json"
 DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
+# Where each part of a run happened (a resumed run may change them): model/pretrain.json's
+# "ran_with" lists them by the step each part started at.
+PLACEMENT = ("threads", "gpu_id", "max_memory_gb")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # A mean NLL (nats a token) past this has a perplexity no float holds (exp overflows): counted
 # as a divergence like NaN, as no model reaches it that has not blown up (uniform guessing over
@@ -168,6 +175,7 @@ class Pretrainer:
         checkpoint = None
         self.checkpoint_step: Optional[int] = None
         remedied: dict[str, tuple[Any, Any]] = {}
+        moved: dict[str, tuple[Any, Any]] = {}
         if resume:
             path = self.work / CHECKPOINT
             checkpoint = load_checkpoint(path)
@@ -175,12 +183,12 @@ class Pretrainer:
                 checkpoint["config"], config, self.work / DIVERGED, explicit
             )
             config = resumed_config(saved, config, path, explicit)
+            moved = moved_settings(saved, config)
             self.checkpoint_step = checkpoint["step"]
         elif config.max_steps is None:
             config = replace(config, max_steps=DEFAULT_MAX_STEPS)
         self.config = config
-        if config.threads:
-            torch.set_num_threads(config.threads)
+        self.threads = cpu_threads.use_threads(config.threads, "--threads")
         # Under torchrun each process of a machine takes its own GPU: gpu_id + its local rank.
         local_rank = int(os.environ.get("LOCAL_RANK", "0")) if self.distributed else 0
         gpu = config.gpu_id + local_rank
@@ -262,8 +270,16 @@ class Pretrainer:
                         self.step,
                         ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in remedied.items()),
                     )
+            if moved and self.is_main:
+                logger.warning(
+                    "resuming at step %d with %s: where the run happens, not what it computes "
+                    "(another thread count or device may round its sums differently)",
+                    self.step,
+                    ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in moved.items()),
+                )
             if self.is_main:
                 _truncate_metrics(self.work / METRICS, self.step)
+        self.ran_with = _ran_with(checkpoint, self.step, self._placement())
         self.train_module: nn.Module = self.model
         if self.distributed:
             # The adaptive softmax leaves the tail clusters without a target in a batch unused:
@@ -277,6 +293,10 @@ class Pretrainer:
         self.stop_signal: Optional[int] = None
         self.last_train_ppl: Optional[float] = None  # the last one logged
         self.checkpoint_ppl: Optional[float] = None  # the last one logged before the checkpoint
+
+    def _placement(self) -> dict[str, Any]:
+        """Where this part of the run happens: the PLACEMENT settings (threads as set)."""
+        return {**{name: getattr(self.config, name) for name in PLACEMENT}, "threads": self.threads}
 
     def _teacher_store(self) -> TeacherStore:
         """The teacher's vectors of the training corpus: made (or finished) by rank 0 before
@@ -594,6 +614,7 @@ class Pretrainer:
                 "step": self.step,
                 "tokens_seen": self.tokens_seen,
                 "train_seconds": self.train_seconds,
+                "ran_with": self.ran_with,
             }
             save_checkpoint(state, path)
             (self.work / DIVERGED).unlink(missing_ok=True)  # this checkpoint has the settings
@@ -634,6 +655,7 @@ class Pretrainer:
                     "tokens_seen": self.tokens_seen,
                     "train_seconds": round(self.train_seconds, 1),
                     "world_size": self.world,
+                    "ran_with": self.ran_with,
                     **final_eval,
                     **_read_skipped(self.work / SKIPPED),
                 }
@@ -699,6 +721,36 @@ def _remedies_after_divergence(
         if old != new:
             changed[name] = (old, new)
     return {**saved, **{name: new for name, (_, new) in changed.items()}}, changed
+
+
+def _ran_with(
+    checkpoint: Optional[dict[str, Any]], step: int, placement: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The run's parts: [{"step": where a part starts, **its PLACEMENT}], from the checkpoint's
+    record (a checkpoint without one: its settings from step 0) with this part added when it
+    runs elsewhere than the last one did."""
+    if checkpoint is None:
+        return [{"step": 0, **placement}]
+    record = checkpoint.get("ran_with")
+    plain = (int, float, type(None))
+    if not (
+        isinstance(record, list)
+        and record
+        and all(
+            isinstance(part, dict)
+            and isinstance(part.get("step"), int)
+            and all(isinstance(k, str) and isinstance(v, plain) for k, v in part.items())
+            for part in record
+        )
+    ):
+        saved = checkpoint["config"]
+        record = [{"step": 0, **{name: saved.get(name) for name in PLACEMENT}}]
+    last = {k: v for k, v in record[-1].items() if k != "step"}
+    if last == placement:
+        return list(record)
+    if record[-1]["step"] == step:  # that part ran no step
+        return [*record[:-1], {"step": step, **placement}]
+    return [*record, {"step": step, **placement}]
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

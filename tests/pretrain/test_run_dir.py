@@ -195,6 +195,46 @@ def test_resume_refuses_other_settings(finished_run):
     )
 
 
+def test_resume_may_change_where_the_run_happens(finished_run, caplog):
+    """Threads, GPU and memory limit say where a run happens, not what it computes: a resume
+    takes the values given, names the change in one line and records each part's values."""
+    config, run = finished_run
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level("WARNING", logger="spacy_elmo.pretrain"):
+            result = invoke(
+                config.inputs[0], run, "--resume", "--max-steps", "6", "--threads", "2",
+                "--max-memory-gb", "64",
+            )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    (line,) = [r.getMessage() for r in caplog.records if "resuming at step" in r.getMessage()]
+    assert line.startswith("resuming at step 4 with threads 1 -> 2, max_memory_gb None -> 64.0")
+    summary = json.loads((run / "model" / "pretrain.json").read_text())
+    assert summary["steps"] == 6
+    assert summary["ran_with"] == [
+        {"step": 0, "threads": 1, "gpu_id": -1, "max_memory_gb": None},
+        {"step": 4, "threads": 2, "gpu_id": -1, "max_memory_gb": 64.0},
+    ]
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["config"]["threads"] == 2
+
+
+def test_resume_takes_the_gpu_given(finished_run):
+    from spacy_elmo.pretrain.config import resumed_config
+
+    config, run = finished_run
+    saved = load_checkpoint(run / "checkpoints" / "last.pt")["config"]
+    moved = replace(config, gpu_id=1, threads=3, max_memory_gb=2.5, learning_rate=0.5)
+    resumed = resumed_config(saved, moved, run, explicit={"gpu_id", "threads", "max_memory_gb"})
+    assert (resumed.gpu_id, resumed.threads, resumed.max_memory_gb) == (1, 3, 2.5)
+    assert resumed.learning_rate == 0.01  # not given: the run's own
+    # Not given on the command line: the run's own values.
+    kept = resumed_config(saved, moved, run, explicit=set())
+    assert (kept.gpu_id, kept.threads, kept.max_memory_gb) == (-1, 1, None)
+
+
 def test_cli_resume_without_settings_continues_the_run(finished_run):
     config, run = finished_run
     result = invoke(config.inputs[0], run, "--resume", "--max-steps", "6")

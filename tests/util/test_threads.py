@@ -1,7 +1,9 @@
-"""The check of torch's CPU threads against the CPUs a process may use (util/threads.py)."""
+"""torch's CPU threads (util/threads.py): the CPUs a process may use, the one function that sets
+the threads (and that every part of spacy-elmo calls), and its warning."""
 
 from __future__ import annotations
 
+import ast
 import os
 import warnings
 from pathlib import Path
@@ -9,10 +11,22 @@ from pathlib import Path
 import pytest
 import spacy
 import torch
+import typer
+from typer.testing import CliRunner
 
-from spacy_elmo.cli import _util as opt
+from spacy_elmo.cli import app
 from spacy_elmo.util import threads as cpu_threads
-from spacy_elmo.util.threads import ThreadsWarning, cgroup_cpu_quota, oversubscription, usable_cpus
+from spacy_elmo.util.threads import (
+    ThreadsWarning,
+    cgroup_cpu_quota,
+    oversubscription,
+    usable_cpus,
+    use_threads,
+)
+
+from ..pretrain.test_pretrain import cli_args, tiny_config, write_corpus
+
+PACKAGE = Path(__file__).resolve().parents[2] / "spacy_elmo"
 
 
 def cgroup_v2(root: Path, text: str) -> Path:
@@ -86,9 +100,123 @@ def test_no_warning_without_a_limit(tmp_path: Path, monkeypatch, two_threads):
     assert not cpu_threads._warned
 
 
-def test_the_command_line_warns_without_threads_only(tmp_path: Path, monkeypatch, two_threads):
+def test_by_default_the_threads_are_lowered_to_the_usable_cpus(tmp_path, monkeypatch, two_threads):
     monkeypatch.setattr(cpu_threads, "CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
-    opt.set_threads(2)  # given by hand: the user's choice, no check
-    assert not cpu_threads._warned
-    with pytest.warns(ThreadsWarning, match="--threads 1"):
-        opt.set_threads(None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ThreadsWarning)
+        assert use_threads(None) == 1
+    assert torch.get_num_threads() == 1 and not cpu_threads._warned
+
+
+def test_a_count_beyond_the_cpus_is_kept_and_warned_about_once(tmp_path, monkeypatch, two_threads):
+    monkeypatch.setattr(cpu_threads, "CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
+    with pytest.warns(ThreadsWarning, match="runs 2 .*only 1 at once.*--threads-per-worker 1"):
+        assert use_threads(2, "--threads-per-worker") == 2
+    assert torch.get_num_threads() == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ThreadsWarning)
+        use_threads(2)  # once per process
+        use_threads(1)  # one thread always fits
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_a_count_that_is_not_a_positive_integer_is_named(bad):
+    with pytest.raises(ValueError, match=f"--threads must be a positive integer, got {bad!r}"):
+        use_threads(bad, "--threads")
+
+
+# ---------------------------------------------------------------------- one place
+def test_only_util_threads_sets_torchs_threads():
+    """torch.set_num_threads (and set_num_interop_threads) appear in util/threads.py only."""
+    setters = ("set_num_threads", "set_num_interop_threads")
+    callers = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr in setters
+    )
+    assert set(callers) == {"util/threads.py"}
+
+
+class Stopped(ValueError):
+    """Raised by the recording `use_threads`: the entry point got as far as its threads."""
+
+
+@pytest.fixture()
+def calls(monkeypatch) -> list[tuple]:
+    """The calls of `use_threads`, which stops each caller there."""
+    made: list[tuple] = []
+
+    def record(threads, what="--threads"):
+        made.append((threads, what))
+        raise Stopped("stopped at the threads")
+
+    monkeypatch.setattr(cpu_threads, "use_threads", record)
+    return made
+
+
+def invoke(*args) -> object:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize(
+    "command, given, expected",
+    [
+        (["embed", "{tmp}/in.txt", "{tmp}/out.hdf5"], [], None),
+        (["embed", "{tmp}/in.txt", "{tmp}/out.hdf5"], ["-t", "3"], 3),
+        (["perplexity", "{tmp}/in.txt"], ["--threads", "2"], 2),
+        (["perplexity", "{tmp}/in.txt"], [], None),
+        (["probe", "{tmp}/probe"], [], 1),  # probe's default: one thread, as its help says
+    ],
+)
+def test_every_command_sets_its_threads_through_use_threads(
+    tmp_path, monkeypatch, calls, command, given, expected
+):
+    from spacy_elmo import probes
+
+    monkeypatch.setattr(probes, "check_assets", lambda *args: None)
+    (tmp_path / "in.txt").write_text("a line .\n", encoding="utf-8")
+    result = invoke(*[arg.format(tmp=tmp_path) for arg in command], *given)
+    assert result.exit_code == 1 and "error: stopped at the threads" in result.output
+    assert calls == [(expected, "--threads")]
+
+
+def test_pretrain_sets_its_threads_through_use_threads(tmp_path, calls):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    args = cli_args(corpus, tmp_path / "run")
+    args[args.index("--threads") + 1] = "2"
+    result = invoke("pretrain", *args)
+    assert result.exit_code == 1 and "error: stopped at the threads" in result.output
+    assert calls == [(2, "--threads")]
+
+
+def test_corpus_workers_and_forked_children_set_their_threads_through_use_threads(calls):
+    from spacy_elmo.corpus.engine import CorpusWorker
+    from spacy_elmo.layers.elmo_model import _one_torch_thread_in_child
+
+    with pytest.raises(Stopped):
+        CorpusWorker(None, 3, 0.0)
+    with pytest.raises(Stopped):
+        _one_torch_thread_in_child()
+    assert [call[0] for call in calls] == [3, 1]
+    assert calls[0][1] == "--threads-per-worker"
+
+
+def test_probes_help_says_the_default_that_probe_has():
+    (option,) = [
+        p for p in typer.main.get_command(app).commands["probe"].params if p.name == "threads"
+    ]
+    assert option.default == 1 and option.show_default is not False
+    assert "default" not in option.help  # the one default shown is typer's: [default: 1]
+    shown = invoke("probe", "--help").output
+    assert "[default: 1]" in " ".join(shown.split())
+
+
+def test_pretrain_warns_about_threads_beyond_the_cpus(tmp_path, monkeypatch, two_threads):
+    from spacy_elmo.pretrain.trainer import Pretrainer
+
+    monkeypatch.setattr(cpu_threads, "CGROUP_ROOT", cgroup_v2(tmp_path / "cg", "100000 100000"))
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    with pytest.warns(ThreadsWarning, match="torch runs 2 CPU threads.*only 1 at once"):
+        trainer = Pretrainer(tiny_config(tmp_path, corpus, threads=2))
+    assert trainer.threads == 2 == torch.get_num_threads()
