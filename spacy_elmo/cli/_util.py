@@ -415,14 +415,6 @@ def tokenizer_name(lang: Optional[str], pipeline: Optional[str]) -> str:
     return pipeline if pipeline else lang or "en"
 
 
-def raw_tokenizer(lang: Optional[str], pipeline: Optional[str]) -> Callable[[str], list[str]]:
-    """The tokens of a raw line by `pipeline`'s tokenizer (or `lang`'s), whitespace dropped."""
-    import spacy
-
-    tokenizer = (spacy.load(pipeline) if pipeline else spacy.blank(lang or "en")).tokenizer
-    return lambda line: [token.text for token in tokenizer(line) if not token.is_space]
-
-
 def set_threads(threads: Optional[int]) -> None:
     """torch's CPU threads; without --threads, torch's choice, with a warning where it has more
     threads than this process can run at once (a CPU quota, a narrower affinity)."""
