@@ -422,14 +422,6 @@ def tokenizer_name(lang: Optional[str], pipeline: Optional[str]) -> str:
     return pipeline if pipeline else lang or "en"
 
 
-def raw_tokenizer(lang: Optional[str], pipeline: Optional[str]) -> Callable[[str], list[str]]:
-    """The tokens of a raw line by `pipeline`'s tokenizer (or `lang`'s), whitespace dropped."""
-    import spacy
-
-    tokenizer = (spacy.load(pipeline) if pipeline else spacy.blank(lang or "en")).tokenizer
-    return lambda line: [token.text for token in tokenizer(line) if not token.is_space]
-
-
 def device(gpu_id: int) -> str:
     """The torch device of `--gpu-id`; ValueError when that GPU is not there. The one check of
     a GPU for every command, made before any work (and before spaCy's "Using GPU")."""

@@ -92,7 +92,7 @@ def _embed(
     quiet: bool,
 ) -> None:
     from ..bilm import BiLM
-    from ..corpus.embed_file import embed_file, whitespace_tokenizer
+    from ..corpus.embed_file import embed_file, spacy_tokenizer, whitespace_tokenizer
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
@@ -110,7 +110,7 @@ def _embed(
         if pretokenized is None:
             warn_if_raw(input_file, input_name)
     else:
-        tokenize = opt.raw_tokenizer(lang, pipeline)
+        tokenize = spacy_tokenizer(lang, pipeline)
     bilm = BiLM.from_source(source, stateful=stateful).to(device)
     if int8:
         from ..bilm.quantize import quantize_int8

@@ -9,16 +9,15 @@ stored as `spacy apply` stores it, except `doc._.elmo_layers` (the biLM's raw la
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from ..util.files import file_sha256, files_sha256
 from .embed_file import LineRange, read_lines
 from .engine import Cluster
-from .manifest import file_sha256
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
 from .temporary import owned_atomic_path
@@ -155,10 +154,7 @@ def _pipeline(pipeline: str | Path) -> tuple[str, dict[str, Any], Path, list[Pat
         path = Path(spacy.util.get_package_path(name))
     else:
         raise ValueError(f"pipeline {pipeline} is neither a folder nor an installed spaCy package")
-    digest = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    for file in files:
-        digest.update(os.fsencode(file.relative_to(path).as_posix()) + b"\0")
-        digest.update(file.read_bytes())
-    identity = {"kind": "spacy", "name": str(pipeline), "sha256": digest.hexdigest()}
+    digest = files_sha256((os.fsencode(f.relative_to(path).as_posix()), f) for f in files)
+    identity = {"kind": "spacy", "name": str(pipeline), "sha256": digest}
     return name, identity, path, files

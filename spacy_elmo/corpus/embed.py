@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..util.files import file_sha256
 from .embed_file import MAX_TOKENS, OUTPUT_FORMATS, dataset_options, write_sentence_to_index
 from .engine import Cluster
-from .manifest import file_sha256
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
 from .temporary import owned_atomic_path, staged
@@ -53,13 +53,8 @@ class EmbedJob:
             quantize_int8(bilm)
         if self.pretokenized:
             tokenize = whitespace_tokenizer
-        elif self.pipeline is not None:
-            import spacy
-
-            tokenizer = spacy.load(self.pipeline).tokenizer
-            tokenize = lambda line: [t.text for t in tokenizer(line) if not t.is_space]  # noqa: E731
         else:
-            tokenize = spacy_tokenizer(self.lang)
+            tokenize = spacy_tokenizer(self.lang, self.pipeline)
         return bilm, tokenize
 
     def run(self, state: Any, payload: dict[str, Any]) -> dict[str, Any]:

@@ -94,12 +94,15 @@ def raw_looking_token(path: Path, max_lines: int = 1000) -> Optional[tuple[int, 
     return None
 
 
-def spacy_tokenizer(lang: str = "en") -> Callable[[str], list[str]]:
-    """spaCy's rule-based tokenizer for `lang`, without whitespace tokens."""
+def spacy_tokenizer(
+    lang: Optional[str] = "en", pipeline: Optional[str] = None
+) -> Callable[[str], list[str]]:
+    """The tokens of a raw line by spaCy, whitespace tokens dropped: the tokenizer of `pipeline`
+    (an installed package or a folder) when one is named, else `lang`'s rule-based one (en)."""
     import spacy
 
-    tokenizer = spacy.blank(lang).tokenizer
-    return lambda line: [t.text for t in tokenizer(line) if not t.is_space]
+    tokenizer = (spacy.load(pipeline) if pipeline else spacy.blank(lang or "en")).tokenizer
+    return lambda line: [token.text for token in tokenizer(line) if not token.is_space]
 
 
 def embed_file(

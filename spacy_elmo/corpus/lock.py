@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -10,6 +9,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from ..util.files import LockHeld, lock_file
 
 LOCK_NAME = ".spacy-elmo.lock"
 
@@ -23,30 +24,21 @@ def output_lock(output_dir: Path, command: str) -> Iterator[Path]:
     """
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / LOCK_NAME
-    handle = open(path, "a+", encoding="utf-8")
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
     try:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = _describe(handle.read())
-            raise ValueError(
-                f"output folder {output_dir} is in use by another run ({holder}); "
-                "wait for it to end or choose another output folder"
-            ) from None
-        holder = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "command": command,
-            "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        }
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps(holder) + "\n")
-        handle.flush()
+        lock = lock_file(path, json.dumps(holder) + "\n")
+    except LockHeld as held:
+        raise ValueError(
+            f"output folder {output_dir} is in use by another run ({_describe(held.text)}); "
+            "wait for it to end or choose another output folder"
+        ) from None
+    with lock:
         yield path
-    finally:
-        handle.close()  # releases the lock
 
 
 def _describe(text: str) -> str:

@@ -196,11 +196,3 @@ def work_key(input_sha256: str, model: dict[str, Any], options: dict[str, Any]) 
     """A short name for (input, model, options): the parts of one output share it."""
     text = json.dumps([input_sha256, model.get("sha256"), options], sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

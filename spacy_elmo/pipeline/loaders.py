@@ -49,7 +49,7 @@ def published_weights(name: str) -> Callable[[], BiLM]:
 
     def load() -> BiLM:
         ensure(name)
-        return resolve_source(name).load()
+        return BiLM.from_source(resolve_source(name))
 
     load.source = name  # type: ignore[attr-defined]
     return load

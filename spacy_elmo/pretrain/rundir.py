@@ -8,11 +8,11 @@ corpus cache and vocabulary.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import shutil
 from pathlib import Path
+
+from ..util.files import FileLock, LockHeld, lock_file
 
 LOCK_NAME = "pretrain.lock"
 # What a run writes into its directory (all of it goes with `overwrite`).
@@ -28,43 +28,34 @@ RUN_FILES = (
 
 
 class RunDirectoryLock:
-    """An exclusive `fcntl.flock` on DIRECTORY/pretrain.lock, which holds the owner's pid."""
+    """An exclusive lock (`util.files.lock_file`) on DIRECTORY/pretrain.lock, which holds the
+    owner's pid."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / LOCK_NAME
-        self._fd: int | None = None
+        self._lock: FileLock | None = None
 
     def acquire(self) -> None:
         """Take the lock or raise ValueError naming the directory and the holder's pid."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as err:
+            self._lock = lock_file(self.path, f"{os.getpid()}\n")
+        except LockHeld as held:
+            raise ValueError(
+                f"run directory {self.directory} is in use by another pretraining run "
+                f"(pid {held.text[:32].strip() or 'unknown'}, lock file {self.path}); wait for "
+                f"it to end or use another output directory"
+            ) from None
+        except OSError as err:  # the folder or the file, or a file system without locks
             raise ValueError(
                 f"cannot use run directory {self.directory}: {err.strerror or err}"
             ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise ValueError(f"cannot lock run directory {self.directory}: {err}") from None
-            raise ValueError(
-                f"run directory {self.directory} is in use by another pretraining run "
-                f"(pid {holder}, lock file {self.path}); wait for it to end or use another "
-                f"output directory"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        self._fd = fd
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> RunDirectoryLock:
         self.acquire()

@@ -29,8 +29,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy
 import torch
 
-from ..corpus.manifest import file_sha256
-from ..util.files import write_text
+from ..util.files import file_sha256, write_text
 from .teacher import Teacher, TeacherCounts
 
 logger = logging.getLogger("spacy_elmo.pretrain")

@@ -1,1 +1,2 @@
-"""Small helpers shared by the package: files written whole (`files`), CPU threads (`threads`)."""
+"""Small helpers shared by the package: files written whole, hashed and locked (`files`), CPU
+threads (`threads`)."""

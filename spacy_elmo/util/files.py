@@ -1,17 +1,27 @@
-"""Writing outputs without losing data (no spaCy, no torch: usable from every layer).
+"""Files written whole, hashed and locked (no spaCy, no torch: usable from every layer).
 
 Every output is written to a temporary file in its own folder, flushed to disk and renamed over
 the final name only when complete: an interrupted write (Ctrl-C, SIGKILL, a full disk) leaves
 the earlier file as it was, and a half-written file never has the final name.
+
+A file's sha256 is read in blocks of HASH_BLOCK_BYTES (`file_sha256`, `files_sha256`); a run
+that must be alone takes an exclusive lock on a file (`lock_file`), which the kernel drops when
+the run ends, however it ends.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
+
+HASH_BLOCK_BYTES = 1 << 20
+# What a refused run reads of a held lock file (its holder's description).
+LOCK_TEXT_BYTES = 4096
 
 
 @contextmanager
@@ -100,3 +110,93 @@ def fsync_directory(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------------------------- hashing
+def file_sha256(path: str | Path) -> str:
+    """The sha256 hex digest of the bytes of `path`, read in blocks of HASH_BLOCK_BYTES."""
+    digest = hashlib.sha256()
+    _update(digest, Path(path))
+    return digest.hexdigest()
+
+
+def files_sha256(named_files: Iterable[tuple[bytes, str | Path]]) -> str:
+    """The sha256 hex digest over each (name, file) in turn: the name, a NUL byte, then the
+    file's bytes (so that a file renamed, or bytes moved from one file to the next, differ)."""
+    digest = hashlib.sha256()
+    for name, path in named_files:
+        digest.update(name + b"\0")
+        _update(digest, Path(path))
+    return digest.hexdigest()
+
+
+def _update(digest: Any, path: Path) -> None:
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(HASH_BLOCK_BYTES), b""):
+            digest.update(block)
+
+
+# ------------------------------------------------------------------------------- locking
+class LockHeld(BlockingIOError):
+    """The lock on `path` is held by another open file (another run): `text` is what the file
+    holds, its holder's description where the holder wrote one."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        super().__init__(errno.EWOULDBLOCK, f"{path} is locked by another process")
+        self.path, self.text = path, text
+
+
+class FileLock:
+    """An exclusive lock taken by `lock_file`, held until `release` (or the end of its `with`
+    block) or until its process ends."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: Optional[int] = fd
+
+    def release(self) -> None:
+        """Let the lock go (a second call does nothing)."""
+        if self._fd is not None:
+            import fcntl
+
+            fd, self._fd = self._fd, None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)  # also where a forked child shares the file
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+
+def lock_file(path: str | Path, holder: Optional[str] = None) -> FileLock:
+    """Take an exclusive advisory lock (flock(2)) on `path`, created if missing, without waiting.
+
+    `holder`: the text the file then holds in place of its contents (who holds it), for a
+    refused run to name; None leaves the file as it is (a file locked for its own contents).
+    LockHeld when another open file holds the lock; OSError when the file cannot be opened or
+    locked; ImportError where the system has no flock (not POSIX). The kernel releases the lock
+    when its process ends, however it ends: a lock file left behind is not a held lock.
+    """
+    import fcntl
+
+    path = Path(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            text = os.pread(fd, LOCK_TEXT_BYTES, 0).decode("utf-8", "replace")
+            raise LockHeld(path, text) from None
+        if holder is not None:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder.encode("utf-8"), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return FileLock(path, fd)

@@ -27,7 +27,6 @@ config's `spacy_elmo.PublishedWeights.v1`. `sources.resolve_source` only reads t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -35,11 +34,14 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.client import HTTPException
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
+
+from ..util.files import file_sha256, fsync_directory, lock_file, write_text
 
 PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 CACHE_VARIABLE = "SPACY_ELMO_CACHE"
@@ -306,28 +308,18 @@ def _record_entries(record: Any) -> dict[str, Any]:
 
 
 def _write_record(folder: Path, file_name: str, entry: dict[str, Any], replace: bool) -> None:
-    """Add `file_name`'s entry to the record, atomically (a temporary file renamed)."""
+    """Add `file_name`'s entry to the record, atomically (`util.files.write_text`)."""
     files = _read_record(folder, replace=replace)
     files[file_name] = entry
-    path = folder / RECORD_NAME
-    tmp = folder / f".{RECORD_NAME}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"files": files}, indent=2, sort_keys=True) + "\n", "utf-8")
-    os.replace(tmp, path)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(BLOCK_BYTES), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    text = json.dumps({"files": files}, indent=2, sort_keys=True) + "\n"
+    write_text(folder / RECORD_NAME, text)
 
 
 def _verify_cached(model: PublishedModel, path: Path) -> None:
     """A cached file against its record and checked whole; a whole file without a record
     (its first download was cut before the record was written) is recorded now."""
     entry = _read_record(path.parent).get(path.name)
-    size, digest = path.stat().st_size, _sha256(path)
+    size, digest = path.stat().st_size, file_sha256(path)
     again = f"run `spacy-elmo download {model.name} --force` to download it again"
     if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
         raise ChecksumError(
@@ -366,8 +358,7 @@ def _fetch(
             f"cannot write {part} ({error.strerror}); set {CACHE_VARIABLE} to a folder you "
             "can write"
         ) from None
-    with handle:
-        _lock(handle, part)
+    with handle, _lock(part):
         try:
             if final.exists() and not force:  # another download finished it meanwhile
                 if handle.seek(0, os.SEEK_END) == 0:
@@ -432,13 +423,13 @@ class _Cut(Exception):
         self.reason, self.size, self.stalled = reason, size, stalled
 
 
-def _lock(handle: BinaryIO, part: Path) -> None:
+def _lock(part: Path) -> AbstractContextManager[Any]:
+    """This download's lock on `part` (its contents left as they are), released when the
+    block ends; a DownloadError when another download holds it."""
     try:
-        import fcntl
+        return lock_file(part)
     except ImportError:  # not POSIX: no lock
-        return
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return nullcontext()
     except OSError:
         raise DownloadError(f"another download is writing {part}; wait for it to finish") from None
 
@@ -578,7 +569,7 @@ def _check_and_install(
     if problem:
         part.unlink()
         raise DownloadError(f"{url} {problem}; the download was deleted")
-    size, digest = part.stat().st_size, _sha256(part)
+    size, digest = part.stat().st_size, file_sha256(part)
     entry = None if force else _read_record(final.parent).get(final.name)
     if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
         part.unlink()
@@ -588,8 +579,8 @@ def _check_and_install(
             f"{digest}. The download was deleted. If the published file really changed, run "
             f"`spacy-elmo download {model.name} --force` to check it and record it instead"
         )
-    os.replace(part, final)
-    _fsync_folder(final.parent)
+    os.replace(part, final)  # `part` was synced whole before its check
+    fsync_directory(final.parent)
     if entry is None:
         _write_record(final.parent, final.name, _entry(size, digest, url), replace=force)
 
@@ -663,16 +654,3 @@ def _weights_problem(model: PublishedModel, path: Path) -> Optional[str]:
         reason = " ".join(str(error).split()) or type(error).__name__
         return f"{whole}: it cannot be read as HDF5 ({reason}); the transfer was cut or garbled"
     return None
-
-
-def _fsync_folder(folder: Path) -> None:
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:  # not supported on this platform
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)

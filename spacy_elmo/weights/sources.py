@@ -18,12 +18,12 @@ Each kind is read by its loader in this package, with that loader's format and s
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
 from ..bilm.options import BiLMOptions
+from ..util.files import files_sha256
 from .elmoformanylangs import is_elmoformanylangs_dir, read_elmoformanylangs
 from .layouts import CONFIG_NAME, WEIGHTS_NAME, MissingFileError, read_saved_options
 from .published import CACHE_VARIABLE, PUBLISHED, cached_files, published_model
@@ -71,13 +71,7 @@ class BiLMSource:
 
     def fingerprint(self) -> str:
         """sha256 over the names and bytes of `files()`: equal for the same biLM."""
-        digest = hashlib.sha256()
-        for path in self.files():
-            digest.update(path.name.encode("utf-8") + b"\0")
-            with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-        return digest.hexdigest()
+        return files_sha256((path.name.encode("utf-8"), path) for path in self.files())
 
     def describe(self) -> str:
         """A phrase for messages: which biLM this is."""
