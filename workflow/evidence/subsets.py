@@ -3,7 +3,6 @@ and entities kept) sampled without replacement, one file per size and seed."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from pathlib import Path
@@ -11,6 +10,8 @@ from typing import Iterable, Sequence
 
 from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
+
+from spacy_elmo.util.files import file_sha256
 
 TRAIN = Path("corpus/conll/train.spacy")
 SUBSETS = Path("corpus/conll/subsets")
@@ -70,10 +71,6 @@ def sample_indices(n_sentences: int, size: int, seed: int) -> list[int]:
 
 def subset_name(size: int, seed: int) -> str:
     return f"train_{size}_s{seed}.spacy"
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def make_subsets(
