@@ -9,11 +9,15 @@ The forward and backward stacks see the same lengths, so their packed sequences 
 nonlinearities of both directions in one kernel each. That halves the number of small kernels
 per timestep, which is what a batch of one sentence is made of. Which kernels run the products
 of a step, and where updates happen in place, is decided in `fast_paths.py`.
+
+The step's three matrix products (input, recurrent, projection) are pluggable: a cell's
+`products` makes them for the cells stepped together, in float32 by default
+(`Float32Products`); `quantize.py` supplies int8 ones to the same loop.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Protocol, Sequence, Union
 
 import torch
 from torch import nn
@@ -27,6 +31,7 @@ INPUT_GATE, CANDIDATE, FORGET_GATE, OUTPUT_GATE = range(4)
 FORGET_BIAS = 1.0  # TF adds this at run time; it is not stored in the weights file
 
 State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
+Gates = Union[torch.Tensor, Sequence[torch.Tensor]]  # (k, rows, 4D), or k x (rows, 4D)
 
 # The input projections are computed for blocks of whole timesteps of at most this many packed
 # rows (at least one timestep), not for the whole batch at once: still a large GEMM, and 16 MB
@@ -35,10 +40,79 @@ State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
 GATE_BLOCK_ROWS = 256
 
 
+class Products(Protocol):
+    """The matrix products of one step of the k cells that `run_cells` steps together: cell d's
+    gates z = x W_input^T + b + h W_recurrent^T and its output m W_projection^T (the weights
+    (out, in) of `LstmCellWithProjection`, b its bias with the forget bias)."""
+
+    def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
+        """inputs[d] (rows, in) W_input^T + biases[d] for a block of packed rows, each (rows,
+        4D), in the form that `recurrent_gates` reads."""
+        ...
+
+    def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
+        """z (k, active, 4D): h (k, active, hidden) W_recurrent^T plus the `rows` (active of
+        them) of the block's input gates."""
+        ...
+
+    def projection(self, m: torch.Tensor) -> torch.Tensor:
+        """m (k, active, D) W_projection^T: (k, active, P), before the projection clip."""
+        ...
+
+    def in_place(self, z: torch.Tensor) -> bool:
+        """Whether the cell update may overwrite the gates z (nothing records it for autograd)."""
+        ...
+
+
+class Float32Products:
+    """The products in float32, the cells' default: one batched GEMM for the k cells where
+    `fast_paths.stacked_kernels` applies, else one product per cell (`fast_paths.linear`)."""
+
+    def __init__(
+        self, cells: Sequence[LstmCellWithProjection], inputs: Sequence[torch.Tensor]
+    ) -> None:
+        self.cells = cells
+        # The per-step kernels of all k cells for one batched GEMM, or None.
+        self.stacked = fast_paths.stacked_kernels(cells, inputs[0])
+
+    def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
+        gates = [
+            fast_paths.linear(x, cell.input_weight, bias)
+            for cell, x, bias in zip(self.cells, inputs, biases)
+        ]  # k x (rows, 4D)
+        return gates if self.stacked is None else torch.stack(gates)  # (k, rows, 4D)
+
+    def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
+        if self.stacked is not None:
+            return torch.baddbmm(gates[:, rows], h, self.stacked[0])
+        return torch.stack(
+            [
+                fast_paths.linear(h[d], cell.recurrent_weight, None, block[rows])
+                for d, (cell, block) in enumerate(zip(self.cells, gates))
+            ]
+        )  # (k, active, 4D)
+
+    def projection(self, m: torch.Tensor) -> torch.Tensor:
+        if self.stacked is not None:
+            return torch.bmm(m, self.stacked[1])
+        return torch.stack(
+            [fast_paths.linear(m[d], cell.projection_weight) for d, cell in enumerate(self.cells)]
+        )  # (k, active, P)
+
+    def in_place(self, z: torch.Tensor) -> bool:
+        return fast_paths.at_inference(z)
+
+
+# A cell's `products`: makes the products of a step from the cells and their packed inputs.
+MakeProducts = Callable[[Sequence["LstmCellWithProjection"], Sequence[torch.Tensor]], Products]
+
+
 class LstmCellWithProjection(nn.Module):
     """One TF LSTMCell(num_proj, cell_clip, proj_clip, forget_bias=1) over packed sequences."""
 
-    int8 = None  # `quantize.Int8Cell` where the biLM runs its products in int8 (quantize.py)
+    # The products of its steps (with those of the cells stepped with it, as `run_cells` asks
+    # the first cell): float32, or int8 ones that `quantize.set_quantize` puts here.
+    products: MakeProducts = Float32Products
 
     def __init__(
         self,
@@ -86,20 +160,14 @@ def run_cells(
     """Step k cells of the same shape together over packed inputs with the same `batch_sizes`.
 
     Cell d reads `inputs[d]` (N, in) from `states[d]`; the result is each cell's packed output
-    (N, hidden) and final state, as `LstmCellWithProjection.forward` gives for one cell.
+    (N, hidden) and final state, as `LstmCellWithProjection.forward` gives for one cell. The
+    products are those that the first cell's `products` makes.
     """
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    if first.int8 is not None and not fast_paths.records_autograd(
-        *inputs, *(p for c in cells for p in c.parameters())
-    ):
-        from .quantize import run_cells_int8  # int8 inference (quantize.py)
-
-        return run_cells_int8(cells, inputs, batch_sizes, states)
     if fast_paths.fused_training(*inputs, *(p for c in cells for p in c.parameters())):
         return _run_cells_fused(cells, inputs, batch_sizes, states)
-    # The per-step kernels of all k cells for one batched GEMM, or None: one product per cell.
-    stacked = fast_paths.stacked_kernels(cells, inputs[0])
+    products = first.products(cells, inputs)
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
     # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state
@@ -114,37 +182,16 @@ def run_cells(
             # The input projections of the next block of timesteps, one GEMM per direction.
             block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
             gates_from_input = None  # freed before the next block is allocated
-            gates_from_input = [
-                fast_paths.linear(x[block_start:block_end], cell.input_weight, bias)
-                for cell, x, bias in zip(cells, inputs, biases)
-            ]  # k x (block rows, 4D)
-            if stacked is not None:  # (k, block rows, 4D) for the batched step
-                gates_from_input = torch.stack(gates_from_input)
-        start = offset - block_start
-        if stacked is None:
-            z = torch.stack(
-                [
-                    fast_paths.linear(
-                        h[d], cell.recurrent_weight, None, gates[start : start + active]
-                    )
-                    for d, (cell, gates) in enumerate(zip(cells, gates_from_input))
-                ]
-            )  # (k, active, 4D)
-        else:
-            z = torch.baddbmm(gates_from_input[:, start : start + active], h, stacked[0])
-        c_t, m_t = _cell_update(z, c, cell_clip)
+            gates_from_input = products.input_gates(
+                [x[block_start:block_end] for x in inputs], biases
+            )
+        start = offset - block_start  # this step's rows in the block
+        z = products.recurrent_gates(h, gates_from_input, slice(start, start + active))
+        c_t, m_t = _cell_update(z, c, cell_clip, products.in_place(z))
         if first.projection_weight is None:
             h_t = m_t  # TF applies proj_clip only together with the projection
         else:
-            if stacked is None:
-                h_t = torch.stack(
-                    [
-                        fast_paths.linear(m_t[d], cell.projection_weight)
-                        for d, cell in enumerate(cells)
-                    ]
-                )  # (k, active, P)
-            else:
-                h_t = torch.bmm(m_t, stacked[1])
+            h_t = products.projection(m_t)  # (k, active, P)
             if proj_clip is not None:
                 h_t = _clamp(h_t, proj_clip)
         outputs.append(h_t)
@@ -196,10 +243,11 @@ def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) ->
 
 
 def _cell_update(
-    z: torch.Tensor, c: torch.Tensor, cell_clip: float | None
+    z: torch.Tensor, c: torch.Tensor, cell_clip: float | None, in_place: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """New cell state c_t and m_t = o * tanh(c_t) from the gate pre-activations z (..., 4D)."""
-    if fast_paths.at_inference(z):
+    """New cell state c_t and m_t = o * tanh(c_t) from the gate pre-activations z (..., 4D),
+    written over z where `in_place`."""
+    if in_place:
         return fast_paths.cell_update(z, c, cell_clip)
     i, j, f, o = z.chunk(4, dim=-1)
     c_t = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)

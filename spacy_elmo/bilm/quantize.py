@@ -17,11 +17,12 @@ y_ro = t_r s_o sum_i q(x)_ri q(W)_oi + b_o in float32. With one scale per input 
 sentence's vectors do not depend on the other sentences of its batch, as in float32 (PyTorch's
 `quantize_dynamic` takes one scale for the whole input, so they would).
 
-Everything else is float32 and the same maths as `lstm.py` and `char_cnn.py`: the character
+Everything else is float32 and the same code as `lstm.py` and `char_cnn.py`: the character
 embedding and convolutions, the gates' nonlinearities, ELMo's cell clip on c_t and projection
 clip on h_t (applied to the float32 results of the int8 products, so they hold exactly), the
-residual connections, and the outputs. The int8 weights are made from the float32 ones on
-first use and again whenever a weight changes (loading, an optimiser step).
+residual connections, and the outputs. The LSTM cells run `lstm.run_cells`' own step loop
+with int8 products (`Int8Cell`, a cell's `products`). The int8 weights are made from the
+float32 ones on first use and again whenever a weight changes (loading, an optimiser step).
 
 The errors against float32 and the speed are measured in docs/performance.md ("int8 on the
 CPU"); tests/bilm/test_quantize.py checks the product against a NumPy model of the scheme and
@@ -30,16 +31,15 @@ bounds the error on the AllenNLP fixture. CPU only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence, TypeVar
 
 import torch
+from torch import nn
 
 from . import fast_paths
-from .lstm import GATE_BLOCK_ROWS, State, _block_end
+from .lstm import Float32Products, LstmCellWithProjection, Products
 
-if TYPE_CHECKING:
-    from .lstm import LstmCellWithProjection
-    from .model import BiLM
+BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
 
 # The settings of `quantize` (the `elmo` component's, `set_quantize`'s): "none" (or None) is
 # float32, the default.
@@ -130,12 +130,22 @@ class Int8Linear:
 
 
 class Int8Cell:
-    """The int8 weights of one LSTM cell: its input, recurrent and projection products."""
+    """An LSTM cell's `products` in int8: the int8 weights of its input, recurrent and
+    projection products, and the products of a step (`lstm.run_cells`) from them."""
 
     def __init__(self) -> None:
         self.input = Int8Linear()
         self.recurrent = Int8Linear()
         self.projection = Int8Linear()
+
+    def __call__(
+        self, cells: Sequence[LstmCellWithProjection], inputs: Sequence[torch.Tensor]
+    ) -> Products:
+        """The products of a step of `cells` (each switched to int8): in int8, or in float32
+        where autograd records them (fine-tuning)."""
+        if fast_paths.records_autograd(*inputs, *(p for c in cells for p in c.parameters())):
+            return Float32Products(cells, inputs)
+        return Int8Products(cells)
 
 
 def _tensors_key(*tensors: Optional[torch.Tensor]) -> tuple:
@@ -146,9 +156,9 @@ def _tensors_key(*tensors: Optional[torch.Tensor]) -> tuple:
 
 
 # ---------------------------------------------------------------------- switching a biLM
-def set_quantize(bilm: BiLM, mode: Optional[str]) -> BiLM:
-    """Run `bilm`'s products in int8 ("int8") or in float32 (None, "none"), in place; returns
-    the same biLM. Cheap when the mode is already set."""
+def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
+    """Run the products of `bilm` (a `model.BiLM`) in int8 ("int8") or in float32 (None,
+    "none"), in place; returns the same biLM. Cheap when the mode is already set."""
     mode = check_quantize(mode)
     if mode == quantize_mode(bilm):
         return bilm
@@ -166,75 +176,59 @@ def set_quantize(bilm: BiLM, mode: Optional[str]) -> BiLM:
     cnn.projection_int8 = Int8Linear() if mode and has_projection else None
     for stack in (bilm.forward_lstm, bilm.backward_lstm):
         for cell in stack.layers:
-            cell.int8 = Int8Cell() if mode else None
+            cell.products = Int8Cell() if mode else Float32Products
     bilm.quantize = mode
     return bilm
 
 
-def quantize_int8(bilm: BiLM) -> BiLM:
+def quantize_int8(bilm: BiLMModule) -> BiLMModule:
     """Switch `bilm` to int8 products (in place; the module docstring says which); returns it."""
     return set_quantize(bilm, "int8")
 
 
-def quantize_mode(bilm: BiLM) -> Optional[str]:
+def quantize_mode(bilm: nn.Module) -> Optional[str]:
     """The mode `bilm` runs in: "int8", or None for float32."""
     return getattr(bilm, "quantize", None)
 
 
 # ---------------------------------------------------------------------- the LSTM step
-def run_cells_int8(
-    cells: Sequence[LstmCellWithProjection],
-    inputs: Sequence[torch.Tensor],
-    batch_sizes: list[int],
-    states: Sequence[State],
-) -> tuple[list[torch.Tensor], list[State]]:
-    """`lstm.run_cells` without autograd, its three products in int8: the same steps, gates,
-    clips and final states (`lstm.run_cells` explains the loop)."""
-    first = cells[0]
-    cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    input_weights = [cell.int8.input.weight(cell.input_weight) for cell in cells]
-    recurrent = _StepWeights([cell.int8.recurrent.weight(cell.recurrent_weight) for cell in cells])
-    projection = (
-        _StepWeights([cell.int8.projection.weight(cell.projection_weight) for cell in cells])
-        if first.projection_weight is not None
-        else None
-    )
-    biases = [cell.bias + cell.forget_bias for cell in cells]
-    h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
-    c = torch.stack([state[1] for state in states])  # (k, rows, D)
-    final_h, final_c = h.clone(), c.clone()
-    h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
-    outputs = []
-    block_end = offset = 0
-    for step, active in enumerate(batch_sizes):
-        if offset == block_end:
-            block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
-            gates_from_input = None
-            gates_from_input = torch.stack(
-                [
-                    linear_int8(x[block_start:block_end], weight).add_(bias)
-                    for x, weight, bias in zip(inputs, input_weights, biases)
-                ]
-            )  # (k, block rows, 4D)
-        start = offset - block_start
-        z = recurrent.products(h)  # (k, active, 4D)
-        z.add_(gates_from_input[:, start : start + active])
-        c_t, m_t = fast_paths.cell_update(z, c, cell_clip)  # c_t clipped to cell_clip
-        if projection is None:
-            h_t = m_t
-        else:
-            h_t = projection.products(m_t)  # (k, active, P)
-            if proj_clip is not None:
-                h_t.clamp_(-proj_clip, proj_clip)
-        outputs.append(h_t)
-        offset += active
-        following = batch_sizes[step + 1] if step + 1 < len(batch_sizes) else 0
-        if following < active:
-            final_h[:, following:active] = h_t[:, following:]
-            final_c[:, following:active] = c_t[:, following:]
-        h, c = h_t[:, :following], c_t[:, :following]
-    packed = torch.cat(outputs, dim=1)  # (k, N, hidden)
-    return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
+class Int8Products:
+    """The products of a step of k LSTM cells (`lstm.Products`) in int8, without autograd: the
+    input product per cell; the recurrent and projection products with the rows of all k cells
+    quantised together and one int8 GEMM per cell."""
+
+    def __init__(self, cells: Sequence[LstmCellWithProjection]) -> None:
+        self.input_weights = [cell.products.input.weight(cell.input_weight) for cell in cells]
+        self.recurrent = _StepWeights(
+            [cell.products.recurrent.weight(cell.recurrent_weight) for cell in cells]
+        )
+        self.projection_weights = (
+            _StepWeights(
+                [cell.products.projection.weight(cell.projection_weight) for cell in cells]
+            )
+            if cells[0].projection_weight is not None
+            else None
+        )
+
+    def input_gates(
+        self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]
+    ) -> torch.Tensor:
+        return torch.stack(
+            [
+                linear_int8(x, weight).add_(bias)
+                for x, weight, bias in zip(inputs, self.input_weights, biases)
+            ]
+        )  # (k, rows, 4D)
+
+    def recurrent_gates(self, h: torch.Tensor, gates: torch.Tensor, rows: slice) -> torch.Tensor:
+        z = self.recurrent.products(h)  # (k, active, 4D)
+        return z.add_(gates[:, rows])
+
+    def projection(self, m: torch.Tensor) -> torch.Tensor:
+        return self.projection_weights.products(m)  # (k, active, P)
+
+    def in_place(self, z: torch.Tensor) -> bool:
+        return True  # never under autograd (`Int8Cell`), with the fast paths on or off
 
 
 class _StepWeights:
