@@ -15,17 +15,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 
-from ..bilm.util import tiny_options, write_random_model
-
 LINES = ["The river bank overflowed .", "", "Don 't   stop !", "北京 😀"]
-
-
-@pytest.fixture
-def setup(tmp_path):
-    options, weights = write_random_model(tmp_path / "model", tiny_options(), seed=6)
-    text = tmp_path / "input.txt"
-    text.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    return tmp_path, options, weights, text
 
 
 def run(*args):

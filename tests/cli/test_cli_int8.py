@@ -13,17 +13,7 @@ from spacy_elmo.cli import app
 from spacy_elmo.corpus.embed import EmbedJob, embed_corpus
 from spacy_elmo.corpus.engine import Cluster
 
-from ..bilm.util import tiny_options, write_random_model
-
 LINES = ["The river bank overflowed .", "Don 't stop !", "A much longer line of words here ."]
-
-
-@pytest.fixture
-def setup(tmp_path):
-    options, weights = write_random_model(tmp_path / "model", tiny_options(), seed=6)
-    text = tmp_path / "input.txt"
-    text.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    return tmp_path, options, weights, text
 
 
 def read(path) -> list[np.ndarray]:

@@ -6,7 +6,6 @@ it is reading its input)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,8 @@ import typer
 
 from spacy_elmo.cli import _util
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
+
+from ..private_network import private_network
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 LINES = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
@@ -135,19 +136,8 @@ def embed_corpus_case(work: Path) -> Case:
     return Case(
         ["embed-corpus", str(inputs), str(output), "--workers", "1", "--quiet"],
         ready=lambda process: bool(temporary_files(output)) if output.exists() else False,
-        prefix=_private_network(),
+        prefix=private_network(),
     )
-
-
-def _private_network() -> tuple[str, ...]:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.skip("needs `unshare` and `ip` (util-linux, iproute2) for a private network")
-    prefix = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--net", "--map-root-user"]
-    probe = subprocess.run([*prefix, "ip", "link", "set", "lo", "up"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot make a private network namespace: {probe.stderr.decode().strip()}")
-    # unshare and sh exec the command: the process signalled is the command itself.
-    return (*prefix, "sh", "-c", 'ip link set lo up && exec "$@"', "sh")
 
 
 def _unchanged(output: Path) -> None:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from ..private_network import private_network
+
 HERE = Path(__file__).resolve().parent
 CASES = HERE / "ray_cases.py"
 REPO = HERE.parent.parent
@@ -35,16 +37,6 @@ def _cases() -> list[tuple[str, bool]]:
             slow = any("slow" in ast.unparse(d) for d in node.decorator_list)
             found.append((node.name, slow))
     return found
-
-
-def _namespace_command() -> list[str]:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.skip("needs `unshare` and `ip` (util-linux, iproute2) for a private network")
-    prefix = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--net", "--map-root-user"]
-    probe = subprocess.run([*prefix, "ip", "link", "set", "lo", "up"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot make a private network namespace: {probe.stderr.decode().strip()}")
-    return prefix
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +64,7 @@ def ray_outcomes(request, tmp_path_factory) -> dict[str, tuple[str, str]]:
         "-o",
         "faulthandler_timeout=300",
     ]
-    command = [*_namespace_command(), "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *inner]
+    command = [*private_network(), *inner]
     env = {
         **os.environ,
         "SPACY_ELMO_TEST_NETNS": "1",  # ray_cases.py runs only here
