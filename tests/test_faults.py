@@ -311,11 +311,12 @@ def test_the_token_cache_is_bounded_in_bytes(model_files, monkeypatch):
     bilm = BiLM.from_allennlp(*model_files)
     bilm.embed([[f"word{i}" for i in range(50)]])
     cache = bilm._token_cache
-    assert 0 < len(cache) <= 10
-    sizes = [len(k) + v.numel() * v.element_size() for k, v in cache.entries.items()]
-    assert cache.nbytes == sum(sizes) <= bilm_model.TOKEN_CACHE_BYTES
-    for vector in cache.entries.values():  # a row does not keep its whole batch alive
-        assert vector.untyped_storage().nbytes() == vector.numel() * vector.element_size()
+    assert len(cache) == cache.capacity == 10  # the rows' tensor and 10 keys fit, not 11
+    rows = cache.rows.numel() * cache.rows.element_size()
+    keys = sum(len(key) for key in cache.slots)
+    assert cache.nbytes == rows + keys <= bilm_model.TOKEN_CACHE_BYTES
+    # the rows are the cache's own tensor: a stored row does not keep its whole batch alive
+    assert cache.rows.untyped_storage().nbytes() == rows == 10 * 8 * 4
 
 
 def test_a_model_with_its_lock_can_be_copied_and_pickled(model_files):

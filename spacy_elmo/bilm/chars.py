@@ -6,9 +6,9 @@ raw id is shifted by +1 before the embedding lookup so that id 0 means "no token
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Sequence
 
+import numpy
 import torch
 
 MAX_CHARS_PER_TOKEN = 50
@@ -24,31 +24,24 @@ EOS_TOKEN = "</S>"
 PADDING_ROW_ID = 0  # a whole row of this id marks a padded (absent) token
 
 
-# The shifted ids as shared int objects: a cached row holds references, not 50 new ints
-# (ids above 256 are not Python's cached small ints; 2 kB a row instead of 0.5 kB).
-_SHIFTED = tuple(i + 1 for i in range(N_CHARACTERS - 1))
-
-
 def _row(raw_ids: Sequence[int]) -> tuple[int, ...]:
     """Wrap raw ids in begin/end-of-word, pad to 50 slots and apply the +1 shift."""
     row = [BEGIN_OF_WORD_CHAR, *raw_ids, END_OF_WORD_CHAR]
     row += [PADDING_CHAR] * (MAX_CHARS_PER_TOKEN - len(row))
-    return tuple(_SHIFTED[i] for i in row)
+    return tuple([i + 1 for i in row])
 
 
 BOS_CHAR_IDS = _row([BEGIN_OF_SENTENCE_CHAR])
 EOS_CHAR_IDS = _row([END_OF_SENTENCE_CHAR])
+_SPECIAL_ROWS = {BOS_TOKEN: BOS_CHAR_IDS, EOS_TOKEN: EOS_CHAR_IDS}
 
 
-@lru_cache(maxsize=2**15)  # about 20 MB when full
 def token_to_char_ids(token: str) -> tuple[int, ...]:
     """The 50 shifted character ids of one token (UTF-8 bytes truncated to 48)."""
-    if token == BOS_TOKEN:
-        return BOS_CHAR_IDS
-    if token == EOS_TOKEN:
-        return EOS_CHAR_IDS
-    encoded = token.encode("utf-8", errors="ignore")[:MAX_BYTES_PER_TOKEN]
-    return _row(encoded)
+    special = _SPECIAL_ROWS.get(token)
+    if special is not None:
+        return special
+    return _row(token.encode("utf-8", errors="ignore")[:MAX_BYTES_PER_TOKEN])
 
 
 def check_sentences(sentences: object) -> list[list[str]]:
@@ -76,13 +69,41 @@ def batch_to_ids(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
     """Character ids of a batch, shape (batch, max_tokens, 50), without sentence boundaries.
 
     Positions past the end of a sentence are rows of 0. The biLM adds `<S>`/`</S>` itself.
+    The rows of the whole batch are built at once from its tokens' UTF-8 bytes, and nothing is
+    kept per word: faster than looking each word's row up in a cache was, and a process that
+    keeps meeting new words does not keep replacing cached rows in its heap.
     """
     sentences = check_sentences(sentences)
     width = max((len(s) for s in sentences), default=0)
-    ids = torch.zeros((len(sentences), width, MAX_CHARS_PER_TOKEN), dtype=torch.long)
-    for i, sentence in enumerate(sentences):
-        if sentence:
-            ids[i, : len(sentence)] = torch.tensor(
-                [token_to_char_ids(token) for token in sentence], dtype=torch.long
-            )
-    return ids
+    ids = numpy.zeros((len(sentences), width, MAX_CHARS_PER_TOKEN), dtype=numpy.int64)
+    tokens = [token for sentence in sentences for token in sentence]
+    if tokens:
+        ids[_token_positions(sentences)] = _rows(tokens)
+    return torch.from_numpy(ids)
+
+
+def _rows(tokens: list[str]) -> numpy.ndarray:
+    """(len(tokens), 50) int64: `token_to_char_ids` of each token."""
+    encoded = [token.encode("utf-8", errors="ignore")[:MAX_BYTES_PER_TOKEN] for token in tokens]
+    lengths = numpy.fromiter(map(len, encoded), dtype=numpy.int64, count=len(tokens))
+    rows = numpy.full((len(tokens), MAX_CHARS_PER_TOKEN), PADDING_CHAR + 1, dtype=numpy.int64)
+    rows[:, 0] = BEGIN_OF_WORD_CHAR + 1
+    data = numpy.frombuffer(b"".join(encoded), dtype=numpy.uint8)
+    token_of_byte = numpy.repeat(numpy.arange(len(tokens)), lengths)
+    first_byte = numpy.cumsum(lengths) - lengths  # of each token, in `data`
+    column = numpy.arange(len(data)) - numpy.repeat(first_byte, lengths) + 1
+    rows[token_of_byte, column] = data.astype(numpy.int64) + 1
+    rows[numpy.arange(len(tokens)), lengths + 1] = END_OF_WORD_CHAR + 1
+    for index, token in enumerate(tokens):
+        special = _SPECIAL_ROWS.get(token)
+        if special is not None:
+            rows[index] = special
+    return rows
+
+
+def _token_positions(sentences: list[list[str]]) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """The (sentence, position) of every token, in order."""
+    lengths = [len(sentence) for sentence in sentences]
+    sentence = numpy.repeat(numpy.arange(len(sentences)), lengths)
+    position = numpy.concatenate([numpy.arange(n) for n in lengths])
+    return sentence, position

@@ -17,7 +17,7 @@ from ..weights.elmoformanylangs import EfmlLexicon, read_elmoformanylangs
 from ..weights.layouts import read_allennlp, read_saved, write_allennlp, write_saved
 from ..weights.sources import BiLMSource, resolve_source
 from . import fast_paths
-from .cache import BoundedCache
+from .cache import RowCache
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
 from .lstm import LstmStack, State, run_stacks
@@ -348,21 +348,20 @@ class BiLM(nn.Module):
             if weights != self._token_cache_key:
                 cache.clear()
                 self._token_cache_key = weights
-            found = {}
-            for i, key in enumerate(keys):
-                vector = cache.get(key)
-                if vector is not None:
-                    found[i] = vector
-        missing = [i for i in range(len(keys)) if i not in found]
-        if missing:
-            index = torch.tensor(missing, device=distinct.device)
-            for i, vector in zip(missing, self.char_cnn(distinct[index])):
-                found[i] = vector.clone()  # its own storage: it must not keep the batch alive
-        vectors = torch.stack([found[i] for i in range(len(keys))])
+            found, cached = cache.get(keys)  # a copy of the rows: others may overwrite them
+        if len(found) == len(keys):
+            return cached
+        known = set(found)
+        missing = [i for i in range(len(keys)) if i not in known]
+        computed = self.char_cnn(distinct[torch.tensor(missing, device=distinct.device)])
         with self._token_cache_lock:
             if weights == self._token_cache_key:
-                for i in missing:
-                    cache.put(keys[i], found[i])
+                cache.put([keys[i] for i in missing], computed)  # copied into the cache's rows
+        if not found:
+            return computed
+        vectors = computed.new_empty((len(keys), *computed.shape[1:]))
+        vectors[torch.tensor(found, device=vectors.device)] = cached
+        vectors[torch.tensor(missing, device=vectors.device)] = computed
         return vectors
 
     def __getstate__(self) -> dict:
@@ -525,9 +524,10 @@ def _weights_key(weights) -> tuple:
     return tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
 
 
-def _token_cache(size: int) -> BoundedCache[bytes, torch.Tensor]:
-    """Char-CNN vectors keyed by a token's char ids: `size` tokens, TOKEN_CACHE_BYTES at most."""
-    return BoundedCache(size, TOKEN_CACHE_BYTES)
+def _token_cache(size: int) -> RowCache:
+    """Char-CNN vectors keyed by a token's char ids: `size` tokens, TOKEN_CACHE_BYTES at most
+    (the rows' tensor and the keys)."""
+    return RowCache(size, TOKEN_CACHE_BYTES)
 
 
 def _token_mask(lengths: torch.Tensor, time: int) -> torch.Tensor:

@@ -151,7 +151,9 @@ class EfmlLexicon:
         row += [chars[PAD]] * (self.max_chars - len(row))
         if self.words is not None:
             row.append(self.words.get(token, self.words[OOV]))
-        return tuple(i + 1 for i in row)
+        # From a list: a tuple grown from a generator passes 512 bytes on its way and stays a
+        # block of the C heap, not of Python's small-object pools, for as long as it is kept.
+        return tuple([i + 1 for i in row])
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         """Ids of a batch, (batch, max_tokens, row_width), without `<bos>`/`<eos>`; 0 = no token."""

@@ -1,5 +1,6 @@
-"""bilm/cache.py's bounded LRU map against a reference: an OrderedDict whose totals are summed
-anew after every operation, over random sequences of reads and writes."""
+"""bilm/cache.py's bounded LRU maps against a reference: an OrderedDict whose totals are summed
+anew after every operation, over random sequences of reads and writes; and the row cache's
+one tensor, which storing and evicting rows never replaces."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo.bilm.cache import BoundedCache, entry_bytes, key_bytes, one
+from spacy_elmo.bilm.cache import BoundedCache, RowCache, entry_bytes, key_bytes, one
 
 
 class ReferenceLRU:
@@ -140,3 +141,82 @@ def test_bounds_must_not_be_negative():
     nothing = BoundedCache(0)
     nothing.put("a", np.zeros(1))
     assert len(nothing) == 0
+
+
+# ---------------------------------------------------------------------- RowCache
+def row_key(i: int) -> bytes:
+    return i.to_bytes(4, "little")  # keys of one length, as the biLM's char ids are
+
+
+@pytest.mark.parametrize("max_size, max_bytes", [(6, None), (50, 10 * (4 + 12)), (0, None)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_row_cache_matches_an_lru_reference(max_size, max_bytes, seed):
+    rng = random.Random(seed)
+    cache = RowCache(max_size, max_bytes)
+    capacity = max_size if max_bytes is None else min(max_size, max_bytes // (4 + 12))
+    reference: OrderedDict[bytes, torch.Tensor] = OrderedDict()  # least recently used first
+    for step in range(300):
+        keys = [row_key(rng.randrange(15)) for _ in range(rng.randint(1, 4))]
+        if rng.random() < 0.5:
+            found, rows = cache.get(keys)
+            want = [i for i, key in enumerate(keys) if key in reference]
+            assert found == want, step
+            for i, row in zip(found, [] if rows is None else rows):
+                torch.testing.assert_close(row, reference[keys[i]], rtol=0, atol=0)
+                reference.move_to_end(keys[i])
+        else:
+            vectors = torch.randn(len(keys), 3)
+            cache.put(keys, vectors)
+            for key, vector in zip(keys, vectors):
+                if capacity and key not in reference:
+                    reference[key] = vector.clone()
+                    if len(reference) > capacity:
+                        reference.popitem(last=False)
+        assert list(cache.slots) == list(reference), step
+        assert cache.capacity in (0, capacity) and len(cache) <= capacity
+        assert max_bytes is None or cache.nbytes <= max_bytes
+
+
+def test_row_cache_rows_stay_one_tensor_and_reads_are_copies():
+    cache = RowCache(4)
+    cache.put([row_key(i) for i in range(3)], torch.arange(6.0).reshape(3, 2))
+    rows = cache.rows
+    address = rows.data_ptr()
+    for start in range(3, 40, 3):  # a stream of new keys, each evicting the oldest
+        keys = [row_key(i) for i in range(start, start + 3)]
+        cache.put(keys, torch.full((3, 2), float(start)))
+        assert cache.rows is rows and rows.data_ptr() == address and len(cache) == 4
+    found, copy = cache.get([row_key(39), row_key(0)])
+    assert found == [0] and copy.tolist() == [[39.0, 39.0]]
+    copy += 1  # a copy: the cache's row is unchanged
+    assert cache.get([row_key(39)])[1].tolist() == [[39.0, 39.0]]
+    cache.clear()  # the keys go, the tensor stays for the next rows
+    assert len(cache) == 0 and cache.get([row_key(39)]) == ([], None) and cache.rows is rows
+    cache.put([row_key(1)], torch.ones(1, 2, dtype=torch.float64))  # another dtype: new rows
+    assert cache.rows.dtype == torch.float64 and cache.rows.shape == (4, 2)
+    assert cache.get([row_key(1)])[1].tolist() == [[1.0, 1.0]]
+
+
+def test_row_cache_keys_and_rows_must_match():
+    cache = RowCache(3)
+    with pytest.raises(ValueError, match="2 keys for 1 rows"):
+        cache.put([b"ab", b"cd"], torch.zeros(1, 2))
+    with pytest.raises(ValueError, match="one length"):
+        cache.put([b"ab", b"cde"], torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="max_size=-1"):
+        RowCache(-1)
+    nothing = RowCache(5, max_bytes=8)  # not even one row of 8 bytes and its key fits
+    nothing.put([b"ab"], torch.zeros(1, 2))
+    assert len(nothing) == 0 and nothing.capacity == 0 and nothing.get([b"ab"]) == ([], None)
+
+
+def test_row_cache_takes_rows_in_and_out_of_inference_mode():
+    cache = RowCache(3)
+    with torch.inference_mode():  # `BiLM.embed`
+        cache.put([b"ab"], torch.ones(1, 2))
+    with torch.no_grad():  # the elmo component's prediction, through Thinc
+        cache.put([b"cd"], torch.full((1, 2), 2.0))
+    cache.put([b"ef"], torch.full((1, 2), 3.0, requires_grad=True))
+    found, rows = cache.get([b"ab", b"cd", b"ef"])
+    assert found == [0, 1, 2] and rows.tolist() == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
+    assert not rows.requires_grad

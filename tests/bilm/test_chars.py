@@ -39,6 +39,17 @@ def test_long_tokens_are_cut_at_48_bytes_not_characters():
     assert bytes(i - 1 for i in ids[1:49]) == cjk.encode("utf-8")[:48]
 
 
+def test_batch_to_ids_has_the_row_of_each_token():
+    tokens = ["<S>", "</S>", "é", "", "a", " ", "\t\x00", "😀", "\ud800x", "a" * 1000, "北" * 20]
+    sentences = [tokens[:4], [], tokens[4:], ["<S>x", "b"]]
+    ids = batch_to_ids(sentences)
+    assert ids.shape == (4, 7, 50) and ids.dtype == torch.long
+    for i, sentence in enumerate(sentences):
+        for j in range(7):
+            want = token_to_char_ids(sentence[j]) if j < len(sentence) else (0,) * 50
+            assert tuple(ids[i, j].tolist()) == want, (i, j)
+
+
 def test_batch_to_ids_pads_with_zero_rows():
     ids = batch_to_ids([["a", "b"], [], ["c"]])
     assert ids.shape == (3, 2, 50) and ids.dtype == torch.long
