@@ -13,7 +13,8 @@ through `resolve_source`:
   files named explicitly (`options`, `weights`);
 * an ELMoForManyLangs model directory (`char.dic`, `encoder.pkl`, ...).
 
-Each kind is read by its loader in this package, with that loader's format and shape checks.
+`BiLM.from_source` reads each kind with its reader in this package (`layouts`, `elmoformanylangs`),
+with that reader's format and shape checks.
 """
 
 from __future__ import annotations
