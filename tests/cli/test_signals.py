@@ -275,11 +275,20 @@ def _land_in_a_weakref_callback(number: int) -> None:
     assert reference() is None
 
 
+@pytest.fixture
+def interactive_sigint():
+    """SIGINT handled as in an interactive shell (Python's KeyboardInterrupt) while the test runs:
+    a process started in the background ignores SIGINT, and the command leaves that alone."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("land", [_land_in_a_finalizer, _land_in_a_weakref_callback])
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("then", ["works-on", "returns"])
 def test_a_signal_that_lands_where_its_exception_is_swallowed_still_ends_the_command(
-    capfd, land, number, then
+    capfd, land, number, then, interactive_sigint
 ):
     steps = []
 
@@ -303,7 +312,7 @@ def test_a_signal_that_lands_where_its_exception_is_swallowed_still_ends_the_com
     assert {number: signal.getsignal(number) for number in EXIT_CODES} == before
 
 
-def test_a_command_that_ends_unsignalled_leaves_the_handlers_as_they_were():
+def test_a_command_that_ends_unsignalled_leaves_the_handlers_as_they_were(interactive_sigint):
     before = {number: signal.getsignal(number) for number in EXIT_CODES}
     hook = sys.unraisablehook
     assert _util.guard("test", lambda: "done")() == "done"
