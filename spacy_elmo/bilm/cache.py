@@ -44,6 +44,14 @@ def entry_bytes(key: Any, value: Any) -> int:
     return int(value.nbytes) + key_bytes(key)
 
 
+def _check_bounds(max_size: int, max_bytes: Optional[int]) -> None:
+    """ValueError unless a cache's bounds are non-negative."""
+    if max_size < 0 or (max_bytes is not None and max_bytes < 0):
+        raise ValueError(
+            f"a cache's bounds must be non-negative, got max_size={max_size}, max_bytes={max_bytes}"
+        )
+
+
 class BoundedCache(Generic[K, V]):
     """LRU map holding entries of total size at most `max_size` and, when `max_bytes` is set,
     of at most that many bytes (`entry_bytes`). `size(key)` is an entry's size (default 1).
@@ -60,11 +68,7 @@ class BoundedCache(Generic[K, V]):
         *,
         size: Callable[[K], int] = one,
     ) -> None:
-        if max_size < 0 or (max_bytes is not None and max_bytes < 0):
-            raise ValueError(
-                f"a cache's bounds must be non-negative, got max_size={max_size}, "
-                f"max_bytes={max_bytes}"
-            )
+        _check_bounds(max_size, max_bytes)
         self.max_size = max_size
         self.max_bytes = max_bytes
         self.size_of = size
@@ -125,11 +129,7 @@ class RowCache:
     """
 
     def __init__(self, max_size: int, max_bytes: Optional[int] = None) -> None:
-        if max_size < 0 or (max_bytes is not None and max_bytes < 0):
-            raise ValueError(
-                f"a cache's bounds must be non-negative, got max_size={max_size}, "
-                f"max_bytes={max_bytes}"
-            )
+        _check_bounds(max_size, max_bytes)
         self.max_size = max_size
         self.max_bytes = max_bytes
         self.rows: Optional[torch.Tensor] = None  # (capacity, ...) once rows were stored

@@ -74,3 +74,14 @@ def write_random_model(directory: Path, options: dict, seed: int = 0, scale: flo
         for name, array in data.items():
             f.create_dataset(name, data=array.astype(np.float32))
     return options_file, weight_file
+
+
+def same_weights(a, b) -> None:
+    """Two BiLMs have the same options and bit-identical tensors."""
+    import torch
+
+    assert a.options == b.options
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert torch.equal(sa[key], sb[key]), key

@@ -21,7 +21,6 @@ from pathlib import Path
 import h5py
 import numpy
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
@@ -30,6 +29,8 @@ from spacy_elmo.weights import published
 from spacy_elmo.weights.json_files import MissingFileError
 from spacy_elmo.weights.published import ChecksumError, DownloadError, download
 from spacy_elmo.weights.sources import resolve_source
+
+from ..bilm.util import same_weights
 
 SMALL = published.PUBLISHED["small"]
 WORDS = [["The", "river", "bank", "."], ["ok"]]
@@ -210,14 +211,6 @@ def cached(model=SMALL) -> Path:
 def record(model=SMALL) -> dict:
     path = cached(model) / published.RECORD_NAME
     return json.loads(path.read_text())["files"] if path.exists() else {}
-
-
-def same_weights(a: BiLM, b: BiLM) -> None:
-    assert a.options == b.options
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa.keys() == sb.keys()
-    for key in sa:
-        assert torch.equal(sa[key], sb[key]), key
 
 
 def reference(source: Path) -> BiLM:

@@ -13,13 +13,13 @@ from pathlib import Path
 import h5py
 import numpy
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.weights.sources import resolve_source
 
+from ..bilm.util import same_weights
 from .test_elmoformanylangs import make_model
 
 KINDS = ("bundled", "saved", "run", "run_model", "allennlp", "elmoformanylangs")
@@ -46,14 +46,6 @@ def sources(tmp_path_factory, allennlp_fixture) -> dict[str, tuple[str, BiLM]]:
         "allennlp": (str(allennlp), reference),
         "elmoformanylangs": (str(efml), BiLM.from_elmoformanylangs(efml)),
     }
-
-
-def same_weights(a: BiLM, b: BiLM) -> None:
-    assert a.options == b.options
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa.keys() == sb.keys()
-    for key in sa:
-        assert torch.equal(sa[key], sb[key]), key
 
 
 @pytest.mark.parametrize("kind", KINDS)
