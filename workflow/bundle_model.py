@@ -99,13 +99,15 @@ def main() -> None:
     (args.target / "pretrain.json").write_text(json.dumps(summary, indent=2) + "\n")
     args.docs.mkdir(parents=True, exist_ok=True)
     stage = len(summary.get("stages") or [summary])
+    title = f"Bundled biLM, pretraining stage {stage} of {stage} ({args.run.name})"
     if (args.run / "metrics.jsonl").exists():  # the plot again, saying which stage it shows
         from spacy_elmo.pretrain.plot import plot_metrics
 
-        title = f"Bundled biLM, pretraining stage {stage} of {stage} ({args.run.name})"
         plot_metrics(args.run / "metrics.jsonl", args.docs / "bundled_perplexity.png", title)
-    elif (args.run / "perplexity.png").exists():
-        shutil.copyfile(args.run / "perplexity.png", args.docs / "bundled_perplexity.png")
+    elif (args.run / "perplexity.png").exists():  # only the run's own plot: its title replaced
+        from spacy_elmo.pretrain.plot import retitle_plot
+
+        retitle_plot(args.run / "perplexity.png", args.docs / "bundled_perplexity.png", title)
 
     from spacy_elmo import BiLM
 

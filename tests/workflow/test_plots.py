@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 
 import matplotlib
+import numpy
 import pytest
+from matplotlib import image as mpimage
 from matplotlib.colors import to_hex
 from matplotlib.container import ErrorbarContainer
 
 from benchmarks import bench_pipeline
-from spacy_elmo.pretrain.plot import plot_metrics
+from spacy_elmo.pretrain.plot import plot_metrics, retitle_plot
 from workflow.evidence import report
 from workflow.evidence.colours import PIPELINE_COLOURS, pipeline_colour
 from workflow.evidence.runs import PIPELINES
@@ -98,3 +100,25 @@ def test_the_pretraining_plot_says_which_stage_it_shows(tmp_path, saved_figures)
     titles = [figure.axes[0].get_title() for figure in saved_figures]
     assert titles == ["Bundled biLM, pretraining stage 3 of 3", "biLM pretraining"]
     assert Path(tmp_path / "a.png").stat().st_size > 0
+
+
+def test_a_kept_plot_gets_a_new_title_and_keeps_every_pixel_of_the_plot(tmp_path, saved_figures):
+    metrics = tmp_path / "metrics.jsonl"
+    records = [{"step": s, "tokens": 1000 * s, "train_ppl": 500.0 / s} for s in range(1, 5)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    plot_metrics(metrics, tmp_path / "run.png")
+    retitle_plot(tmp_path / "run.png", tmp_path / "titled.png", "pretraining stage 3 of 3")
+    assert [t.get_text() for t in saved_figures[-1].texts] == ["pretraining stage 3 of 3"]
+    before, after = mpimage.imread(tmp_path / "run.png"), mpimage.imread(tmp_path / "titled.png")
+    assert before.shape == after.shape
+    dark_rows = numpy.flatnonzero((before[..., :3].mean(axis=2) < 0.5).mean(axis=1) > 0.5)
+    frame_top = int(dark_rows[0])
+    assert 0 < frame_top < before.shape[0] // 4  # the frame's top edge, under the title band
+    numpy.testing.assert_array_equal(before[frame_top:], after[frame_top:])
+    assert not numpy.array_equal(before[:frame_top], after[:frame_top])
+
+
+def test_an_image_without_a_plot_frame_is_refused(tmp_path):
+    mpimage.imsave(tmp_path / "blank.png", numpy.ones((40, 60, 3)))
+    with pytest.raises(ValueError, match="no plot frame found"):
+        retitle_plot(tmp_path / "blank.png", tmp_path / "out.png", "a title")
