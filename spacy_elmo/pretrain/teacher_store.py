@@ -152,9 +152,10 @@ def build_store(
             nonlocal rows, lines, pending, pending_lines
             for sentence, matrix in _run_teacher(teacher, pending, counts):
                 index.write(numpy.array([sentence, rows, len(matrix)], dtype="<i8").tobytes())
-                vectors.write(matrix.astype("<f2").tobytes())
+                stored = matrix.astype("<f2")  # the statistics are those of the stored values
+                vectors.write(stored.tobytes())
                 rows += len(matrix)
-                finite = matrix[~numpy.isnan(matrix[:, 0])].astype(numpy.float64)
+                finite = stored[~numpy.isnan(stored[:, 0])].astype(numpy.float64)
                 numpy.add(sums, finite.sum(axis=0), out=sums)
                 numpy.add(squares, (finite**2).sum(axis=0), out=squares)
             for handle in (index, vectors):

@@ -155,13 +155,28 @@ def test_a_killed_build_resumes_to_the_same_files(tmp_path, teacher_folder, monk
     messages: list[str] = []
     build_store(killed, corpus, teacher, report=messages.append)
     assert any("resuming after line" in m for m in messages)
-    for name in ("index.bin", "vectors.f16"):
-        assert (killed / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
+    index = "index.bin"
+    assert (killed / index).read_bytes() == (tmp_path / "reference" / index).read_bytes()
+    # The teacher batches the sentences of each flush by length, so a vector can differ from the
+    # uninterrupted build's in float32 noise: at most one float16 step after rounding.
+    resumed, reference = (
+        np.fromfile(d / "vectors.f16", "<f2") for d in (killed, tmp_path / "reference")
+    )
+    assert resumed.shape == reference.shape
+    np.testing.assert_allclose(resumed, reference, rtol=2**-10, atol=2**-24)
     a = json.loads((killed / "store.json").read_text())
     b = json.loads((tmp_path / "reference" / "store.json").read_text())
-    np.testing.assert_allclose(a.pop("mean"), b.pop("mean"), rtol=1e-9)
-    np.testing.assert_allclose(a.pop("std"), b.pop("std"), rtol=1e-9)
+    for name in ("mean", "std"):
+        np.testing.assert_allclose(a.pop(name), b.pop(name), rtol=1e-4, atol=1e-6)
     assert a == b
+    rows = resumed.reshape(-1, 16).astype(np.float64)
+    rows = rows[~np.isnan(rows[:, 0])]
+    np.testing.assert_allclose(
+        json.loads((killed / "store.json").read_text())["mean"],
+        rows.mean(axis=0),
+        rtol=1e-12,
+        atol=1e-12,
+    )
 
 
 def test_a_store_of_another_corpus_or_teacher_is_refused(tmp_path, teacher_folder):
