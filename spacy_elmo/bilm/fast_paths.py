@@ -88,21 +88,27 @@ STACKED_MAX_ELEMENTS = 1 << 19
 ONEDNN_MIN_ELEMENTS = 1 << 19
 
 
-def records_autograd(*tensors: torch.Tensor) -> bool:
-    """Whether an op on these tensors would be recorded for backward."""
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+def records_autograd(*tensors: torch.Tensor, modules: Sequence[nn.Module] = ()) -> bool:
+    """Whether an op on these tensors (and the parameters of `modules`) would be recorded for
+    backward. The parameters are only looked at where autograd is on: listing a biLM's takes
+    longer than some of the steps of a one-sentence batch."""
+    if not torch.is_grad_enabled():
+        return False
+    return any(t.requires_grad for t in tensors) or any(
+        p.requires_grad for module in modules for p in module.parameters()
+    )
 
 
-def at_inference(*tensors: torch.Tensor) -> bool:
+def at_inference(*tensors: torch.Tensor, modules: Sequence[nn.Module] = ()) -> bool:
     """Whether the inference fast paths apply to an op on these tensors (no autograd)."""
-    return ENABLED and not records_autograd(*tensors)
+    return ENABLED and not records_autograd(*tensors, modules=modules)
 
 
-def fused_training(*tensors: torch.Tensor) -> bool:
+def fused_training(*tensors: torch.Tensor, modules: Sequence[nn.Module] = ()) -> bool:
     """Whether LSTM cells over these tensors run as one autograd node (`fused.py`)."""
     return (
         ENABLED
-        and records_autograd(*tensors)
+        and records_autograd(*tensors, modules=modules)
         and not torch.is_autocast_enabled(tensors[0].device.type)
     )
 

@@ -165,7 +165,7 @@ def run_cells(
     """
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    if fast_paths.fused_training(*inputs, *(p for c in cells for p in c.parameters())):
+    if fast_paths.fused_training(*inputs, modules=cells):
         return _run_cells_fused(cells, inputs, batch_sizes, states)
     products = first.products(cells, inputs)
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)

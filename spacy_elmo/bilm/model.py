@@ -481,7 +481,7 @@ class BiLM(nn.Module):
         """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
         run = self._run(char_ids)
         mask = _token_mask(run.lengths, run.tokens.shape[1] - 2)  # (batch, time)
-        if fast_paths.at_inference(*self.parameters()):
+        if fast_paths.at_inference(modules=(self,)):
             layers = fast_paths.scatter_layers(
                 run.tokens, run.outputs, run.lengths, run.cpu_lengths, run.reverse_index, mask
             )  # the same layers, without the autograd route's copies

@@ -143,7 +143,7 @@ class Int8Cell:
     ) -> Products:
         """The products of a step of `cells` (each switched to int8): in int8, or in float32
         where autograd records them (fine-tuning)."""
-        if fast_paths.records_autograd(*inputs, *(p for c in cells for p in c.parameters())):
+        if fast_paths.records_autograd(*inputs, modules=cells):
             return Float32Products(cells, inputs)
         return Int8Products(cells)
 

@@ -7,7 +7,7 @@ import copy
 import warnings
 
 import torch
-from thinc.api import Adam, PyTorchShim
+from thinc.api import Adam, ArgsKwargs, PyTorchShim
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import batch_to_ids, fast_paths
@@ -57,3 +57,26 @@ def test_an_optimiser_step_keeps_the_layout_and_matches_thinc(monkeypatch):
     for d, cell in enumerate(cells):  # still views of one (2, in, out) tensor
         assert cell.recurrent_weight.data_ptr() == recurrent[d].data_ptr()
         assert cell.projection_weight.data_ptr() == projection[d].data_ptr()
+
+
+def test_predict_matches_thinc_and_leaves_the_mode_as_it_found_it():
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMOptions.from_dict(tiny_options()))
+    char_ids = batch_to_ids([["the", "river", "bank", "."], ["a", "bank"]])
+    thinc_shim, _ = plain_shim(bilm)
+    shim = BiLMShim(bilm)
+    inputs = ArgsKwargs(args=(char_ids,), kwargs={})
+    want = thinc_shim.predict(inputs).layers  # thinc's: every module in eval mode
+    for stack in (bilm.forward_lstm, bilm.backward_lstm):
+        stack.dropout = 0.5  # pretraining's dropout, which eval mode turns off
+    for training in (True, False):
+        bilm.train(training)
+        got = shim.predict(inputs).layers
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        assert not got.requires_grad
+        assert all(module.training == training for module in bilm.modules())
+    for stack in (bilm.forward_lstm, bilm.backward_lstm):
+        stack.dropout = 0.0
+    bilm.train()
+    torch.testing.assert_close(shim.predict(inputs).layers, want, rtol=1e-6, atol=1e-6)
+    assert all(module.training for module in bilm.modules())  # not switched: nothing to switch
