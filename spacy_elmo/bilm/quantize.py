@@ -31,6 +31,7 @@ bounds the error on the AllenNLP fixture. CPU only.
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional, Sequence, TypeVar
 
 import torch
@@ -169,6 +170,7 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
                 f"int8 quantisation runs on the CPU only (fbgemm's kernels); this biLM is on "
                 f"{device}: use float32 on a GPU"
             )
+        _warn_if_slow_here()
     cnn = bilm.char_cnn
     for highway in cnn.highways:
         highway.int8 = Int8Linear() if mode else None
@@ -179,6 +181,32 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
             cell.products = Int8Cell() if mode else Float32Products
     bilm.quantize = mode
     return bilm
+
+
+class Int8SpeedWarning(RuntimeWarning):
+    """int8 was switched on where torch has no fast int8 matrix product."""
+
+
+_warned_slow = False
+
+
+def _warn_if_slow_here() -> None:
+    """Warn once per process where torch's CPU kernels stop at AVX2 (or below): there its int8
+    product (`torch._int_mm`) has no vectorised kernel, and the int8 biLM is many times slower
+    than float32 (docs/performance.md, "int8 on the CPU")."""
+    global _warned_slow
+    capability = torch.backends.cpu.get_cpu_capability()
+    if _warned_slow or capability.startswith("AVX512") or capability.startswith("AMX"):
+        return
+    _warned_slow = True
+    warnings.warn(
+        f"quantize='int8' on a CPU where torch's kernels go up to {capability}: torch has no "
+        "fast int8 matrix product there, and the int8 biLM runs many times slower than float32 "
+        "(measured at 0.1x on an AVX2 CPU, docs/performance.md). Keep float32 (the default) "
+        "unless the CPU has AVX-512 VNNI or AMX",
+        Int8SpeedWarning,
+        stacklevel=3,
+    )
 
 
 def quantize_int8(bilm: BiLMModule) -> BiLMModule:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -171,3 +172,23 @@ def test_check_quantize():
     assert check_quantize("int8") == "int8"
     with pytest.raises(ValueError, match="'none', 'int8'.*got 'int4'"):
         check_quantize("int4")
+
+
+@pytest.mark.parametrize(
+    "capability, warns", [("AVX2", True), ("DEFAULT", True), ("AVX512", False)]
+)
+def test_int8_warns_once_where_torch_has_no_fast_int8_product(
+    allennlp_fixture, monkeypatch, capability, warns
+):
+    from spacy_elmo.bilm import quantize
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(quantize, "_warned_slow", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):  # a second biLM: no second warning
+            quantize.quantize_int8(BiLM.load(allennlp_fixture))
+    slow = [w for w in caught if issubclass(w.category, quantize.Int8SpeedWarning)]
+    assert len(slow) == (1 if warns else 0)
+    if warns:
+        assert capability in str(slow[0].message) and "float32" in str(slow[0].message)
