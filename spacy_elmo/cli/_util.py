@@ -383,7 +383,8 @@ def int8_option() -> Any:
         False,
         "--int8",
         help="Run the biLM's matrix products in int8 (CPU only; the bundled biLM's vectors "
-        "differ from float32 by about 2% of their norm: docs/performance.md#int8-on-the-cpu).",
+        "differ from float32 by about 2% of their norm; on a CPU without AVX-512 it is about "
+        "ten times slower than float32: docs/performance.md#int8-on-the-cpu).",
     )
 
 
