@@ -106,8 +106,9 @@ def make_elmo(
     "average" (the mean of the layers) or "mix" (`token._.elmo`); a span's or doc's vector is
     the mean of its tokens' vectors, similarity their cosine.
     quantize: "int8" runs the biLM's matrix products in int8 where it runs without autograd
-    (prediction, a frozen biLM in training; CPU only; errors and speed: docs/performance.md);
-    null or "none": float32."""
+    (prediction, a frozen biLM in training; CPU only; errors and speed: docs/performance.md;
+    where torch's CPU kernels stop below AVX-512 it is about ten times slower than float32, and
+    says so once with an `Int8SpeedWarning`); null or "none": float32."""
     return Elmo(
         nlp.vocab,
         model,
