@@ -286,3 +286,26 @@ def test_same_result_on_gpu(layer_norm):
         numpy.testing.assert_allclose(
             cpu.get_grad(name), cupy.asnumpy(gpu.get_grad(name)), rtol=1e-4, atol=1e-5
         )
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_predict_in_chunks_matches_the_whole_batch(monkeypatch, layer_norm, dtype):
+    """Inference mixes groups of docs and slices of a long doc; every token gets what the
+    whole-batch (training) arithmetic gives it, and the NumPy reference's value."""
+    import spacy_elmo.layers.scalar_mix as scalar_mix_module
+
+    monkeypatch.setattr(scalar_mix_module, "PREDICT_CHUNK_TOKENS", 8)
+    weights = [0.3, -0.7, 1.1]
+    model = scalar_mix(N_LAYERS, initial_weights=weights, gamma=1.3, layer_norm=layer_norm)
+    # small docs grouped past the chunk, an empty one, one doc of exactly a chunk, one of 2.5
+    Xs = random_docs([3, 0, 4, 2, 8, 1, 20, 5], dtype=dtype, seed=5)
+    predicted = model.predict(Xs)
+    whole, _ = model.begin_update(Xs)  # layer_dropout 0: the same maths in one piece
+    assert len(predicted) == len(Xs)
+    for X, Y, Y_whole in zip(Xs, predicted, whole):
+        assert Y.shape == (X.shape[1], WIDTH) and Y.dtype == numpy.float32
+        numpy.testing.assert_allclose(Y, Y_whole, rtol=1e-6, atol=1e-6)
+        numpy.testing.assert_allclose(
+            Y, reference_mix(X, weights, 1.3, layer_norm), rtol=1e-4, atol=1e-4
+        )
