@@ -16,6 +16,8 @@ CoNLL-2003 test text with its gold tokens:
 * single-sentence latency: `nlp(doc)` on each of the first --latency-sentences sentences alone;
 * single-document latency: `nlp(doc)` on each of the 231 test documents alone (all its sentences
   in one Doc, sentence starts from the data);
+* batch time by component: the same batch once more, one component at a time over all
+  the docs, in microseconds a word;
 * load time (`spacy.load`), resident memory before loading (Python, spaCy, torch imported) and
   the peak over the process (`ru_maxrss`).
 
@@ -247,6 +249,14 @@ def measure(model: str, args) -> dict:
     for _ in nlp.pipe(docs):
         pass
     batch_seconds = time.perf_counter() - start
+    # The same batch once more, one component at a time over all its docs (the pipeline's
+    # batch size): where the batch time goes.
+    docs = [sentence_doc(s) for s in sentences]
+    component_seconds = {}
+    for name, component in nlp.pipeline:
+        start = time.perf_counter()
+        docs = list(component.pipe(docs, batch_size=nlp.batch_size))
+        component_seconds[name] = time.perf_counter() - start
 
     def latencies(make, items) -> list[float]:
         times = []
@@ -270,6 +280,9 @@ def measure(model: str, args) -> dict:
         "batch_sentences": len(docs),
         "batch_seconds": batch_seconds,
         "batch_words_per_s": n_words / batch_seconds,
+        "batch_us_per_word_by_component": {
+            name: seconds * 1e6 / n_words for name, seconds in component_seconds.items()
+        },
         "sentence_ms": describe(sentence_ms),
         "sentence_words_median": statistics.median(len(s) for s in sentences[: len(sentence_ms)]),
         "document_ms": describe(document_ms),
@@ -299,6 +312,7 @@ def summarise(rounds: list[dict], names: list[str]) -> dict:
         summary[name] = {
             "batch_words_per_s": fastest["batch_words_per_s"],
             "batch_words_per_s_rounds": [r["batch_words_per_s"] for r in runs],
+            "batch_us_per_word_by_component": _fastest_components(runs),
             "sentence_ms_median": min(r["sentence_ms"]["median"] for r in runs),
             "sentence_ms_p90": min(r["sentence_ms"]["p90"] for r in runs),
             "document_ms_median": min(r["document_ms"]["median"] for r in runs),
@@ -309,6 +323,14 @@ def summarise(rounds: list[dict], names: list[str]) -> dict:
             "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         }
     return summary
+
+
+def _fastest_components(runs: list[dict]) -> dict:
+    """Per component, the lowest microseconds a word over the rounds (absent in older JSONs)."""
+    timed = [
+        r["batch_us_per_word_by_component"] for r in runs if "batch_us_per_word_by_component" in r
+    ]
+    return {name: min(t[name] for t in timed) for name in timed[0]} if timed else {}
 
 
 def load_f1(path: Path) -> dict:
@@ -382,6 +404,24 @@ def markdown(report: dict, f1: dict) -> str:
             + "; ".join(
                 f"{name} " + ", ".join(f"{v:,.0f}" for v in x["batch_words_per_s_rounds"])
                 for name, x in summary.items()
+            )
+            + ".",
+        ]
+    split = {
+        n: x["batch_us_per_word_by_component"]
+        for n, x in summary.items()
+        if x.get("batch_us_per_word_by_component")
+    }
+    if split:
+        lines += [
+            "",
+            "Batch time by component, microseconds a word (the same batch once more, one "
+            "component at a time over all its docs; the lowest round): "
+            + "; ".join(
+                f"{name} "
+                + ", ".join(f"{component} {us:.0f}" for component, us in parts.items())
+                + f" (sum {sum(parts.values()):.0f})"
+                for name, parts in split.items()
             )
             + ".",
         ]
