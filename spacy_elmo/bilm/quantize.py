@@ -81,7 +81,7 @@ class Int8Weight:
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x (..., n) float32 -> int8 values (..., n) and one scale per row (..., 1):
     x ~ values * scale, scale = max |row| / 127."""
-    scale = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True)
+    scale = x.abs().amax(dim=-1, keepdim=True)  # the inf-norm, several times faster here
     scale = scale.clamp_min_(TINY_SCALE).div_(INT8_MAX)
     return torch.div(x, scale).round_().to(torch.int8), scale
 
@@ -241,12 +241,13 @@ class Int8Products:
     def input_gates(
         self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]
     ) -> torch.Tensor:
-        return torch.stack(
-            [
-                linear_int8(x, weight).add_(bias)
-                for x, weight, bias in zip(inputs, self.input_weights, biases)
-            ]
-        )  # (k, rows, 4D)
+        first = inputs[0]
+        gates = first.new_empty((len(inputs), first.shape[0], self.input_weights[0].kernel.shape[1]))
+        for d, (x, weight, bias) in enumerate(zip(inputs, self.input_weights, biases)):
+            values, scale = quantize_rows(x)
+            product = torch._int_mm(values, weight.kernel)
+            torch.mul(product, scale, out=gates[d]).mul_(weight.scale).add_(bias)
+        return gates  # (k, rows, 4D)
 
     def recurrent_gates(self, h: torch.Tensor, gates: torch.Tensor, rows: slice) -> torch.Tensor:
         z = self.recurrent.products(h)  # (k, active, 4D)
@@ -270,5 +271,7 @@ class _StepWeights:
         """x[d] (rows, in) times the weight of cell d, d < k: (k, rows, out) float32. The rows
         of all k are quantised together (each with its own scale); one int8 GEMM per cell."""
         values, scale = quantize_rows(x)  # (k, rows, in), (k, rows, 1)
-        product = torch.stack([torch._int_mm(v, kernel) for v, kernel in zip(values, self.kernels)])
+        product = values.new_empty((*values.shape[:2], self.kernels[0].shape[1]), dtype=torch.int32)
+        for v, kernel, out in zip(values, self.kernels, product):
+            torch._int_mm(v, kernel, out=out)
         return torch.mul(product, scale).mul_(self.scales)

@@ -30,10 +30,14 @@ PATHS = {
     "stacked": dict(onednn=NEVER, stacked=NEVER),
     "onednn_stacked": dict(onednn=ALWAYS, stacked=NEVER),
     "one_step_blocks": dict(onednn=ALWAYS, stacked=-1, gate_block=1, cnn_block=1),
+    "tanh_via_sigmoid": dict(onednn=NEVER, stacked=NEVER, tanh_min=0),
+    "tanh_kernel": dict(onednn=NEVER, stacked=NEVER, tanh_min=NEVER),
 }
 
 
-def use_path(monkeypatch, onednn, stacked, gate_block=None, cnn_block=None, enabled=True):
+def use_path(
+    monkeypatch, onednn, stacked, gate_block=None, cnn_block=None, enabled=True, tanh_min=None
+):
     """Choose a path (before the BiLM is built: `fast_paths.lay_out` follows the switch)."""
     if onednn == ALWAYS and not fast_paths.ONEDNN:
         pytest.skip("oneDNN is not available in this torch build")
@@ -44,6 +48,8 @@ def use_path(monkeypatch, onednn, stacked, gate_block=None, cnn_block=None, enab
         monkeypatch.setattr(lstm, "GATE_BLOCK_ROWS", gate_block)
     if cnn_block is not None:
         monkeypatch.setattr(char_cnn, "CNN_BLOCK_BYTES", cnn_block)
+    if tanh_min is not None:
+        monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", tanh_min)
 
 
 @pytest.fixture(scope="module")
@@ -321,3 +327,40 @@ def test_onednn_is_not_used_with_autograd_or_other_dtypes(monkeypatch):
     y.sum().backward()
     torch.testing.assert_close(w.grad, x.sum(0).expand(5, 6))
     assert not fast_paths.uses_onednn(x.double(), w.detach().double())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tanh_through_the_sigmoid_matches_torch_tanh(monkeypatch, dtype):
+    """2 sigmoid(2x) - 1 against torch.tanh over the range where tanh is not yet +-1, in
+    float32 within a few float32 ulps of 1, new and in place (on a strided view)."""
+    monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", 0)
+    x = torch.linspace(-12, 12, 200_001, dtype=dtype)
+    expected = np.tanh(x.double().numpy())
+    tolerance = 3e-7 if dtype == torch.float32 else 1e-15
+    np.testing.assert_allclose(fast_paths.tanh(x).double().numpy(), expected, atol=tolerance)
+    block = torch.stack([x, x]).t().contiguous()[:, 1]  # every other element of a buffer
+    assert not block.is_contiguous()
+    fast_paths.tanh_(block)
+    np.testing.assert_allclose(block.double().numpy(), expected, atol=tolerance)
+    # Small tensors keep torch's kernel (faster there): the same values bit for bit.
+    monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", 1 << 62)
+    torch.testing.assert_close(fast_paths.tanh(x), torch.tanh(x), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("tanh_min", [0, 1 << 62])
+def test_in_place_cell_update_equals_the_lstm_formula(monkeypatch, tanh_min):
+    """`cell_update` (one sigmoid over the four gate blocks, in place) against the LSTM cell in
+    float64 NumPy, with the cell clip, through the sigmoid and through torch's tanh."""
+    monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", tanh_min)
+    generator = torch.Generator().manual_seed(0)
+    cell_dim = 64
+    z = torch.randn((2, 70, 4 * cell_dim), generator=generator) * 3
+    c = torch.randn((2, 70, cell_dim), generator=generator) * 2
+    zz, cc = z.double().numpy(), c.double().numpy()
+    i, j, f, o = np.split(zz, 4, axis=-1)
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    c_expected = np.clip(sigmoid(f) * cc + sigmoid(i) * np.tanh(j), -3.0, 3.0)
+    m_expected = sigmoid(o) * np.tanh(c_expected)
+    c_t, m_t = fast_paths.cell_update(z.clone(), c, 3.0)
+    np.testing.assert_allclose(c_t.numpy(), c_expected, atol=2e-6, rtol=0)
+    np.testing.assert_allclose(m_t.numpy(), m_expected, atol=2e-6, rtol=0)

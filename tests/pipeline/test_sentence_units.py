@@ -155,3 +155,31 @@ def test_replace_listeners_copies_the_components_rule(bilm_dir, tmp_path):
     (inline_elmo,) = [m for m in loaded.get_pipe("tagger").model.walk() if m.name == "elmo"]
     assert inline_elmo.attrs["split_sentences"] is False
     assert [t.tag_ for t in loaded(TEXT)] == before
+
+
+def test_the_rule_and_the_units_match_spacys_sentencizer_token_by_token():
+    """The one-pass split (`rule_sentences`, `doc_units`) against spaCy's own `Sentencizer`
+    on random docs of sentence ends, quotes, brackets, whitespace and CJK punctuation."""
+    import random
+
+    from spacy.pipeline import Sentencizer
+
+    from spacy_elmo.layers.sentence_units import doc_units, rule_sentences
+
+    vocab = spacy.blank("en").vocab
+    pieces = ["Hello", ".", "!", "?", "world", '"', ")", "\n", " ", "。", "ok", "...", "U.S.", ";"]
+    generator = random.Random(0)
+    for _ in range(2000):
+        words = [generator.choice(pieces) for _ in range(generator.randint(0, 30))]
+        doc = Doc(vocab, words=words)
+        guesses = Sentencizer().predict([doc])[0]
+        assert [s.start for s in rule_sentences(doc)] == [i for i, g in enumerate(guesses) if g]
+        units = doc_units(doc, 7, max_tokens=5, split_sentences=True)
+        assert [i for unit in units for i in unit.positions] == [
+            t.i for t in doc if not t.is_space
+        ]
+        for unit in units:
+            assert unit.doc == 7 and 1 <= len(unit.words) <= 5
+            assert list(unit.words) == [doc[i].text for i in unit.positions]
+            # A unit never crosses a sentence boundary of the rule.
+            assert sum(bool(guesses[i]) for i in unit.positions[1:]) == 0
