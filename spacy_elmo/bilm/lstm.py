@@ -76,11 +76,12 @@ class Float32Products:
         self.stacked = fast_paths.stacked_kernels(cells, inputs[0])
 
     def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
-        gates = [
+        if self.stacked is not None:
+            return fast_paths.stacked_linear(inputs, [cell.input_weight for cell in self.cells], biases)
+        return [
             fast_paths.linear(x, cell.input_weight, bias)
             for cell, x, bias in zip(self.cells, inputs, biases)
         ]  # k x (rows, 4D)
-        return gates if self.stacked is None else torch.stack(gates)  # (k, rows, 4D)
 
     def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
         if self.stacked is not None:
