@@ -19,6 +19,8 @@ from typing import Optional
 
 import torch
 
+from . import fast_paths
+
 # bilm-tf's gate order is (input, candidate, forget, output); here the three sigmoid gates come
 # first so that one sigmoid and one tanh cover a step: (input, forget, output, candidate).
 _SIGMOID_FIRST = (0, 2, 3, 1)
@@ -108,16 +110,16 @@ class _FusedCells(torch.autograd.Function):
             z = gates[:, rows]
             z.baddbmm_(h[:, :active], recurrent)
             z[..., :sigmoid_end].sigmoid_()
-            z[..., sigmoid_end:].tanh_()
+            fast_paths.tanh_(z[..., sigmoid_end:])
             i, f, o, j = z.split(cell_dim, dim=-1)
             c_t = torch.mul(f, c[:, :active], out=cells[:, rows])
             c_t.addcmul_(i, j)
             if cell_clip is not None:
                 c_t.clamp_(-cell_clip, cell_clip)
             if projection is None:
-                h_t = torch.mul(torch.tanh(c_t), o, out=outputs[:, rows])
+                h_t = torch.mul(fast_paths.tanh(c_t), o, out=outputs[:, rows])
             else:
-                m_t = torch.mul(torch.tanh(c_t), o, out=hidden[:, rows])
+                m_t = torch.mul(fast_paths.tanh(c_t), o, out=hidden[:, rows])
                 h_t = torch.bmm(m_t, projection, out=outputs[:, rows])
                 if proj_clip is not None:
                     h_t.clamp_(-proj_clip, proj_clip)
@@ -170,7 +172,7 @@ class _FusedCells(torch.autograd.Function):
                     grad_h.mul_(outputs[:, rows].abs() < proj_clip)
                 grad_hidden_raw[:, rows] = grad_h
                 grad_m = torch.bmm(grad_h, projection_weight)  # (k, active, D)
-            tanh_c = torch.tanh(c_t)
+            tanh_c = fast_paths.tanh(c_t)
             # dL/dc_t: through m_t = o * tanh(c_t), plus what step t + 1 sends back.
             grad_c = grad_m * o * (1 - tanh_c * tanh_c) + grad_c_next[:, :active]
             if cell_clip is not None:
