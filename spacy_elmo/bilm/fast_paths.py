@@ -69,6 +69,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -135,6 +136,19 @@ def conv_max(chars: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     x = chars.transpose(1, 2)[:, :, None, :].contiguous(memory_format=torch.channels_last)
     scores = F.conv2d(x, conv.weight[:, :, None, :], conv.bias)  # (n, filters, 1, positions)
     return scores.amax(dim=(2, 3))
+
+
+def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of (n, 50) char ids and each row's index among them, as
+    `torch.unique(rows, dim=0, return_inverse=True)` gives them (up to their order). On the CPU
+    through NumPy's unique over each row's bytes: 4x faster than torch's `unique_dim` for a
+    batch's 3,300 tokens."""
+    if not ENABLED or rows.device.type != "cpu":
+        return torch.unique(rows, dim=0, return_inverse=True)
+    values = np.ascontiguousarray(rows.numpy())
+    keys = values.view(np.dtype((np.void, values.dtype.itemsize * values.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return rows[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1))
 
 
 # ---------------------------------------------------------------------- LSTM products

@@ -327,7 +327,7 @@ class BiLM(nn.Module):
             dtype=self.char_cnn.char_embedding.weight.dtype,
         )
         if mask.any():
-            distinct, inverse = torch.unique(char_ids[mask], dim=0, return_inverse=True)
+            distinct, inverse = fast_paths.distinct_rows(char_ids[mask])
             if fast_paths.ENABLED and not torch.is_grad_enabled() and self.token_cache_size > 0:
                 vectors = self._cached_char_cnn(distinct)
             else:

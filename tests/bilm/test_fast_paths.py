@@ -364,3 +364,18 @@ def test_in_place_cell_update_equals_the_lstm_formula(monkeypatch, tanh_min):
     c_t, m_t = fast_paths.cell_update(z.clone(), c, 3.0)
     np.testing.assert_allclose(c_t.numpy(), c_expected, atol=2e-6, rtol=0)
     np.testing.assert_allclose(m_t.numpy(), m_expected, atol=2e-6, rtol=0)
+
+
+def test_distinct_rows_are_torch_uniques_rows():
+    """NumPy's unique over each row's bytes gives the rows of torch.unique(dim=0), each once,
+    and an inverse that rebuilds the input; with the fast paths off it is torch.unique."""
+    generator = torch.Generator().manual_seed(0)
+    vocabulary = torch.randint(0, 262, (300, 50), generator=generator)
+    rows = vocabulary[torch.randint(0, 300, (2000,), generator=generator)]
+    distinct, inverse = fast_paths.distinct_rows(rows)
+    expected, _ = torch.unique(rows, dim=0, return_inverse=True)
+    torch.testing.assert_close(distinct[inverse], rows, atol=0, rtol=0)
+    assert len(distinct) == len(expected)
+    assert {tuple(r) for r in distinct.tolist()} == {tuple(r) for r in expected.tolist()}
+    empty_distinct, empty_inverse = fast_paths.distinct_rows(rows[:0])
+    assert empty_distinct.shape == (0, 50) and empty_inverse.shape == (0,)
