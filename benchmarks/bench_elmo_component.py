@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, machine_info
+from benchmarks.common import REPO, machine_info, shown_path
 
 DEFAULT_MODEL = REPO / "training/evidence/elmo_1000_s0/model-best"
 VARIANTS = {
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine_info("spacy", "thinc"),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": args.threads,
-        "model": _shown(args.model),
+        "model": shown_path(args.model),
         "batch_size": nlp.batch_size,
         "sentences": len(sentences),
         "words": words,
@@ -114,13 +114,6 @@ def main(argv: list[str] | None = None) -> None:
     text = markdown(report, argv)
     args.output.with_suffix(".md").write_text(text)
     print(text)
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 def markdown(report: dict, argv: list[str] | None) -> str:

@@ -48,7 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import CONLL, machine_info
+from benchmarks.common import CONLL, machine_info, shown_path
 from workflow.evidence.colours import PIPELINE_COLOURS
 
 HERE = Path(__file__).resolve().parent
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
             "threads": args.threads,
             "rounds": args.rounds,
             "latency_sentences": args.latency_sentences,
-            "models": {name: _shown(models[name]) for name in args.pipelines},
+            "models": {name: shown_path(models[name]) for name in args.pipelines},
             "command": "python -m benchmarks.bench_pipeline "
             + " ".join(argv if argv is not None else sys.argv[1:]),
         },
@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> None:
             present.append(name)
         else:
             report["missing"][name] = (
-                f"no trained pipeline at {_shown(models[name])}: `python -m workflow.evidence run "
-                f"--pipeline {name} --size {args.size} --seed {args.seed}` trains it"
+                f"no trained pipeline at {shown_path(models[name])}: `python -m workflow.evidence "
+                f"run --pipeline {name} --size {args.size} --seed {args.seed}` trains it"
             )
             print(f"[{name}] not measured: {report['missing'][name]}", flush=True)
     # (label, pipeline, int8): with --int8, each elmo pipeline again as "NAME int8"
@@ -168,14 +168,6 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(text)
     print(f"wrote {args.output}.md, {args.output}.json, {args.plot}")
-
-
-def _shown(path: Path) -> str:
-    """A path relative to the repository when inside it (the results name no machine's path)."""
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 def run_child(name: str, model: Path, args, int8: bool = False) -> dict:

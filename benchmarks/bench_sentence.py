@@ -21,7 +21,7 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, machine_info
+from benchmarks.common import REPO, machine_info, shown_path
 
 DEFAULT_MODELS = {
     "baseline": REPO / "training/evidence/baseline_1000_s0/model-best",
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         "sentences": len(sentences),
         "words": sum(map(len, sentences)),
         "rounds": args.rounds,
-        "models": {name: _shown(path) for name, path in models.items()},
+        "models": {name: shown_path(path) for name, path in models.items()},
         "pipelines": {
             name: per_component(path, sentences, args.rounds) for name, path in models.items()
         },
@@ -75,13 +75,6 @@ def main(argv: list[str] | None = None) -> None:
     text = markdown(report)
     args.output.with_suffix(".md").write_text(text)
     print(text)
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 def per_component(path: Path, sentences: list[list[str]], rounds: int) -> dict:

@@ -104,3 +104,11 @@ def tensor_peak(function) -> tuple[int, int, object]:
         if event.get("name") == "[memory]" and event["args"].get("Device Type") == 0
     ]
     return max(totals, default=0), (totals[-1] if totals else 0), result
+
+
+def shown_path(path: Path) -> str:
+    """A path relative to the repository when inside it (the results name no machine's path)."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)

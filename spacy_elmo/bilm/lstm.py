@@ -77,7 +77,9 @@ class Float32Products:
 
     def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
         if self.stacked is not None:
-            return fast_paths.stacked_linear(inputs, [cell.input_weight for cell in self.cells], biases)
+            return fast_paths.stacked_linear(
+                inputs, [cell.input_weight for cell in self.cells], biases
+            )
         return [
             fast_paths.linear(x, cell.input_weight, bias)
             for cell, x, bias in zip(self.cells, inputs, biases)

@@ -242,7 +242,9 @@ class Int8Products:
         self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]
     ) -> torch.Tensor:
         first = inputs[0]
-        gates = first.new_empty((len(inputs), first.shape[0], self.input_weights[0].kernel.shape[1]))
+        gates = first.new_empty(
+            (len(inputs), first.shape[0], self.input_weights[0].kernel.shape[1])
+        )
         for d, (x, weight, bias) in enumerate(zip(inputs, self.input_weights, biases)):
             values, scale = quantize_rows(x)
             product = torch._int_mm(values, weight.kernel)

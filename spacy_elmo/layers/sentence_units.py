@@ -91,4 +91,3 @@ def batches_by_tokens(units: List[Unit], batch_tokens: int) -> List[List[Unit]]:
     """Longest first; a batch's padded size (rows x (longest + 2)) stays within batch_tokens."""
     ordered = sorted(units, key=lambda unit: -len(unit.words))
     return list(batches_by_padded_tokens(ordered, batch_tokens, length=lambda u: len(u.words)))
-

@@ -175,9 +175,7 @@ def test_the_rule_and_the_units_match_spacys_sentencizer_token_by_token():
         guesses = Sentencizer().predict([doc])[0]
         assert [s.start for s in rule_sentences(doc)] == [i for i, g in enumerate(guesses) if g]
         units = doc_units(doc, 7, max_tokens=5, split_sentences=True)
-        assert [i for unit in units for i in unit.positions] == [
-            t.i for t in doc if not t.is_space
-        ]
+        assert [i for unit in units for i in unit.positions] == [t.i for t in doc if not t.is_space]
         for unit in units:
             assert unit.doc == 7 and 1 <= len(unit.words) <= 5
             assert list(unit.words) == [doc[i].text for i in unit.positions]
