@@ -62,7 +62,7 @@ def rule_sentence_starts(
 ) -> List[int]:
     """Where spaCy's rule-based `Sentencizer.predict` starts sentences, from the tokens' texts
     and IS_PUNCT flags: after a token in `punct_chars` and the punctuation that follows it."""
-    chars = _punct_set(None if punct_chars is None else tuple(punct_chars))
+    chars = _punct_set(tuple(punct_chars) if punct_chars else None)  # [] too: the defaults
     starts, seen_period = [0], False
     for i, (text, punct) in enumerate(zip(texts, is_punct)):
         in_chars = text in chars
@@ -84,7 +84,8 @@ def rule_sentences(doc: Doc, punct_chars: Optional[List[str]] = None) -> List[Sp
 
 @lru_cache(maxsize=16)
 def _punct_set(punct_chars: Optional[Tuple[str, ...]]) -> frozenset:
-    return frozenset(Sentencizer.default_punct_chars if punct_chars is None else punct_chars)
+    """The sentence-final characters, as `Sentencizer(punct_chars=...)` takes them."""
+    return frozenset(punct_chars or Sentencizer.default_punct_chars)
 
 
 def batches_by_tokens(units: List[Unit], batch_tokens: int) -> List[List[Unit]]:

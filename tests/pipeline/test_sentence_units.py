@@ -174,6 +174,10 @@ def test_the_rule_and_the_units_match_spacys_sentencizer_token_by_token():
         doc = Doc(vocab, words=words)
         guesses = Sentencizer().predict([doc])[0]
         assert [s.start for s in rule_sentences(doc)] == [i for i, g in enumerate(guesses) if g]
+        own = Sentencizer(punct_chars=[";", "ok"]).predict([doc])[0]
+        assert [s.start for s in rule_sentences(doc, [";", "ok"])] == [
+            i for i, g in enumerate(own) if g
+        ]
         units = doc_units(doc, 7, max_tokens=5, split_sentences=True)
         assert [i for unit in units for i in unit.positions] == [t.i for t in doc if not t.is_space]
         for unit in units:
