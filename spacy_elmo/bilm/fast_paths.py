@@ -67,7 +67,8 @@ Inference, where autograd does not record:
 from __future__ import annotations
 
 import os
-from typing import Sequence
+import warnings
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -315,6 +316,156 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
     if tanh_via_sigmoid(x):
         return x.mul_(2).sigmoid_().mul_(2).sub_(1)
     return x.tanh_()
+
+
+# ---------------------------------------------------------------------- the step loop
+def compiled_steps_apply(products: object, inputs: Sequence[torch.Tensor]) -> bool:
+    """Whether `lstm.run_cells` runs its steps as one TorchScript call (`run_compiled_steps`):
+    float32 products with the batched per-step kernels, on the CPU, without autograd.
+
+    The same kernels in the same order as the Python loop, so the same numbers, bit for bit;
+    what changes is that the whole loop runs in one call that releases the GIL (the Python loop
+    takes it back for each of a dozen small ops per step), so another Python thread (the
+    tagger and NER after the `elmo` component in `nlp.pipe`) runs beside it, and the loop loses
+    its per-op Python overhead."""
+    stacked = getattr(products, "stacked", None)
+    return (
+        ENABLED
+        and COMPILED_STEPS
+        and stacked is not None
+        and stacked[1] is not None
+        and inputs[0].device.type == "cpu"
+        and inputs[0].dtype == torch.float32
+    )
+
+
+# SPACY_ELMO_PYTHON_STEPS=1 keeps the Python step loop (the reference of the compiled one).
+COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
+
+
+def run_compiled_steps(
+    inputs: Sequence[torch.Tensor],
+    input_weights: Sequence[torch.Tensor],
+    biases: Sequence[torch.Tensor],
+    kernels: tuple[torch.Tensor, torch.Tensor],
+    h: torch.Tensor,
+    c: torch.Tensor,
+    batch_sizes: list[int],
+    cell_clip: float | None,
+    proj_clip: float | None,
+    block_rows: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`lstm.run_cells`' loop for k cells stepped together (see `compiled_steps_apply`):
+    packed output (k, N, P) and final h (k, rows, P) and c (k, rows, D)."""
+    return _compiled_steps()(
+        list(inputs),
+        list(input_weights),
+        list(biases),
+        kernels[0],
+        kernels[1],
+        h,
+        c,
+        batch_sizes,
+        cell_clip,
+        proj_clip,
+        block_rows,
+        TANH_VIA_SIGMOID_MIN_ELEMENTS,
+    )
+
+
+_COMPILED: list = []
+
+
+def _compiled_steps():
+    """The TorchScript step loop, compiled on first use (about 0.1 s). TorchScript is
+    deprecated in favour of `torch.compile`, which needs a C++ compiler at run time; a loop in
+    TorchScript needs none, and is the one way torch offers to run it without the GIL."""
+    if not _COMPILED:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
+            _COMPILED.append(torch.jit.script(_step_loop))
+    return _COMPILED[0]
+
+
+def _step_loop(
+    inputs: list[torch.Tensor],
+    input_weights: list[torch.Tensor],
+    biases: list[torch.Tensor],
+    recurrent: torch.Tensor,
+    projection: torch.Tensor,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    batch_sizes: list[int],
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+    block_rows: int,
+    tanh_min_elements: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # The ops of lstm.run_cells with Float32Products and of cell_update and tanh above, in the
+    # same order (TorchScript: no calls into the rest of the module).
+    k = h.shape[0]
+    total = inputs[0].shape[0]
+    cell_dim = c.shape[2]
+    output = h.new_empty((k, total, projection.shape[2]))
+    final_h, final_c = h.clone(), c.clone()
+    h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
+    gates = h.new_empty((0,))
+    block_start = 0
+    block_end = 0
+    offset = 0
+    n_steps = len(batch_sizes)
+    for step in range(n_steps):
+        active = batch_sizes[step]
+        if offset == block_end:  # the input gates of the next block of whole timesteps
+            block_start = offset
+            block_end = offset + active
+            for later in range(step + 1, n_steps):
+                if block_end - offset + batch_sizes[later] > block_rows:
+                    break
+                block_end += batch_sizes[later]
+            gates = h.new_empty((0,))
+            gates = h.new_empty((k, block_end - block_start, recurrent.shape[2]))
+            for d in range(k):
+                torch.addmm(
+                    biases[d],
+                    inputs[d][block_start:block_end],
+                    input_weights[d].t(),
+                    out=gates[d],
+                )
+        start = offset - block_start
+        z = torch.baddbmm(gates[:, start : start + active], h, recurrent)
+        j = z[:, :, cell_dim : 2 * cell_dim]
+        via_sigmoid = j.numel() >= tanh_min_elements
+        tanh_j = j
+        if via_sigmoid:
+            j.mul_(2)
+        else:
+            tanh_j = torch.tanh(j)
+        gate = z.sigmoid_()
+        i = gate[:, :, :cell_dim]
+        f = gate[:, :, 2 * cell_dim : 3 * cell_dim]
+        o = gate[:, :, 3 * cell_dim :]
+        if via_sigmoid:  # f c + i (2 sigmoid(2 j) - 1)
+            c_t = f.mul_(c).addcmul_(i, gate[:, :, cell_dim : 2 * cell_dim], value=2).sub_(i)
+        else:
+            c_t = f.mul_(c).addcmul_(i, tanh_j)
+        if cell_clip is not None:
+            c_t.clamp_(-cell_clip, cell_clip)
+        if c_t.numel() >= tanh_min_elements:
+            m_t = torch.mul(c_t, 2).sigmoid_().mul_(2).sub_(1).mul_(o)
+        else:
+            m_t = torch.tanh(c_t).mul_(o)
+        h_t = output[:, offset : offset + active]
+        torch.bmm(m_t, projection, out=h_t)
+        if proj_clip is not None:
+            h_t.clamp_(-proj_clip, proj_clip)
+        offset += active
+        following = batch_sizes[step + 1] if step + 1 < n_steps else 0
+        if following < active:
+            final_h[:, following:active] = h_t[:, following:]
+            final_c[:, following:active] = c_t[:, following:]
+        h, c = h_t[:, :following], c_t[:, :following]
+    return output, final_h, final_c
 
 
 # ---------------------------------------------------------------------- output

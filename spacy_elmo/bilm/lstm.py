@@ -173,12 +173,28 @@ def run_cells(
     products = first.products(cells, inputs)
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
+    biases = [cell.bias + cell.forget_bias for cell in cells]
+    if fast_paths.compiled_steps_apply(products, inputs) and not any(
+        fast_paths.uses_onednn(x, cell.input_weight) for x, cell in zip(inputs, cells)
+    ):
+        packed, final_h, final_c = fast_paths.run_compiled_steps(
+            inputs,
+            [cell.input_weight for cell in cells],
+            biases,
+            products.stacked,
+            h,
+            c,
+            batch_sizes,
+            cell_clip,
+            proj_clip,
+            GATE_BLOCK_ROWS,
+        )
+        return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
     # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state
     # here; the loop itself only carries the active prefix, so there are no per-step copies.
     final_h, final_c = h.clone(), c.clone()
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
     outputs = []
-    biases = [cell.bias + cell.forget_bias for cell in cells]
     block_end = offset = 0  # packed rows: end of the block of input gates, start of this step
     for step, active in enumerate(batch_sizes):
         if offset == block_end:

@@ -28,7 +28,7 @@ layer) learns pre-softmax weights w, starting from `initial_weights`: s = softma
 import warnings
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 import numpy
 from spacy.language import Language
@@ -53,6 +53,7 @@ from ..layers.scalar_mix import check_one_per_layer
 from ..util.threads import warn_if_oversubscribed
 from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
 from .extensions import VECTOR_LAYERS, install_extensions, mix_layers, set_vector_hooks
+from .overlap import overlap_applies, overlapped_pipe
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
 # from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
@@ -71,6 +72,7 @@ DEFAULT_CONFIG = {
     "vector_hooks": False,
     "vector_layer": "top",
     "quantize": None,
+    "overlap": True,
 }
 
 
@@ -91,6 +93,7 @@ def make_elmo(
     vector_hooks: bool,
     vector_layer: str,
     quantize: Optional[str],
+    overlap: bool,
 ) -> "Elmo":
     """ELMo layers for every token, and this component's own mix of them, `doc._.elmo` =
     sum_j c_j h_j with c = gamma * s: `mix_weights` are the layer weights before s normalises
@@ -108,7 +111,11 @@ def make_elmo(
     quantize: "int8" runs the biLM's matrix products in int8 where it runs without autograd
     (prediction, a frozen biLM in training; CPU only; errors and speed: docs/performance.md;
     where torch's CPU kernels stop below AVX-512 it is about ten times slower than float32, and
-    says so once with an `Int8SpeedWarning`); null or "none": float32."""
+    says so once with an `Int8SpeedWarning`); null or "none": float32.
+    overlap: `nlp.pipe` runs the biLM on the next batch in a background thread while the
+    components after this one work on the batch before (on the CPU with two torch threads or
+    more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other components.
+    The layers are those of the component in turn on that many threads, bit for bit."""
     return Elmo(
         nlp.vocab,
         model,
@@ -121,6 +128,7 @@ def make_elmo(
         vector_hooks=vector_hooks,
         vector_layer=vector_layer,
         quantize=quantize,
+        overlap=overlap,
     )
 
 
@@ -141,6 +149,7 @@ class Elmo(TrainablePipe):
         vector_hooks: bool = False,
         vector_layer: str = "top",
         quantize: Optional[str] = None,
+        overlap: bool = True,
     ) -> None:
         install_extensions()
         check_quantize(quantize, f"quantize of the '{name}' component")
@@ -162,6 +171,7 @@ class Elmo(TrainablePipe):
             "vector_hooks": vector_hooks,
             "vector_layer": vector_layer,
             "quantize": quantize,
+            "overlap": overlap,
         }
         set_unit_rule(model, split_sentences=split_sentences, sentence_punct=sentence_punct)
         if isinstance(model.ops, NumpyOps):  # the biLM runs on the CPU
@@ -217,6 +227,14 @@ class Elmo(TrainablePipe):
                     self.add_listener(node, component.name)
 
     # ------------------------------------------------------------------ prediction
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """The docs of `stream` with their layers, in batches of `batch_size`: with `overlap`
+        (on the CPU), the biLM one batch ahead in a background thread (`overlap.py`)."""
+        if overlap_applies(self):
+            yield from overlapped_pipe(self, stream, batch_size)
+        else:
+            yield from super().pipe(stream, batch_size=batch_size)
+
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
         ensure_weights(self.model)  # a pipeline used without `initialize`: the bundled biLM
         self._set_quantize()

@@ -32,16 +32,25 @@ PATHS = {
     "one_step_blocks": dict(onednn=ALWAYS, stacked=-1, gate_block=1, cnn_block=1),
     "tanh_via_sigmoid": dict(onednn=NEVER, stacked=NEVER, tanh_min=0),
     "tanh_kernel": dict(onednn=NEVER, stacked=NEVER, tanh_min=NEVER),
+    "python_steps": dict(onednn=NEVER, stacked=NEVER, compiled=False),
 }
 
 
 def use_path(
-    monkeypatch, onednn, stacked, gate_block=None, cnn_block=None, enabled=True, tanh_min=None
+    monkeypatch,
+    onednn,
+    stacked,
+    gate_block=None,
+    cnn_block=None,
+    enabled=True,
+    tanh_min=None,
+    compiled=True,
 ):
     """Choose a path (before the BiLM is built: `fast_paths.lay_out` follows the switch)."""
     if onednn == ALWAYS and not fast_paths.ONEDNN:
         pytest.skip("oneDNN is not available in this torch build")
     monkeypatch.setattr(fast_paths, "ENABLED", enabled)
+    monkeypatch.setattr(fast_paths, "COMPILED_STEPS", compiled)
     monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", onednn)
     monkeypatch.setattr(fast_paths, "STACKED_MAX_ELEMENTS", stacked)
     if gate_block is not None:
@@ -84,6 +93,59 @@ def test_stateful_paths_agree_with_plain(monkeypatch, files, path):
     for plain, chosen in zip(results["plain"], results[path]):
         for a, b in zip(plain, chosen):
             np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(gate_block=1),  # a block of input gates per timestep
+        dict(gate_block=5),
+        dict(tanh_min=0),  # every tanh through the sigmoid
+        dict(tanh_min=NEVER),  # torch's tanh kernel
+    ],
+    ids=["default", "block_1", "block_5", "tanh_via_sigmoid", "tanh_kernel"],
+)
+@pytest.mark.parametrize("stateful", [False, True])
+def test_compiled_step_loop_equals_the_python_loop(monkeypatch, files, settings, stateful):
+    """The TorchScript step loop runs the Python loop's kernels in its order: the same layers,
+    final states included (three stateful calls in a row), bit for bit."""
+    batches = [SENTENCES[:3], SENTENCES[1:], SENTENCES[::-1][:3]]
+    results = {}
+    for compiled in (False, True):
+        use_path(monkeypatch, onednn=NEVER, stacked=NEVER, compiled=compiled, **settings)
+        bilm = BiLM.from_allennlp(*files, stateful=stateful)
+        calls = []
+        with torch.no_grad():
+            for batch in batches:
+                output = bilm(batch_to_ids(batch))
+                calls.append([output.layers.clone(), *[s.clone() for s in _states(bilm)]])
+        results[compiled] = calls
+    for python, compiled in zip(results[False], results[True]):
+        assert len(python) == len(compiled)
+        for a, b in zip(python, compiled):
+            assert torch.equal(a, b)
+
+
+def _states(bilm):
+    """The carried LSTM states of a stateful BiLM (none for a stateless one)."""
+    return [t for states in bilm._carried_states.values() for state in states for t in state]
+
+
+def test_the_compiled_loop_is_used_at_inference_only(monkeypatch, files):
+    """Inference on the CPU takes the compiled loop; with autograd the fused cells run."""
+    use_path(monkeypatch, onednn=NEVER, stacked=NEVER)
+    calls = []
+    original = fast_paths.run_compiled_steps
+    monkeypatch.setattr(
+        fast_paths, "run_compiled_steps", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
+    bilm = BiLM.from_allennlp(*files)
+    with torch.no_grad():
+        bilm(batch_to_ids(SENTENCES[:2]))
+    assert len(calls) == bilm.options.n_layers  # one call per layer, both directions in it
+    bilm(batch_to_ids(SENTENCES[:2])).layers.sum().backward()
+    assert len(calls) == bilm.options.n_layers
 
 
 def test_stacked_kernels_follow_weight_changes(monkeypatch, files, tmp_path):

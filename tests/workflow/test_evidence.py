@@ -616,6 +616,23 @@ def test_a_second_step_budget_is_its_own_row(tmp_path: Path):
     assert "| transformer | 71.00 ± 1.41 (2) |" in table
     assert "| transformer (2x steps) | 82.00 ± 2.83 (2) |" in table
     assert "| *transformer − elmo* | +11.00 |" in table  # the harness budget's row
+    assert "2x steps) − vectors+elmo (2x steps)" not in table  # no such runs: no row
+
+    # with vectors+elmo runs at twice the steps, the two pipelines are compared at that budget
+    for seed, f1 in enumerate((0.78, 0.79)):
+        run = {"pipeline": "vectors+elmo", "size": "1000", "train_sentences": 1000,
+               "seed": seed, "test": {"ents_f": f1, "tag_acc": 0.9}, "dev": {"ents_f": f1},
+               "max_steps": 2000, "eval_frequency": 200, "patience": 1200}  # fmt: skip
+        (tmp_path / "b" / f"vectors+elmo_1000_s{seed}").mkdir()
+        (tmp_path / "b" / f"vectors+elmo_1000_s{seed}" / "run.json").write_text(json.dumps(run))
+    found = report.load_runs([tmp_path / "a", tmp_path / "b"])
+    table = report.markdown_table(found, "ents_f", "NER F1")
+    assert "| vectors+elmo (2x steps) | 78.50 ± 0.71 (2) |" in table
+    assert "| *transformer (2x steps) − vectors+elmo (2x steps)* | +3.50 |" in table
+    gains = {(g["pipeline"], g["reference"]): g for g in report.gains(found)}
+    assert gains["transformer (2x steps)", "vectors+elmo (2x steps)"]["ents_f_gain"] == (
+        pytest.approx(0.035)
+    )
 
 
 def test_the_page_lists_the_finished_transformer_runs(tmp_path: Path):

@@ -1,0 +1,79 @@
+"""`nlp.pipe` with the biLM one batch ahead: the `elmo` component's `overlap` setting.
+
+`nlp.pipe` runs the components in turn on each batch: the biLM on torch's threads, then the
+tagger, parser or NER after it on one. With `overlap`, the `elmo` component's `pipe` runs the
+biLM on the next batch in a background thread while the components after it work on this batch,
+so that both run at once on a machine with two cores or more. The biLM's LSTM steps run as one
+TorchScript call that releases the GIL (`bilm.fast_paths.run_compiled_steps`); the Python step
+loop would take it back a dozen times a step.
+
+Where it applies: the biLM on the CPU, torch set to two threads or more. The background thread
+runs the biLM on one thread fewer than torch's setting, leaving one core to the calling thread
+(the biLM on all of them beside it ran slower than in turn: the threads wait on each other);
+torch's setting is put back when the batches are done. `nlp(doc)`, a GPU, and one torch thread
+(each process of `nlp.pipe(n_process=N)`) run the component in turn, as `TrainablePipe.pipe`.
+Each batch runs through the same computation, on another thread: the layers are those of the
+component in turn on one torch thread fewer, bit for bit, and within float rounding (about 1e-6)
+of those on as many threads, where the GEMMs add up their products in another order
+(tests/pipeline/test_overlap.py).
+
+Measured: benchmarks/bench_overlap.py, docs/performance.md.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Iterable, Iterator, List
+
+import torch
+from spacy.tokens import Doc
+from spacy.util import minibatch
+from thinc.api import NumpyOps
+
+if TYPE_CHECKING:
+    from .component import Elmo
+
+
+def overlap_applies(component: Elmo) -> bool:
+    """Whether `component.pipe` runs the biLM one batch ahead (see the module's docstring)."""
+    return (
+        bool(component.cfg.get("overlap"))
+        and isinstance(component.model.ops, NumpyOps)
+        and torch.get_num_threads() >= 2
+    )
+
+
+def overlapped_pipe(component: Elmo, stream: Iterable[Doc], batch_size: int) -> Iterator[Doc]:
+    """The docs of `stream` with the component's annotations, in order, in batches of
+    `batch_size`: batch i + 1 predicted in a background thread while batch i is with the
+    caller. Errors go to the component's error handler, batch by batch, as in
+    `TrainablePipe.pipe`."""
+    threads = torch.get_num_threads()
+    error_handler = component.get_error_handler()
+    pool = ThreadPoolExecutor(
+        max_workers=1,
+        thread_name_prefix=f"{component.name}-bilm",
+        initializer=torch.set_num_threads,
+        initargs=(threads - 1,),
+    )
+    try:
+        pending = None
+        for docs in minibatch(stream, size=batch_size):
+            future = pool.submit(component.predict, docs)
+            if pending is not None:
+                yield from _finish(component, *pending, error_handler)
+            pending = (docs, future)
+        if pending is not None:
+            yield from _finish(component, *pending, error_handler)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        torch.set_num_threads(threads)
+
+
+def _finish(component: Elmo, docs: List[Doc], future: Future, error_handler) -> Iterator[Doc]:
+    """One batch's docs, annotated here, in the calling thread."""
+    try:
+        component.set_annotations(docs, future.result())
+        yield from docs
+    except Exception as error:
+        error_handler(component.name, component, docs, error)
