@@ -1,16 +1,15 @@
-"""Would the elmo pipeline run faster with its biLM in a background thread? Side by side in
-one process.
+"""The elmo pipeline with its biLM one batch ahead in a background thread (the `elmo`
+component's `overlap`, the default) and in turn, side by side in one process.
 
 `nlp.pipe` runs the components in turn on each batch: the biLM (on the torch threads), then
-the tagger and NER (on one). On two cores the second is idle while the tagger and NER work.
-This script measures the elmo pipeline as it ships, and with the `elmo` component's `pipe`
-replaced by one that runs the biLM on the next batch in a background thread while the tagger
-and NER work on this one (torch's kernels release the GIL); each with 1 and 2 torch threads,
-beside the vectors pipeline, on the CoNLL-2003 test sentences (one Doc each, as
-`benchmarks.bench_pipeline` measures batch words/s), --rounds times in alternating order, the
-fastest round counts. Both ways give the same annotations (checked on every run).
+the tagger and NER (on one). With `overlap` (spacy_elmo/pipeline/overlap.py) the biLM runs on the
+next batch, on one thread fewer, while the tagger and NER work on this one. This script runs the
+elmo pipeline both ways, in float32 and in int8, with 2 torch threads, and in turn with 1 (whose
+layers the overlapped run reproduces bit for bit: checked), beside the vectors pipeline, on the
+CoNLL-2003 test sentences (one Doc each, as `benchmarks.bench_pipeline` measures batch words/s),
+--rounds times in alternating order; the fastest round counts.
 
-    python -m benchmarks.bench_overlap --threads 2     # about 3 minutes on 2 cores
+    python -m benchmarks.bench_overlap     # about 3 minutes on 2 cores
 
 Needs the trained seed-0 1,000-sentence evidence runs of both pipelines (--runs). Writes
 benchmarks/results/overlap_cpu.{json,md} (--output).
@@ -22,34 +21,21 @@ import argparse
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks.common import REPO, machine_info, shown_path
 
-
-def overlapped_pipe(component, stream, *, batch_size: int = 128):
-    """`component.pipe` with the prediction of batch i + 1 running in a worker thread while
-    the docs of batch i are with the components downstream; annotations are written here."""
-    from spacy.util import minibatch
-
-    pool = ThreadPoolExecutor(max_workers=1)
-    try:
-        pending = None
-        for docs in minibatch(stream, size=batch_size):
-            future = pool.submit(component.predict, docs)
-            if pending is not None:
-                yield from _finish(component, *pending)
-            pending = (docs, future)
-        if pending is not None:
-            yield from _finish(component, *pending)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _finish(component, docs, future):
-    component.set_annotations(docs, future.result())
-    yield from docs
+# name: (pipeline, torch threads, the elmo component's overlap, its quantize)
+VARIANTS = {
+    "vectors (reference)": ("vectors", 2, None, None),
+    "elmo, overlapped (default)": ("elmo", 2, True, "none"),
+    "elmo, in turn": ("elmo", 2, False, "none"),
+    "elmo, in turn, 1 thread": ("elmo", 1, False, "none"),
+    "elmo int8, overlapped": ("elmo", 2, True, "int8"),
+    "elmo int8, in turn": ("elmo", 2, False, "int8"),
+}
+# runs whose entities must be those of another: the same biLM threads, overlapped or not
+SAME_AS = {"elmo, overlapped (default)": "elmo, in turn, 1 thread"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,45 +64,34 @@ def main(argv: list[str] | None = None) -> None:
     words = sum(map(len, sentences))
     pipelines = {name: spacy.load(path) for name, path in models.items()}
     elmo = pipelines["elmo"].get_pipe("elmo")
-    shipped_pipe = elmo.pipe
-    variants = {  # name: (pipeline, torch threads, overlapped)
-        "vectors (reference), 2 threads": ("vectors", 2, False),
-        "elmo, in turn (as shipped), 2 threads": ("elmo", 2, False),
-        "elmo, in turn, 1 thread": ("elmo", 1, False),
-        "elmo, biLM in a background thread, 1 thread": ("elmo", 1, True),
-        "elmo, biLM in a background thread, 2 threads": ("elmo", 2, True),
-    }
-    reference = {}
+    annotations: dict[str, list] = {}
 
     def run(variant: str) -> float:
-        name, threads, overlapped = variants[variant]
+        name, threads, overlap, quantize = VARIANTS[variant]
         nlp = pipelines[name]
         torch.set_num_threads(threads)
-        if overlapped:
-            elmo.pipe = lambda stream, batch_size=128: overlapped_pipe(
-                elmo, stream, batch_size=batch_size
-            )
-        else:
-            elmo.pipe = shipped_pipe
+        if name == "elmo":
+            elmo.cfg["overlap"], elmo.cfg["quantize"] = overlap, quantize
         docs = [Doc(nlp.vocab, words=words) for words in sentences]
         start = time.perf_counter()
         out = list(nlp.pipe(docs))
         seconds = time.perf_counter() - start
-        elmo.pipe = shipped_pipe
-        annotations = [[(e.start, e.end, e.label_) for e in doc.ents] for doc in out]
-        annotations.append([token.tag_ for doc in out for token in doc])
-        if reference.setdefault(name, annotations) != annotations:
-            raise SystemExit(f"{variant}: other annotations than the first run of {name}")
+        found = [[(e.start, e.end, e.label_) for e in doc.ents] for doc in out]
+        found.append([token.tag_ for doc in out for token in doc])
+        annotations[variant] = found
         return seconds
 
-    order = list(variants)
-    for variant in order:  # warm-up
+    order = list(VARIANTS)
+    for variant in order:  # warm-up: int8 weights made, TorchScript compiled
         run(variant)
-    seconds: dict[str, list[float]] = {variant: [] for variant in variants}
+    seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     for round_index in range(args.rounds):
         for variant in order if round_index % 2 == 0 else order[::-1]:
             seconds[variant].append(run(variant))
             print(f"[round {round_index + 1}] {variant}: {seconds[variant][-1]:.2f} s", flush=True)
+    for variant, reference in SAME_AS.items():
+        if annotations[variant] != annotations[reference]:
+            raise SystemExit(f"{variant}: other entities or tags than {reference}")
     words_per_second = {variant: words / min(times) for variant, times in seconds.items()}
     vectors = words_per_second[order[0]]
     report = {
@@ -141,7 +116,7 @@ def markdown(report: dict, argv: list[str] | None) -> str:
     arguments = sys.argv[1:] if argv is None else argv
     command = "python -m benchmarks.bench_overlap" + "".join(f" {a}" for a in arguments)
     lines = [
-        "# The elmo pipeline with its biLM in a background thread (CPU)",
+        "# The elmo pipeline with its biLM one batch ahead, and in turn (CPU)",
         "",
         f"- Machine: {machine['cpu']}, {machine['cpu_cores']} cores; torch {machine['torch']}; "
         f"spacy-elmo git {machine.get('git_commit', 'unknown')}; {machine['date']}",
@@ -151,7 +126,7 @@ def markdown(report: dict, argv: list[str] | None) -> str:
         f"({report['words']:,} words), one Doc each, the pipeline's batch size; every variant "
         f"in each of {report['rounds']} rounds (alternating order), the fastest round counts",
         "",
-        "| variant | words/s | vs vectors |",
+        "| variant (torch threads: 2 unless said) | words/s | vs vectors |",
         "|---|---:|---:|",
     ]
     for variant, wps in report["words_per_second"].items():

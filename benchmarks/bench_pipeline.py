@@ -30,7 +30,10 @@ point per pipeline and training size (docs/f1_vs_speed.png). Usage:
 
 With --int8, every pipeline with an `elmo` component is measured a second time, in the same
 rounds, as "NAME int8": loaded with `components.elmo.quantize = "int8"` (the biLM's products in
-int8, `spacy_elmo/bilm/quantize.py`).
+int8, `spacy_elmo/bilm/quantize.py`). With --in-turn, each of them once more as "NAME in turn"
+(and "NAME int8 in turn"): loaded with `components.elmo.overlap = false`, the biLM run in turn
+with the other components instead of one batch ahead in a background thread (the default,
+`spacy_elmo/pipeline/overlap.py`).
 
 Needs the `transformer` extra for the transformer pipeline (a pipeline whose model is missing
 is reported as not measured, with the command that trains it).
@@ -89,7 +92,10 @@ def main(argv: list[str] | None = None) -> None:
         "--int8", action="store_true", help="also each elmo pipeline with quantize = int8"
     )
     parser.add_argument("--child", nargs=2, metavar=("NAME", "PATH"), help=argparse.SUPPRESS)
-    parser.add_argument("--child-int8", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--in-turn", action="store_true", help="also each elmo pipeline with overlap = false"
+    )
+    parser.add_argument("--child-overrides", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args.child[1], args)), flush=True)
@@ -138,18 +144,29 @@ def main(argv: list[str] | None = None) -> None:
                 f"run --pipeline {name} --size {args.size} --seed {args.seed}` trains it"
             )
             print(f"[{name}] not measured: {report['missing'][name]}", flush=True)
-    # (label, pipeline, int8): with --int8, each elmo pipeline again as "NAME int8"
-    runs = [(name, name, False) for name in present]
+    # (label, pipeline, config overrides): with --int8, each elmo pipeline again as "NAME
+    # int8"; with --in-turn, each elmo variant again as "... in turn"
+    runs = [(name, name, {}) for name in present]
+    with_elmo = [run for run in runs if "elmo" in run[1]]
     if args.int8:
-        runs += [(f"{name} int8", name, True) for name in present if "elmo" in name]
-        report["settings"]["int8"] = [label for label, _, int8 in runs if int8]
+        int8 = {"components.elmo.quantize": "int8"}
+        with_elmo += [(f"{name} int8", name, int8) for name, _, _ in with_elmo]
+        report["settings"]["int8"] = [label for label, _, config in with_elmo if config]
+    if args.in_turn:
+        in_turn = [
+            (f"{label} in turn", name, {**config, "components.elmo.overlap": False})
+            for label, name, config in with_elmo
+        ]
+        report["settings"]["in_turn"] = [label for label, _, _ in in_turn]
+        with_elmo += in_turn
+    runs += [run for run in with_elmo if run[2]]
     labels = [label for label, _, _ in runs]
     for number in range(args.rounds):
         order = runs if number % 2 == 0 else runs[::-1]
         results = {}
-        for name, pipeline, int8 in order:
+        for name, pipeline, overrides in order:
             print(f"[round {number + 1}] {name} ...", flush=True)
-            results[name] = run_child(pipeline, models[pipeline], args, int8)
+            results[name] = run_child(pipeline, models[pipeline], args, overrides)
             r = results[name]
             print(
                 f"[round {number + 1}] {name}: {r['batch_words_per_s']:,.0f} words/s, sentence "
@@ -170,9 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {args.output}.md, {args.output}.json, {args.plot}")
 
 
-def run_child(name: str, model: Path, args, int8: bool = False) -> dict:
-    """One pipeline measured in a fresh process with `threads` threads everywhere (with
-    `int8`, its elmo component's quantize = "int8")."""
+def run_child(name: str, model: Path, args, overrides: dict | None = None) -> dict:
+    """One pipeline measured in a fresh process with `threads` threads everywhere, loaded with
+    the config `overrides` (e.g. {"components.elmo.quantize": "int8"})."""
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS"):
         env[var] = str(args.threads)
@@ -181,7 +198,7 @@ def run_child(name: str, model: Path, args, int8: bool = False) -> dict:
     command += ["--threads", str(args.threads), "--test", str(args.test)]
     command += ["--latency-sentences", str(args.latency_sentences)]
     command += ["--documents", str(args.documents), "--batch-sentences", str(args.batch_sentences)]
-    command += ["--child-int8"] if int8 else []
+    command += ["--child-overrides", json.dumps(overrides or {})]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"[{name}] the measuring process failed:\n{done.stderr[-3000:]}")
@@ -220,7 +237,7 @@ def measure(model: str, args) -> dict:
     documents = documents[: args.documents or None]
     rss_before = rss_mb()
     start = time.perf_counter()
-    overrides = {"components.elmo.quantize": "int8"} if args.child_int8 else {}
+    overrides = json.loads(args.child_overrides)
     nlp = spacy.load(model, config=overrides)
     load_seconds = time.perf_counter() - start
     rss_loaded = rss_mb()

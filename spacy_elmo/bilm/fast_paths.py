@@ -339,6 +339,23 @@ def compiled_steps_apply(products: object, inputs: Sequence[torch.Tensor]) -> bo
     )
 
 
+def steps_release_gil(bilm: nn.Module) -> bool:
+    """Whether a biLM's LSTM steps at inference run in `run_compiled_steps`, without the GIL:
+    float32 weights on the CPU whose per-step kernels are multiplied for both directions at
+    once (the bundled and small models), not switched to int8."""
+    cell = bilm.forward_lstm.layers[0]
+    return (
+        ENABLED
+        and COMPILED_STEPS
+        and getattr(bilm, "quantize", None) is None
+        and cell.projection_weight is not None
+        and cell.recurrent_weight.device.type == "cpu"
+        and cell.recurrent_weight.dtype == torch.float32
+        and cell.recurrent_weight.numel() <= STACKED_MAX_ELEMENTS
+        and not (ONEDNN and cell.input_weight.numel() >= ONEDNN_MIN_ELEMENTS)
+    )
+
+
 # SPACY_ELMO_PYTHON_STEPS=1 keeps the Python step loop (the reference of the compiled one).
 COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 

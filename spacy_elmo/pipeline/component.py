@@ -113,8 +113,9 @@ def make_elmo(
     where torch's CPU kernels stop below AVX-512 it is about ten times slower than float32, and
     says so once with an `Int8SpeedWarning`); null or "none": float32.
     overlap: `nlp.pipe` runs the biLM on the next batch in a background thread while the
-    components after this one work on the batch before (on the CPU with two torch threads or
-    more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other components.
+    components after this one work on the batch before (in float32 on the CPU with two torch
+    threads or more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other
+    components.
     The layers are those of the component in turn on that many threads, bit for bit."""
     return Elmo(
         nlp.vocab,

@@ -7,11 +7,15 @@ so that both run at once on a machine with two cores or more. The biLM's LSTM st
 TorchScript call that releases the GIL (`bilm.fast_paths.run_compiled_steps`); the Python step
 loop would take it back a dozen times a step.
 
-Where it applies: the biLM on the CPU, torch set to two threads or more. The background thread
-runs the biLM on one thread fewer than torch's setting, leaving one core to the calling thread
-(the biLM on all of them beside it ran slower than in turn: the threads wait on each other);
-torch's setting is put back when the batches are done. `nlp(doc)`, a GPU, and one torch thread
-(each process of `nlp.pipe(n_process=N)`) run the component in turn, as `TrainablePipe.pipe`.
+Where it applies: the biLM on the CPU in float32 with the LSTM steps of the bundled and small
+models (`fast_paths.steps_release_gil`), torch set to two threads or more. int8 steps run in
+Python, and beside another Python thread they ran slower than in turn; the larger models'
+per-direction steps run in Python too and are left in turn (not measured). The background
+thread runs the biLM on one thread fewer than torch's setting, leaving a core to the calling
+thread (the biLM on all of them beside it ran slower than in turn: its threads wait on each
+other); torch's setting is put back when the batches are done. `nlp(doc)`, a GPU, and one torch
+thread (each process of `nlp.pipe(n_process=N)`) run the component in turn, as
+`TrainablePipe.pipe`.
 Each batch runs through the same computation, on another thread: the layers are those of the
 component in turn on one torch thread fewer, bit for bit, and within float rounding (about 1e-6)
 of those on as many threads, where the GEMMs add up their products in another order
@@ -30,17 +34,25 @@ from spacy.tokens import Doc
 from spacy.util import minibatch
 from thinc.api import NumpyOps
 
+from ..bilm import fast_paths
+from ..layers.elmo_model import ensure_weights, get_bilm
+
 if TYPE_CHECKING:
     from .component import Elmo
 
 
 def overlap_applies(component: Elmo) -> bool:
-    """Whether `component.pipe` runs the biLM one batch ahead (see the module's docstring)."""
-    return (
-        bool(component.cfg.get("overlap"))
+    """Whether `component.pipe` runs the biLM one batch ahead (see the module's docstring);
+    loads the default weights and sets `quantize` first if that has not happened yet."""
+    if not (
+        component.cfg.get("overlap")
         and isinstance(component.model.ops, NumpyOps)
         and torch.get_num_threads() >= 2
-    )
+    ):
+        return False
+    ensure_weights(component.model)
+    component._set_quantize()
+    return fast_paths.steps_release_gil(get_bilm(component.model))
 
 
 def overlapped_pipe(component: Elmo, stream: Iterable[Doc], batch_size: int) -> Iterator[Doc]:

@@ -6,11 +6,13 @@ batch; torch's thread setting comes back, however the iteration ends."""
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
+from spacy_elmo.bilm.quantize import Int8SpeedWarning
 from spacy_elmo.pipeline.overlap import overlap_applies
 
 from .pipeline_util import tiny_nlp
@@ -70,6 +72,12 @@ def test_overlap_applies_on_the_cpu_with_two_threads_or_more(bilm_dir, threads):
     torch.set_num_threads(1)  # e.g. each process of nlp.pipe(n_process=N)
     assert not overlap_applies(elmo)
     torch.set_num_threads(2)
+    elmo.cfg["quantize"] = "int8"  # int8 steps hold the GIL: in turn
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Int8SpeedWarning)
+        assert not overlap_applies(elmo)
+    elmo.cfg["quantize"] = None
+    assert overlap_applies(elmo)
     elmo.cfg["overlap"] = False
     assert not overlap_applies(elmo)
     off = tiny_nlp(bilm_dir, overlap=False)
