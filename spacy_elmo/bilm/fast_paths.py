@@ -319,52 +319,76 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- the step loop
-def compiled_steps_apply(products: object, inputs: Sequence[torch.Tensor]) -> bool:
-    """Whether `lstm.run_cells` runs its steps as one TorchScript call (`run_compiled_steps`):
-    float32 products with the batched per-step kernels, on the CPU, without autograd.
-
-    The same kernels in the same order as the Python loop, so the same numbers, bit for bit;
-    what changes is that the whole loop runs in one call that releases the GIL (the Python loop
-    takes it back for each of a dozen small ops per step), so another Python thread (the
-    tagger and NER after the `elmo` component in `nlp.pipe`) runs beside it, and the loop loses
-    its per-op Python overhead."""
-    stacked = getattr(products, "stacked", None)
-    return (
-        ENABLED
-        and COMPILED_STEPS
-        and stacked is not None
-        and stacked[1] is not None
-        and inputs[0].device.type == "cpu"
-        and inputs[0].dtype == torch.float32
-    )
-
-
-def steps_release_gil(bilm: nn.Module) -> bool:
-    """Whether a biLM's LSTM steps at inference run in `run_compiled_steps`, without the GIL:
-    float32 weights on the CPU whose per-step kernels are multiplied for both directions at
-    once (the bundled and small models), not switched to int8."""
-    cell = bilm.forward_lstm.layers[0]
-    return (
-        ENABLED
-        and COMPILED_STEPS
-        and getattr(bilm, "quantize", None) is None
-        and cell.projection_weight is not None
-        and cell.recurrent_weight.device.type == "cpu"
-        and cell.recurrent_weight.dtype == torch.float32
-        and cell.recurrent_weight.numel() <= STACKED_MAX_ELEMENTS
-        and not (ONEDNN and cell.input_weight.numel() >= ONEDNN_MIN_ELEMENTS)
-    )
-
-
 # SPACY_ELMO_PYTHON_STEPS=1 keeps the Python step loop (the reference of the compiled one).
 COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 
 
+class CompiledSteps:
+    """The arguments of the TorchScript step loop (`run_compiled_steps`) for the products of a
+    step of k cells, float32 or int8: per cell the input kernel and its per-output scale
+    (int8) or an empty tensor (float32); the recurrent and projection kernels, one (k, in, out)
+    float32 stack or k (in, out) int8 kernels, and their (k, 1, out) scales (int8)."""
+
+    def __init__(
+        self,
+        int8: bool,
+        input_kernels: list[torch.Tensor],
+        input_scales: list[torch.Tensor],
+        recurrent: list[torch.Tensor],
+        recurrent_scales: torch.Tensor,
+        projection: list[torch.Tensor],
+        projection_scales: torch.Tensor,
+    ) -> None:
+        self.int8 = int8
+        self.input_kernels = input_kernels
+        self.input_scales = input_scales
+        self.recurrent = recurrent
+        self.recurrent_scales = recurrent_scales
+        self.projection = projection
+        self.projection_scales = projection_scales
+
+
+def float32_steps(
+    cells: Sequence[nn.Module], stacked: tuple[torch.Tensor, torch.Tensor | None] | None
+) -> CompiledSteps | None:
+    """The compiled loop's arguments for `lstm.Float32Products` with the batched per-step
+    kernels `stacked` of float32 cells on the CPU, or None where the loop does not apply (no
+    batched kernels, no projection, or an input product that goes to oneDNN)."""
+    if not (ENABLED and COMPILED_STEPS) or stacked is None or stacked[1] is None:
+        return None
+    recurrent = stacked[0]
+    inputs = [cell.input_weight for cell in cells]
+    if recurrent.device.type != "cpu" or recurrent.dtype != torch.float32:
+        return None
+    if ONEDNN and any(w.numel() >= ONEDNN_MIN_ELEMENTS for w in inputs):
+        return None
+    none = recurrent.new_empty((0,))
+    return CompiledSteps(False, inputs, [none] * len(inputs), [recurrent], none, [stacked[1]], none)
+
+
+def steps_release_gil(bilm: nn.Module) -> bool:
+    """Whether a biLM's LSTM steps at inference run in `run_compiled_steps`, without the GIL:
+    on the CPU with projections, in int8, or in float32 where the per-step kernels are
+    multiplied for both directions at once (the bundled and small models)."""
+    cell = bilm.forward_lstm.layers[0]
+    weight = cell.recurrent_weight
+    if not (ENABLED and COMPILED_STEPS) or cell.projection_weight is None:
+        return False
+    if weight.device.type != "cpu":
+        return False
+    if getattr(bilm, "quantize", None) == "int8":
+        return True
+    return (
+        weight.dtype == torch.float32
+        and weight.numel() <= STACKED_MAX_ELEMENTS
+        and not (ONEDNN and cell.input_weight.numel() >= ONEDNN_MIN_ELEMENTS)
+    )
+
+
 def run_compiled_steps(
+    steps: CompiledSteps,
     inputs: Sequence[torch.Tensor],
-    input_weights: Sequence[torch.Tensor],
     biases: Sequence[torch.Tensor],
-    kernels: tuple[torch.Tensor, torch.Tensor],
     h: torch.Tensor,
     c: torch.Tensor,
     batch_sizes: list[int],
@@ -372,14 +396,24 @@ def run_compiled_steps(
     proj_clip: float | None,
     block_rows: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`lstm.run_cells`' loop for k cells stepped together (see `compiled_steps_apply`):
-    packed output (k, N, P) and final h (k, rows, P) and c (k, rows, D)."""
+    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call: packed
+    output (k, N, P) and final h (k, rows, P) and c (k, rows, D).
+
+    The same kernels in the same order as the Python loop with the same products, so the same
+    numbers, bit for bit; what changes is that the whole loop runs in one call that releases the
+    GIL (the Python loop takes it back for each of a dozen small ops per step), so another
+    Python thread (the tagger and NER after the `elmo` component in `nlp.pipe`) runs beside it.
+    """
     return _compiled_steps()(
         list(inputs),
-        list(input_weights),
+        steps.input_kernels,
+        steps.input_scales,
         list(biases),
-        kernels[0],
-        kernels[1],
+        steps.recurrent,
+        steps.recurrent_scales,
+        steps.projection,
+        steps.projection_scales,
+        steps.int8,
         h,
         c,
         batch_sizes,
@@ -394,7 +428,7 @@ _COMPILED: list = []
 
 
 def _compiled_steps():
-    """The TorchScript step loop, compiled on first use (about 0.1 s). TorchScript is
+    """The TorchScript step loop, compiled on first use (about 0.2 s). TorchScript is
     deprecated in favour of `torch.compile`, which needs a C++ compiler at run time; a loop in
     TorchScript needs none, and is the one way torch offers to run it without the GIL."""
     if not _COMPILED:
@@ -404,12 +438,38 @@ def _compiled_steps():
     return _COMPILED[0]
 
 
+def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize.quantize_rows` (its TINY_SCALE and INT8_MAX written out for TorchScript)."""
+    scale = x.abs().amax(dim=-1, keepdim=True)
+    scale = scale.clamp_min_(1e-12).div_(127.0)
+    return torch.div(x, scale).round_().to(torch.int8), scale
+
+
+def _step_products(
+    x: torch.Tensor, kernels: list[torch.Tensor], scales: torch.Tensor, int8: bool
+) -> torch.Tensor:
+    """x (k, rows, in) times each cell's kernel: (k, rows, out) float32."""
+    if not int8:
+        return torch.bmm(x, kernels[0])
+    values, scale = _quantize_rows(x)
+    product = torch.empty(
+        (values.shape[0], values.shape[1], kernels[0].shape[1]), dtype=torch.int32
+    )
+    for d in range(len(kernels)):
+        torch._int_mm(values[d], kernels[d], out=product[d])
+    return torch.mul(product, scale).mul_(scales)
+
+
 def _step_loop(
     inputs: list[torch.Tensor],
-    input_weights: list[torch.Tensor],
+    input_kernels: list[torch.Tensor],
+    input_scales: list[torch.Tensor],
     biases: list[torch.Tensor],
-    recurrent: torch.Tensor,
-    projection: torch.Tensor,
+    recurrent: list[torch.Tensor],
+    recurrent_scales: torch.Tensor,
+    projection: list[torch.Tensor],
+    projection_scales: torch.Tensor,
+    int8: bool,
     h: torch.Tensor,
     c: torch.Tensor,
     batch_sizes: list[int],
@@ -418,12 +478,13 @@ def _step_loop(
     block_rows: int,
     tanh_min_elements: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The ops of lstm.run_cells with Float32Products and of cell_update and tanh above, in the
-    # same order (TorchScript: no calls into the rest of the module).
+    # The ops of lstm.run_cells with lstm.Float32Products or quantize.Int8Products and of
+    # cell_update and tanh above, in the same order (TorchScript: no calls into the rest of
+    # the package).
     k = h.shape[0]
-    total = inputs[0].shape[0]
     cell_dim = c.shape[2]
-    output = h.new_empty((k, total, projection.shape[2]))
+    width = 4 * cell_dim
+    output = h.new_empty((k, inputs[0].shape[0], h.shape[2]))
     final_h, final_c = h.clone(), c.clone()
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
     gates = h.new_empty((0,))
@@ -441,16 +502,20 @@ def _step_loop(
                     break
                 block_end += batch_sizes[later]
             gates = h.new_empty((0,))
-            gates = h.new_empty((k, block_end - block_start, recurrent.shape[2]))
+            gates = h.new_empty((k, block_end - block_start, width))
             for d in range(k):
-                torch.addmm(
-                    biases[d],
-                    inputs[d][block_start:block_end],
-                    input_weights[d].t(),
-                    out=gates[d],
-                )
-        start = offset - block_start
-        z = torch.baddbmm(gates[:, start : start + active], h, recurrent)
+                x = inputs[d][block_start:block_end]
+                if int8:
+                    values, scale = _quantize_rows(x)
+                    product = torch._int_mm(values, input_kernels[d])
+                    torch.mul(product, scale, out=gates[d]).mul_(input_scales[d]).add_(biases[d])
+                else:
+                    torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
+        rows = gates[:, offset - block_start : offset - block_start + active]
+        if int8:
+            z = _step_products(h, recurrent, recurrent_scales, True).add_(rows)
+        else:
+            z = torch.baddbmm(rows, h, recurrent[0])
         j = z[:, :, cell_dim : 2 * cell_dim]
         via_sigmoid = j.numel() >= tanh_min_elements
         tanh_j = j
@@ -473,7 +538,10 @@ def _step_loop(
         else:
             m_t = torch.tanh(c_t).mul_(o)
         h_t = output[:, offset : offset + active]
-        torch.bmm(m_t, projection, out=h_t)
+        if int8:
+            h_t.copy_(_step_products(m_t, projection, projection_scales, True))
+        else:
+            torch.bmm(m_t, projection[0], out=h_t)
         if proj_clip is not None:
             h_t.clamp_(-proj_clip, proj_clip)
         offset += active

@@ -63,6 +63,11 @@ class Products(Protocol):
         """Whether the cell update may overwrite the gates z (nothing records it for autograd)."""
         ...
 
+    def compiled_steps(self) -> fast_paths.CompiledSteps | None:
+        """The arguments of the TorchScript step loop for these products, or None where the
+        Python loop runs them (optional: products without it run in the Python loop)."""
+        ...
+
 
 class Float32Products:
     """The products in float32, the cells' default: one batched GEMM for the k cells where
@@ -104,6 +109,9 @@ class Float32Products:
 
     def in_place(self, z: torch.Tensor) -> bool:
         return fast_paths.at_inference(z)
+
+    def compiled_steps(self) -> fast_paths.CompiledSteps | None:
+        return fast_paths.float32_steps(self.cells, self.stacked)
 
 
 # A cell's `products`: makes the products of a step from the cells and their packed inputs.
@@ -174,20 +182,11 @@ def run_cells(
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
     biases = [cell.bias + cell.forget_bias for cell in cells]
-    if fast_paths.compiled_steps_apply(products, inputs) and not any(
-        fast_paths.uses_onednn(x, cell.input_weight) for x, cell in zip(inputs, cells)
-    ):
+    compiled = getattr(products, "compiled_steps", None)
+    steps = compiled() if compiled is not None else None
+    if steps is not None:  # the loop below as one call, without the GIL (fast_paths.py)
         packed, final_h, final_c = fast_paths.run_compiled_steps(
-            inputs,
-            [cell.input_weight for cell in cells],
-            biases,
-            products.stacked,
-            h,
-            c,
-            batch_sizes,
-            cell_clip,
-            proj_clip,
-            GATE_BLOCK_ROWS,
+            steps, inputs, biases, h, c, batch_sizes, cell_clip, proj_clip, GATE_BLOCK_ROWS
         )
         return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
     # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state

@@ -261,6 +261,20 @@ class Int8Products:
     def in_place(self, z: torch.Tensor) -> bool:
         return True  # never under autograd (`Int8Cell`), with the fast paths on or off
 
+    def compiled_steps(self) -> Optional[fast_paths.CompiledSteps]:
+        compiled = fast_paths.ENABLED and fast_paths.COMPILED_STEPS
+        if not compiled or self.projection_weights is None:
+            return None
+        return fast_paths.CompiledSteps(
+            True,
+            [weight.kernel for weight in self.input_weights],
+            [weight.scale for weight in self.input_weights],
+            self.recurrent.kernels,
+            self.recurrent.scales,
+            self.projection_weights.kernels,
+            self.projection_weights.scales,
+        )
+
 
 class _StepWeights:
     """The int8 weights of one product of the k cells of a step, for `products`."""

@@ -7,15 +7,15 @@ so that both run at once on a machine with two cores or more. The biLM's LSTM st
 TorchScript call that releases the GIL (`bilm.fast_paths.run_compiled_steps`); the Python step
 loop would take it back a dozen times a step.
 
-Where it applies: the biLM on the CPU in float32 with the LSTM steps of the bundled and small
-models (`fast_paths.steps_release_gil`), torch set to two threads or more. int8 steps run in
-Python, and beside another Python thread they ran slower than in turn; the larger models'
-per-direction steps run in Python too and are left in turn (not measured). The background
-thread runs the biLM on one thread fewer than torch's setting, leaving a core to the calling
-thread (the biLM on all of them beside it ran slower than in turn: its threads wait on each
-other); torch's setting is put back when the batches are done. `nlp(doc)`, a GPU, and one torch
-thread (each process of `nlp.pipe(n_process=N)`) run the component in turn, as
-`TrainablePipe.pipe`.
+Where it applies: the biLM on the CPU with its LSTM steps in the compiled loop
+(`fast_paths.steps_release_gil`: in int8, or in float32 for the bundled and small models; the
+larger models' per-direction float32 steps run in Python and are left in turn), torch set to
+two threads or more. The background thread runs the biLM on one thread fewer than torch's
+setting, leaving a core to the calling thread (the biLM on all of them beside it ran slower
+than in turn: its threads wait on each other); torch's setting is put back when the batches are
+done. `nlp(doc)`, a GPU, and one torch thread (each process of `nlp.pipe(n_process=N)`) run the
+component in turn, as `TrainablePipe.pipe`.
+
 Each batch runs through the same computation, on another thread: the layers are those of the
 component in turn on one torch thread fewer, bit for bit, and within float rounding (about 1e-6)
 of those on as many threads, where the GEMMs add up their products in another order

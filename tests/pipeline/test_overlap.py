@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from spacy_elmo.bilm import fast_paths
 from spacy_elmo.bilm.quantize import Int8SpeedWarning
 from spacy_elmo.pipeline.overlap import overlap_applies
 
@@ -62,7 +63,7 @@ def test_overlapped_pipe_equals_the_component_in_turn(bilm_dir, threads, torch_t
         assert a._.elmo_mix_coefficients == b._.elmo_mix_coefficients
 
 
-def test_overlap_applies_on_the_cpu_with_two_threads_or_more(bilm_dir, threads):
+def test_overlap_applies_on_the_cpu_with_two_threads_or_more(bilm_dir, threads, monkeypatch):
     nlp = tiny_nlp(bilm_dir)
     nlp.initialize()
     elmo = nlp.get_pipe("elmo")
@@ -72,10 +73,13 @@ def test_overlap_applies_on_the_cpu_with_two_threads_or_more(bilm_dir, threads):
     torch.set_num_threads(1)  # e.g. each process of nlp.pipe(n_process=N)
     assert not overlap_applies(elmo)
     torch.set_num_threads(2)
-    elmo.cfg["quantize"] = "int8"  # int8 steps hold the GIL: in turn
+    elmo.cfg["quantize"] = "int8"  # int8 steps run in the compiled loop too
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Int8SpeedWarning)
-        assert not overlap_applies(elmo)
+        assert overlap_applies(elmo)
+    monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)  # steps in Python: in turn
+    assert not overlap_applies(elmo)
+    monkeypatch.setattr(fast_paths, "COMPILED_STEPS", True)
     elmo.cfg["quantize"] = None
     assert overlap_applies(elmo)
     elmo.cfg["overlap"] = False
