@@ -27,9 +27,10 @@ Measured: benchmarks/bench_overlap.py, docs/performance.md.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Iterable, Iterator, List
+from typing import Iterable, Iterator, List
 
 import torch
+from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.util import minibatch
 from thinc.api import NumpyOps
@@ -37,11 +38,8 @@ from thinc.api import NumpyOps
 from ..bilm import fast_paths
 from ..layers.elmo_model import ensure_weights, get_bilm
 
-if TYPE_CHECKING:
-    from .component import Elmo
 
-
-def overlap_applies(component: Elmo) -> bool:
+def overlap_applies(component: TrainablePipe) -> bool:
     """Whether `component.pipe` runs the biLM one batch ahead (see the module's docstring);
     loads the default weights and sets `quantize` first if that has not happened yet."""
     if not (
@@ -55,7 +53,9 @@ def overlap_applies(component: Elmo) -> bool:
     return fast_paths.steps_release_gil(get_bilm(component.model))
 
 
-def overlapped_pipe(component: Elmo, stream: Iterable[Doc], batch_size: int) -> Iterator[Doc]:
+def overlapped_pipe(
+    component: TrainablePipe, stream: Iterable[Doc], batch_size: int
+) -> Iterator[Doc]:
     """The docs of `stream` with the component's annotations, in order, in batches of
     `batch_size`: batch i + 1 predicted in a background thread while batch i is with the
     caller. Errors go to the component's error handler, batch by batch, as in
@@ -82,7 +82,9 @@ def overlapped_pipe(component: Elmo, stream: Iterable[Doc], batch_size: int) -> 
         torch.set_num_threads(threads)
 
 
-def _finish(component: Elmo, docs: List[Doc], future: Future, error_handler) -> Iterator[Doc]:
+def _finish(
+    component: TrainablePipe, docs: List[Doc], future: Future, error_handler
+) -> Iterator[Doc]:
     """One batch's docs, annotated here, in the calling thread."""
     try:
         component.set_annotations(docs, future.result())
