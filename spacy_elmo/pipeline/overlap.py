@@ -37,6 +37,7 @@ from thinc.api import NumpyOps
 
 from ..bilm import fast_paths
 from ..layers.elmo_model import ensure_weights, get_bilm
+from ..util.threads import restore_threads, use_threads
 
 
 def overlap_applies(component: TrainablePipe) -> bool:
@@ -65,8 +66,8 @@ def overlapped_pipe(
     pool = ThreadPoolExecutor(
         max_workers=1,
         thread_name_prefix=f"{component.name}-bilm",
-        initializer=torch.set_num_threads,
-        initargs=(threads - 1,),
+        initializer=use_threads,
+        initargs=(threads - 1, "the overlapped biLM's threads"),
     )
     try:
         pending = None
@@ -79,7 +80,7 @@ def overlapped_pipe(
             yield from _finish(component, *pending, error_handler)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        torch.set_num_threads(threads)
+        restore_threads(threads)
 
 
 def _finish(

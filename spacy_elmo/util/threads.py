@@ -98,6 +98,14 @@ def use_threads(threads: int | None, what: str = "--threads") -> int:
     return threads
 
 
+def restore_threads(threads: int) -> None:
+    """Put back torch's thread count to `threads`, a count this process had before (so not
+    checked again: the overlapped `elmo` component puts back the caller's own setting)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def warn_if_oversubscribed(root: Path | None = None) -> str | None:
     """Warn (once per process) when torch's threads outnumber the usable CPUs; the message.
     Changes no setting (the `elmo` component's check)."""
