@@ -58,6 +58,10 @@ Inference, where autograd does not record:
   torch's CPU tanh is an accurate SLEEF kernel several times as slow as its sigmoid, and with
   it tanh took more time than the sigmoid and the cell update together. Within 2e-7 of
   torch.tanh; the AllenNLP fixture's outputs stay within 1e-6 of TensorFlow's.
+* The step loop in TorchScript (`run_compiled_steps`, float32 with the batched kernels, and
+  int8): the same kernels in the same order as `lstm.run_cells`' Python loop, bit for bit, as
+  one call that releases the GIL, so that the `elmo` component's `overlap` can run the biLM
+  beside the tagger and NER in another thread. SPACY_ELMO_PYTHON_STEPS=1 keeps the Python loop.
 * The output written in place: `BiLM.forward` puts every packed output row straight into its
   place in the (L + 1, batch, time, 2P) result, where the autograd route pads each layer and
   direction, reverses the backward ones and concatenates them (four copies of the output,
