@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -327,29 +327,19 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
 COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 
 
-class CompiledSteps:
+class CompiledSteps(NamedTuple):
     """The arguments of the TorchScript step loop (`run_compiled_steps`) for the products of a
     step of k cells, float32 or int8: per cell the input kernel and its per-output scale
     (int8) or an empty tensor (float32); the recurrent and projection kernels, one (k, in, out)
     float32 stack or k (in, out) int8 kernels, and their (k, 1, out) scales (int8)."""
 
-    def __init__(
-        self,
-        int8: bool,
-        input_kernels: list[torch.Tensor],
-        input_scales: list[torch.Tensor],
-        recurrent: list[torch.Tensor],
-        recurrent_scales: torch.Tensor,
-        projection: list[torch.Tensor],
-        projection_scales: torch.Tensor,
-    ) -> None:
-        self.int8 = int8
-        self.input_kernels = input_kernels
-        self.input_scales = input_scales
-        self.recurrent = recurrent
-        self.recurrent_scales = recurrent_scales
-        self.projection = projection
-        self.projection_scales = projection_scales
+    int8: bool
+    input_kernels: list[torch.Tensor]
+    input_scales: list[torch.Tensor]
+    recurrent: list[torch.Tensor]
+    recurrent_scales: torch.Tensor
+    projection: list[torch.Tensor]
+    projection_scales: torch.Tensor
 
 
 def float32_steps(
