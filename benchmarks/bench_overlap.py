@@ -4,10 +4,10 @@ component's `overlap`, the default) and in turn, side by side in one process.
 `nlp.pipe` runs the components in turn on each batch: the biLM (on the torch threads), then
 the tagger and NER (on one). With `overlap` (spacy_elmo/pipeline/overlap.py) the biLM runs on the
 next batch, on one thread fewer, while the tagger and NER work on this one. This script runs the
-elmo pipeline both ways, in float32 and in int8, with 2 torch threads, and in turn with 1 (whose
-layers the overlapped run reproduces bit for bit: checked), beside the vectors pipeline, on the
-CoNLL-2003 test sentences (one Doc each, as `benchmarks.bench_pipeline` measures batch words/s),
---rounds times in alternating order; the fastest round counts.
+elmo pipeline both ways, in float32, in int8 and in bfloat16, with 2 torch threads, and in turn
+with 1 (whose layers the overlapped run reproduces bit for bit: checked), beside the vectors
+pipeline, on the CoNLL-2003 test sentences (one Doc each, as `benchmarks.bench_pipeline`
+measures batch words/s), --rounds times in alternating order; the fastest round counts.
 
     python -m benchmarks.bench_overlap     # about 3 minutes on 2 cores
 
@@ -33,9 +33,15 @@ VARIANTS = {
     "elmo, in turn, 1 thread": ("elmo", 1, False, "none"),
     "elmo int8, overlapped": ("elmo", 2, True, "int8"),
     "elmo int8, in turn": ("elmo", 2, False, "int8"),
+    "elmo bf16, overlapped": ("elmo", 2, True, "bf16"),
+    "elmo bf16, in turn": ("elmo", 2, False, "bf16"),
+    "elmo bf16, in turn, 1 thread": ("elmo", 1, False, "bf16"),
 }
 # runs whose entities must be those of another: the same biLM threads, overlapped or not
-SAME_AS = {"elmo, overlapped (default)": "elmo, in turn, 1 thread"}
+SAME_AS = {
+    "elmo, overlapped (default)": "elmo, in turn, 1 thread",
+    "elmo bf16, overlapped": "elmo bf16, in turn, 1 thread",
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,11 +28,12 @@ point per pipeline and training size (docs/f1_vs_speed.png). Usage:
     python -m benchmarks.bench_pipeline --plot-only          # F1 column and plot, from the JSONs
     python -m benchmarks.bench_pipeline --int8 --pipelines elmo --quick   # int8 beside float32
 
-With --int8, every pipeline with an `elmo` component is measured a second time, in the same
-rounds, as "NAME int8": loaded with `components.elmo.quantize = "int8"` (the biLM's products in
-int8, `spacy_elmo/bilm/quantize.py`). With --in-turn, each of them once more as "NAME in turn"
-(and "NAME int8 in turn"): loaded with `components.elmo.overlap = false`, the biLM run in turn
-with the other components instead of one batch ahead in a background thread (the default,
+With --int8 (--bf16), every pipeline with an `elmo` component is measured once more, in the same
+rounds, as "NAME int8" ("NAME bf16"): loaded with `components.elmo.quantize = "int8"` ("bf16";
+the biLM's products in int8 or bfloat16, `spacy_elmo/bilm/quantize.py`). With --in-turn, each of
+them once more as "NAME in turn" (and "NAME int8 in turn"): loaded with
+`components.elmo.overlap = false`, the biLM run in turn with the other components
+instead of one batch ahead in a background thread (the default,
 `spacy_elmo/pipeline/overlap.py`).
 
 Needs the `transformer` extra for the transformer pipeline (a pipeline whose model is missing
@@ -91,6 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--int8", action="store_true", help="also each elmo pipeline with quantize = int8"
     )
+    parser.add_argument(
+        "--bf16", action="store_true", help="also each elmo pipeline with quantize = bf16"
+    )
     parser.add_argument("--child", nargs=2, metavar=("NAME", "PATH"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--in-turn", action="store_true", help="also each elmo pipeline with overlap = false"
@@ -144,14 +148,16 @@ def main(argv: list[str] | None = None) -> None:
                 f"run --pipeline {name} --size {args.size} --seed {args.seed}` trains it"
             )
             print(f"[{name}] not measured: {report['missing'][name]}", flush=True)
-    # (label, pipeline, config overrides): with --int8, each elmo pipeline again as "NAME
-    # int8"; with --in-turn, each elmo variant again as "... in turn"
+    # (label, pipeline, config overrides): with --int8 and --bf16, each elmo pipeline again as
+    # "NAME int8", "NAME bf16"; with --in-turn, each elmo variant again as "... in turn"
     runs = [(name, name, {}) for name in present]
     with_elmo = [run for run in runs if "elmo" in run[1]]
-    if args.int8:
-        int8 = {"components.elmo.quantize": "int8"}
-        with_elmo += [(f"{name} int8", name, int8) for name, _, _ in with_elmo]
-        report["settings"]["int8"] = [label for label, _, config in with_elmo if config]
+    plain_elmo = list(with_elmo)
+    for mode in ("int8", "bf16"):
+        if getattr(args, mode):
+            quantize = {"components.elmo.quantize": mode}
+            with_elmo += [(f"{name} {mode}", name, quantize) for name, _, _ in plain_elmo]
+            report["settings"][mode] = [f"{name} {mode}" for name, _, _ in plain_elmo]
     if args.in_turn:
         in_turn = [
             (f"{label} in turn", name, {**config, "components.elmo.overlap": False})

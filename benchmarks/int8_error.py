@@ -1,4 +1,5 @@
-"""How far the int8 biLM (`spacy_elmo/bilm/quantize.py`) is from float32, layer by layer.
+"""How far the int8 or bfloat16 biLM (`spacy_elmo/bilm/quantize.py`) is from float32, layer by
+layer.
 
 Two models and texts: the AllenNLP fixture model on its 30 sentences, and the bundled biLM on
 the first --sentences sentences of CoNLL-2003 test (gold tokens; examples/sentences.txt split
@@ -10,13 +11,14 @@ vectors, and the largest |value| (the projection clip bounds layer 1). Usage:
     python -m benchmarks.int8_error
     python -m benchmarks.int8_error --fixture PATH   # the fixture folder (options.json, ...)
     python -m benchmarks.int8_error --speed          # and the bundled biLM's speed, both ways
+    python -m benchmarks.int8_error --mode bf16      # bfloat16 instead of int8
 
 --speed: the bundled biLM on the first 128 of those sentences in batches of 32 and on the first
 16 one at a time, float32 and int8 alternating in one process over --rounds rounds (token
 cache off), as words per wall-clock second and per CPU second of the process (the latter is
 less disturbed by other jobs on the machine); the fastest round of each counts.
 
-Writes benchmarks/results/int8_error_cpu.{md,json}.
+Writes benchmarks/results/int8_error_cpu.{md,json} (--mode bf16: bf16_error_cpu).
 """
 
 from __future__ import annotations
@@ -33,15 +35,16 @@ from benchmarks.common import CONLL, machine_info
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-OUTPUT = HERE / "results" / "int8_error_cpu"
+RESULTS = HERE / "results"
+MODES = ("int8", "bf16")
 
 
-def errors(float32: list[np.ndarray], int8: list[np.ndarray]) -> list[dict]:
+def errors(float32: list[np.ndarray], quantised: list[np.ndarray]) -> list[dict]:
     """Per layer: max / mean abs error, relative error, lowest token cosine, largest |value|."""
     rows = []
     for layer in range(float32[0].shape[0]):
         ref = np.concatenate([f[layer] for f in float32])  # (tokens, 2P)
-        got = np.concatenate([q[layer] for q in int8])
+        got = np.concatenate([q[layer] for q in quantised])
         diff = got - ref
         cosine = (got * ref).sum(-1) / (
             np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1) + 1e-30
@@ -54,33 +57,34 @@ def errors(float32: list[np.ndarray], int8: list[np.ndarray]) -> list[dict]:
                 "relative_error": float(np.linalg.norm(diff) / np.linalg.norm(ref)),
                 "min_cosine": float(cosine.min()),
                 "max_abs_float32": float(np.abs(ref).max()),
-                "max_abs_int8": float(np.abs(got).max()),
+                "max_abs_quantised": float(np.abs(got).max()),
             }
         )
     return rows
 
 
-def measure(bilm, sentences: list[list[str]]) -> list[dict]:
+def measure(bilm, sentences: list[list[str]], mode: str) -> list[dict]:
     from spacy_elmo.bilm.quantize import set_quantize
 
     float32 = bilm.embed(sentences, batch_size=32)
-    set_quantize(bilm, "int8")
-    int8 = bilm.embed(sentences, batch_size=32)
+    set_quantize(bilm, mode)
+    quantised = bilm.embed(sentences, batch_size=32)
     set_quantize(bilm, None)
-    return errors(float32, int8)
+    return errors(float32, quantised)
 
 
-def speed(bilm, sentences: list[list[str]], rounds: int) -> dict:
-    """Words per wall and CPU second, batch 32 and batch 1, float32 and int8 alternating."""
+def speed(bilm, sentences: list[list[str]], rounds: int, quantised: str) -> dict:
+    """Words per wall and CPU second, batch 32 and batch 1, float32 and `quantised`
+    alternating."""
     import time
 
     from spacy_elmo.bilm.quantize import set_quantize
 
     bilm.token_cache_size = 0
     batch, alone = sentences[:128], sentences[:16]
-    results: dict = {"float32": [], "int8": []}
+    results: dict = {"float32": [], quantised: []}
     for number in range(rounds):
-        for mode in ("float32", "int8") if number % 2 == 0 else ("int8", "float32"):
+        for mode in ("float32", quantised) if number % 2 == 0 else (quantised, "float32"):
             set_quantize(bilm, None if mode == "float32" else mode)
             row = {}
             for name, run, words in (
@@ -114,15 +118,16 @@ def conll_sentences(n: int) -> tuple[str, list[list[str]]]:
 
 def markdown(report: dict) -> str:
     m = report["machine"]
+    mode = report.get("mode", "int8")
     lines = [
-        "# int8 against float32: the biLM's layers",
+        f"# {mode} against float32: the biLM's layers",
         "",
         f"- Machine: {m['cpu']}, {m['cpu_cores']} cores; torch {m['torch']}; spacy-elmo git "
         f"{m.get('git_commit', '?')}; {m['date']}",
         f"- Command: `{report['command']}`",
         "",
         "| model | text | tokens | layer | max abs error | mean abs error | relative error "
-        "| lowest cosine | max abs float32 / int8 |",
+        f"| lowest cosine | max abs float32 / {mode} |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     if "speed" in report:  # before the error table
@@ -133,15 +138,15 @@ def markdown(report: dict) -> str:
             "",
             f"Speed, bundled biLM, {sp['threads']} thread(s), {sp['text']}: batch 32 over "
             f"{sp['sentences'][0]} sentences, batch 1 over {sp['sentences'][1]}; float32 and "
-            f"int8 alternating, fastest of {sp['rounds_n']} rounds; the load average of the "
+            f"{mode} alternating, fastest of {sp['rounds_n']} rounds; the load average of the "
             f"machine was {sp['load_average']} at the start.",
             "",
             "| products | batch 32 words/s | words/CPU-s | batch 1 words/s | words/CPU-s |",
             "|---|---:|---:|---:|---:|",
         ]
-        for mode, b in sp["best"].items():
+        for products, b in sp["best"].items():
             lines.append(
-                f"| {mode} | {b['b32_words_per_s']:,.0f} | {b['b32_words_per_cpu_s']:,.0f} "
+                f"| {products} | {b['b32_words_per_s']:,.0f} | {b['b32_words_per_cpu_s']:,.0f} "
                 f"| {b['b1_words_per_s']:,.0f} | {b['b1_words_per_cpu_s']:,.0f} |"
             )
         lines += ["", *table_header]
@@ -151,7 +156,7 @@ def markdown(report: dict) -> str:
                 f"| {case['model']} | {case['text']} | {case['tokens']:,} | {row['layer']} "
                 f"| {row['max_abs_error']:.4f} | {row['mean_abs_error']:.5f} "
                 f"| {row['relative_error']:.4f} | {row['min_cosine']:.5f} "
-                f"| {row['max_abs_float32']:.3f} / {row['max_abs_int8']:.3f} |"
+                f"| {row['max_abs_float32']:.3f} / {row['max_abs_quantised']:.3f} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -161,10 +166,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fixture", type=Path, default=None, help="AllenNLP fixture folder")
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=OUTPUT)
-    parser.add_argument("--speed", action="store_true", help="also time float32 and int8")
+    parser.add_argument("--mode", choices=MODES, default="int8")
+    parser.add_argument("--output", type=Path, default=None, help="default: results/MODE_error_cpu")
+    parser.add_argument("--speed", action="store_true", help="also time float32 and --mode")
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args(argv)
+    output = args.output or RESULTS / f"{args.mode}_error_cpu"
 
     import torch
 
@@ -177,20 +184,20 @@ def main(argv: list[str] | None = None) -> None:
         bilm = BiLM.from_allennlp(fixture / "options.json", fixture / "lm_weights.hdf5")
         with open(fixture / "sentences.json") as f:
             sentences = [s.split() for batch in json.load(f) for s in batch]
-        layers = measure(bilm, sentences)
+        layers = measure(bilm, sentences, args.mode)
         cases.append({"model": "AllenNLP fixture", "text": "its 30 sentences", "layers": layers})
         cases[-1]["tokens"] = sum(map(len, sentences))
     else:
         print(f"no fixture at {fixture}: skipped", file=sys.stderr)
     text, sentences = conll_sentences(args.sentences)
     bundled = BiLM.bundled()
-    layers = measure(bundled, sentences)
+    layers = measure(bundled, sentences, args.mode)
     cases.append({"model": "bundled", "text": text, "layers": layers})
     cases[-1]["tokens"] = sum(map(len, sentences))
     timing = None
     if args.speed:
         load_average = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-        timing = speed(bundled, sentences, args.rounds)
+        timing = speed(bundled, sentences, args.rounds, args.mode)
         timing.update(
             threads=args.threads, text=text, rounds_n=args.rounds, load_average=load_average
         )
@@ -198,12 +205,13 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine_info("spacy-elmo"),
         "command": "python -m benchmarks.int8_error "
         + " ".join(argv if argv is not None else sys.argv[1:]),
+        "mode": args.mode,
         "cases": cases,
         **({"speed": timing} if timing else {}),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    args.output.with_suffix(".md").write_text(markdown(report))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    output.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
 
 

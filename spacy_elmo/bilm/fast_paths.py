@@ -58,9 +58,9 @@ Inference, where autograd does not record:
   torch's CPU tanh is an accurate SLEEF kernel several times as slow as its sigmoid, and with
   it tanh took more time than the sigmoid and the cell update together. Within 2e-7 of
   torch.tanh; the AllenNLP fixture's outputs stay within 1e-6 of TensorFlow's.
-* The step loop in TorchScript (`run_compiled_steps`, float32 with the batched kernels, and
-  int8): the same kernels in the same order as `lstm.run_cells`' Python loop, bit for bit, as
-  one call that releases the GIL, so that the `elmo` component's `overlap` can run the biLM
+* The step loop in TorchScript (`run_compiled_steps`, float32 with the batched kernels, int8
+  and bfloat16): the same kernels in the same order as `lstm.run_cells`' Python loop, bit for
+  bit, as one call that releases the GIL, so that the `elmo` component's `overlap` can run the biLM
   beside the tagger and NER in another thread. SPACY_ELMO_PYTHON_STEPS=1 keeps the Python loop.
 * The output written in place: `BiLM.forward` puts every packed output row straight into its
   place in the (L + 1, batch, time, 2P) result, where the autograd route pads each layer and
@@ -329,11 +329,12 @@ COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 
 class CompiledSteps(NamedTuple):
     """The arguments of the TorchScript step loop (`run_compiled_steps`) for the products of a
-    step of k cells, float32 or int8: per cell the input kernel and its per-output scale
-    (int8) or an empty tensor (float32); the recurrent and projection kernels, one (k, in, out)
-    float32 stack or k (in, out) int8 kernels, and their (k, 1, out) scales (int8)."""
+    step of k cells in `precision` ("float32", "int8" or "bfloat16"): per cell the input kernel
+    (in, out) (float32: (4D, in)) and its per-output scale (int8) or an empty tensor; the
+    recurrent and projection kernels, one (k, in, out) stack (float32, bfloat16) or k (in, out)
+    int8 kernels, and their (k, 1, out) scales (int8) or an empty tensor."""
 
-    int8: bool
+    precision: str
     input_kernels: list[torch.Tensor]
     input_scales: list[torch.Tensor]
     recurrent: list[torch.Tensor]
@@ -357,12 +358,14 @@ def float32_steps(
     if ONEDNN and any(w.numel() >= ONEDNN_MIN_ELEMENTS for w in inputs):
         return None
     none = recurrent.new_empty((0,))
-    return CompiledSteps(False, inputs, [none] * len(inputs), [recurrent], none, [stacked[1]], none)
+    return CompiledSteps(
+        "float32", inputs, [none] * len(inputs), [recurrent], none, [stacked[1]], none
+    )
 
 
 def steps_release_gil(bilm: nn.Module) -> bool:
     """Whether a biLM's LSTM steps at inference run in `run_compiled_steps`, without the GIL:
-    on the CPU with projections, in int8, or in float32 where the per-step kernels are
+    on the CPU with projections, in int8 or bfloat16, or in float32 where the per-step kernels are
     multiplied for both directions at once (the bundled and small models)."""
     cell = bilm.forward_lstm.layers[0]
     weight = cell.recurrent_weight
@@ -370,7 +373,7 @@ def steps_release_gil(bilm: nn.Module) -> bool:
         return False
     if weight.device.type != "cpu":
         return False
-    if getattr(bilm, "quantize", None) == "int8":
+    if getattr(bilm, "quantize", None) in ("int8", "bf16"):
         return True
     return (
         weight.dtype == torch.float32
@@ -407,7 +410,7 @@ def run_compiled_steps(
         steps.recurrent_scales,
         steps.projection,
         steps.projection_scales,
-        steps.int8,
+        steps.precision,
         h,
         c,
         batch_sizes,
@@ -440,11 +443,13 @@ def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _step_products(
-    x: torch.Tensor, kernels: list[torch.Tensor], scales: torch.Tensor, int8: bool
+    x: torch.Tensor, kernels: list[torch.Tensor], scales: torch.Tensor, precision: str
 ) -> torch.Tensor:
     """x (k, rows, in) times each cell's kernel: (k, rows, out) float32."""
-    if not int8:
+    if precision == "float32":
         return torch.bmm(x, kernels[0])
+    if precision == "bfloat16":
+        return torch.bmm(x.to(torch.bfloat16), kernels[0]).to(torch.float32)
     values, scale = _quantize_rows(x)
     product = torch.empty(
         (values.shape[0], values.shape[1], kernels[0].shape[1]), dtype=torch.int32
@@ -463,7 +468,7 @@ def _step_loop(
     recurrent_scales: torch.Tensor,
     projection: list[torch.Tensor],
     projection_scales: torch.Tensor,
-    int8: bool,
+    precision: str,
     h: torch.Tensor,
     c: torch.Tensor,
     batch_sizes: list[int],
@@ -472,9 +477,9 @@ def _step_loop(
     block_rows: int,
     tanh_min_elements: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The ops of lstm.run_cells with lstm.Float32Products or quantize.Int8Products and of
-    # cell_update and tanh above, in the same order (TorchScript: no calls into the rest of
-    # the package).
+    # The ops of lstm.run_cells with lstm.Float32Products, quantize.Int8Products or
+    # quantize.Bf16Products and of cell_update and tanh above, in the same order (TorchScript:
+    # no calls into the rest of the package).
     k = h.shape[0]
     cell_dim = c.shape[2]
     width = 4 * cell_dim
@@ -499,17 +504,20 @@ def _step_loop(
             gates = h.new_empty((k, block_end - block_start, width))
             for d in range(k):
                 x = inputs[d][block_start:block_end]
-                if int8:
+                if precision == "int8":
                     values, scale = _quantize_rows(x)
                     product = torch._int_mm(values, input_kernels[d])
                     torch.mul(product, scale, out=gates[d]).mul_(input_scales[d]).add_(biases[d])
+                elif precision == "bfloat16":
+                    product = torch.mm(x.to(torch.bfloat16), input_kernels[d])
+                    gates[d].copy_(product).add_(biases[d])
                 else:
                     torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
         rows = gates[:, offset - block_start : offset - block_start + active]
-        if int8:
-            z = _step_products(h, recurrent, recurrent_scales, True).add_(rows)
-        else:
+        if precision == "float32":
             z = torch.baddbmm(rows, h, recurrent[0])
+        else:
+            z = _step_products(h, recurrent, recurrent_scales, precision).add_(rows)
         j = z[:, :, cell_dim : 2 * cell_dim]
         via_sigmoid = j.numel() >= tanh_min_elements
         tanh_j = j
@@ -532,10 +540,10 @@ def _step_loop(
         else:
             m_t = torch.tanh(c_t).mul_(o)
         h_t = output[:, offset : offset + active]
-        if int8:
-            h_t.copy_(_step_products(m_t, projection, projection_scales, True))
-        else:
+        if precision == "float32":
             torch.bmm(m_t, projection[0], out=h_t)
+        else:
+            h_t.copy_(_step_products(m_t, projection, projection_scales, precision))
         if proj_clip is not None:
             h_t.clamp_(-proj_clip, proj_clip)
         offset += active

@@ -44,22 +44,33 @@ BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
 
 # The settings of `quantize` (the `elmo` component's, `set_quantize`'s): "none" (or None) is
 # float32, the default.
-QUANTIZE_MODES = ("none", "int8")
+QUANTIZE_MODES = ("none", "int8", "bf16")
 INT8_MAX = 127  # symmetric: -127 .. 127
 TINY_SCALE = 1e-12  # the scale of an all-zero row (any positive value gives zeros)
 
 
 def check_quantize(value: Optional[str], where: str = "quantize") -> Optional[str]:
-    """The mode named by `value`: None for float32 (None or "none"), or "int8"; ValueError
-    for anything else."""
+    """The mode named by `value`: None for float32 (None or "none"), "int8" or "bf16";
+    ValueError for anything else."""
     if value is None or value == "none":
         return None
-    if value == "int8":
-        return "int8"
+    if value in ("int8", "bf16"):
+        return value
     raise ValueError(
         f"{where} must be one of {', '.join(repr(m) for m in QUANTIZE_MODES)} or null, "
         f"got {value!r}"
     )
+
+
+def quantize_from_flags(int8: bool, bf16: bool, gpu: bool, gpu_flag: str) -> Optional[str]:
+    """The `quantize` setting of a command's --int8 / --bf16: "int8", "bf16" or None
+    (float32); ValueError for both, or for either with a GPU (`gpu_flag` names its option)."""
+    if int8 and bf16:
+        raise ValueError("choose at most one of --int8 and --bf16")
+    mode = "int8" if int8 else "bf16" if bf16 else None
+    if mode is not None and gpu:
+        raise ValueError(f"--{mode} runs on the CPU only: drop --{mode} or {gpu_flag}")
+    return mode
 
 
 class Int8Weight:
@@ -163,50 +174,71 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
     mode = check_quantize(mode)
     if mode == quantize_mode(bilm):
         return bilm
-    if mode == "int8":
+    if mode is not None:
         device = bilm.char_cnn.char_embedding.weight.device
         if device.type != "cpu":
             raise ValueError(
-                f"int8 quantisation runs on the CPU only (fbgemm's kernels); this biLM is on "
-                f"{device}: use float32 on a GPU"
+                f"quantize={mode!r} runs on the CPU only; this biLM is on {device}: use "
+                "float32 on a GPU"
             )
-        _warn_if_slow_here()
+        _warn_if_slow_here(mode)
+    int8 = mode == "int8"
     cnn = bilm.char_cnn
     for highway in cnn.highways:
-        highway.int8 = Int8Linear() if mode else None
+        highway.int8 = Int8Linear() if int8 else None
     has_projection = isinstance(cnn.projection, torch.nn.Linear)
-    cnn.projection_int8 = Int8Linear() if mode and has_projection else None
+    cnn.projection_int8 = Int8Linear() if int8 and has_projection else None
+    cell_products = {None: Float32Products, "int8": Int8Cell, "bf16": Bf16Cell}[mode]
     for stack in (bilm.forward_lstm, bilm.backward_lstm):
         for cell in stack.layers:
-            cell.products = Int8Cell() if mode else Float32Products
+            cell.products = cell_products() if mode else Float32Products
     bilm.quantize = mode
     return bilm
 
 
 class Int8SpeedWarning(RuntimeWarning):
-    """int8 was switched on where torch has no fast int8 matrix product."""
+    """int8 or bfloat16 was switched on where torch has no fast kernel for its products."""
 
 
-_warned_slow = False
+_warned_slow: set = set()
 
 
-def _warn_if_slow_here() -> None:
-    """Warn once per process where torch's CPU kernels stop at AVX2 (or below): there its int8
-    product (`torch._int_mm`) has no vectorised kernel, and the int8 biLM is many times slower
-    than float32 (docs/performance.md, "int8 on the CPU")."""
-    global _warned_slow
-    capability = torch.backends.cpu.get_cpu_capability()
-    if _warned_slow or capability.startswith("AVX512") or capability.startswith("AMX"):
+def _warn_if_slow_here(mode: str) -> None:
+    """Warn once per process and mode where the CPU has no fast kernel for it: int8 where
+    torch's CPU kernels stop at AVX2 (or below), as its int8 product (`torch._int_mm`) has no
+    vectorised kernel there and the int8 biLM is many times slower than float32; bf16 where
+    oneDNN has no bfloat16 instructions (AVX-512 BF16 or AMX) and emulates them
+    (docs/performance.md, "int8 and bfloat16 on the CPU")."""
+    if mode in _warned_slow:
         return
-    _warned_slow = True
-    warnings.warn(
-        f"quantize='int8' on a CPU where torch's kernels go up to {capability}: torch has no "
-        "fast int8 matrix product there, and the int8 biLM runs many times slower than float32 "
-        "(measured at 0.1x on an AVX2 CPU, docs/performance.md). Keep float32 (the default) "
-        "unless the CPU has AVX-512 VNNI or AMX",
-        Int8SpeedWarning,
-        stacklevel=3,
-    )
+    if mode == "int8":
+        capability = torch.backends.cpu.get_cpu_capability()
+        if capability.startswith("AVX512") or capability.startswith("AMX"):
+            return
+        message = (
+            f"quantize='int8' on a CPU where torch's kernels go up to {capability}: torch has "
+            "no fast int8 matrix product there, and the int8 biLM runs many times slower than "
+            "float32 (measured at 0.1x on an AVX2 CPU, docs/performance.md). Keep float32 (the "
+            "default) unless the CPU has AVX-512 VNNI or AMX"
+        )
+    else:
+        if bf16_is_native():
+            return
+        message = (
+            "quantize='bf16' on a CPU without bfloat16 instructions (AVX-512 BF16 or AMX): "
+            "oneDNN emulates them there, and the biLM runs slower than in float32. Keep float32 "
+            "(the default) on this CPU"
+        )
+    _warned_slow.add(mode)
+    warnings.warn(message, Int8SpeedWarning, stacklevel=3)
+
+
+def bf16_is_native() -> bool:
+    """Whether oneDNN multiplies bfloat16 matrices with the CPU's own instructions here."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN
+        return False
 
 
 def quantize_int8(bilm: BiLMModule) -> BiLMModule:
@@ -215,7 +247,7 @@ def quantize_int8(bilm: BiLMModule) -> BiLMModule:
 
 
 def quantize_mode(bilm: nn.Module) -> Optional[str]:
-    """The mode `bilm` runs in: "int8", or None for float32."""
+    """The mode `bilm` runs in: "int8", "bf16", or None for float32."""
     return getattr(bilm, "quantize", None)
 
 
@@ -266,7 +298,7 @@ class Int8Products:
         if not compiled or self.projection_weights is None:
             return None
         return fast_paths.CompiledSteps(
-            True,
+            "int8",
             [weight.kernel for weight in self.input_weights],
             [weight.scale for weight in self.input_weights],
             self.recurrent.kernels,
@@ -291,3 +323,97 @@ class _StepWeights:
         for v, kernel, out in zip(values, self.kernels, product):
             torch._int_mm(v, kernel, out=out)
         return torch.mul(product, scale).mul_(self.scales)
+
+
+# ---------------------------------------------------------------------- bfloat16
+class Bf16Kernels:
+    """The bfloat16 (in, out) kernels of k (out, in) float32 weights, as one (k, in, out)
+    stack; made again when the float32 tensors change (replaced, or written in place)."""
+
+    def __init__(self) -> None:
+        self._cached: tuple = ((), None)  # (key of the float32 tensors, stack)
+
+    def stack(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
+        key = _tensors_key(*weights)
+        cached_key, stack = self._cached
+        if key != cached_key:
+            stack = torch.stack([w.detach().t().to(torch.bfloat16) for w in weights])
+            self._cached = (key, stack)  # one assignment: threads see the old or the new pair
+        return stack
+
+    def __getstate__(self) -> dict:
+        """For copy and pickle: without the kernels (made again on first use)."""
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+
+class Bf16Cell:
+    """An LSTM cell's `products` in bfloat16 (the first cell of a step keeps the kernels of
+    all k cells stepped with it): the products of a step from them."""
+
+    def __init__(self) -> None:
+        self.input = Bf16Kernels()
+        self.recurrent = Bf16Kernels()
+        self.projection = Bf16Kernels()
+
+    def __call__(
+        self, cells: Sequence[LstmCellWithProjection], inputs: Sequence[torch.Tensor]
+    ) -> Products:
+        """The products of a step of `cells` in bfloat16, or in float32 where autograd records
+        them (fine-tuning)."""
+        if fast_paths.records_autograd(*inputs, modules=cells):
+            return Float32Products(cells, inputs)
+        return Bf16Products(self, cells)
+
+
+class Bf16Products:
+    """The products of a step of k LSTM cells (`lstm.Products`) in bfloat16, without autograd:
+    the input rows, the state h and the cell output m are rounded to bfloat16 and multiplied
+    with bfloat16 kernels (oneDNN: AMX or AVX-512 BF16, float32 sums), each product rounded to
+    bfloat16 and added to the rest in float32."""
+
+    def __init__(self, kernels: Bf16Cell, cells: Sequence[LstmCellWithProjection]) -> None:
+        self.input_kernels = list(kernels.input.stack([cell.input_weight for cell in cells]))
+        self.recurrent = kernels.recurrent.stack([cell.recurrent_weight for cell in cells])
+        self.projection_kernels = (
+            kernels.projection.stack([cell.projection_weight for cell in cells])
+            if cells[0].projection_weight is not None
+            else None
+        )
+
+    def input_gates(
+        self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]
+    ) -> torch.Tensor:
+        first = inputs[0]
+        gates = first.new_empty((len(inputs), first.shape[0], self.input_kernels[0].shape[1]))
+        for d, (x, kernel, bias) in enumerate(zip(inputs, self.input_kernels, biases)):
+            gates[d].copy_(torch.mm(x.to(torch.bfloat16), kernel)).add_(bias)
+        return gates  # (k, rows, 4D)
+
+    def recurrent_gates(self, h: torch.Tensor, gates: torch.Tensor, rows: slice) -> torch.Tensor:
+        z = torch.bmm(h.to(torch.bfloat16), self.recurrent).to(torch.float32)
+        return z.add_(gates[:, rows])  # (k, active, 4D)
+
+    def projection(self, m: torch.Tensor) -> torch.Tensor:
+        product = torch.bmm(m.to(torch.bfloat16), self.projection_kernels)
+        return product.to(torch.float32)  # (k, active, P)
+
+    def in_place(self, z: torch.Tensor) -> bool:
+        return True  # never under autograd (`Bf16Cell`), with the fast paths on or off
+
+    def compiled_steps(self) -> Optional[fast_paths.CompiledSteps]:
+        compiled = fast_paths.ENABLED and fast_paths.COMPILED_STEPS
+        if not compiled or self.projection_kernels is None:
+            return None
+        none = self.recurrent.new_empty((0,), dtype=torch.float32)
+        return fast_paths.CompiledSteps(
+            "bfloat16",
+            self.input_kernels,
+            [none] * len(self.input_kernels),
+            [self.recurrent],
+            none,
+            [self.projection_kernels],
+            none,
+        )

@@ -388,6 +388,16 @@ def int8_option() -> Any:
     )
 
 
+def bf16_option() -> Any:
+    return typer.Option(
+        False,
+        "--bf16",
+        help="Run the biLM's LSTM products in bfloat16 (CPU only; the bundled biLM's vectors "
+        "differ from float32 by about 0.2% of their norm; faster only on a CPU with AMX or "
+        "AVX-512 BF16, slower elsewhere: docs/performance.md#int8-and-bfloat16-on-the-cpu).",
+    )
+
+
 def threads_option(default: Optional[int] = None) -> Any:
     """--threads/-t, which the command hands to `util.threads.use_threads`."""
     said = (

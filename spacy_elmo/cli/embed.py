@@ -39,6 +39,7 @@ def embed(
     ),
     float16: bool = opt.float16_option(),
     int8: bool = opt.int8_option(),
+    bf16: bool = opt.bf16_option(),
     compression: Optional[str] = opt.compression_option(),
     stateful: bool = typer.Option(
         False, "--stateful", help="Carry LSTM states between batches like AllenNLP."
@@ -84,6 +85,7 @@ def _embed(
     max_tokens: Optional[int],
     float16: bool,
     int8: bool,
+    bf16: bool,
     compression: Optional[str],
     stateful: bool,
     threads: Optional[int],
@@ -92,14 +94,14 @@ def _embed(
     quiet: bool,
 ) -> None:
     from ..bilm import BiLM
+    from ..bilm.quantize import quantize_from_flags, set_quantize
     from ..corpus.embed_file import embed_file, spacy_tokenizer, whitespace_tokenizer
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
     if top and average:
         raise ValueError("choose at most one of --top and --average")
-    if int8 and gpu_id >= 0:
-        raise ValueError("--int8 runs on the CPU only: drop --int8 or --gpu-id")
+    quantize = quantize_from_flags(int8, bf16, gpu_id >= 0, "--gpu-id")
     device = opt.device(gpu_id)
     opt.import_code(code)
     source = resolve_source(model if options is None else None, options, weights)
@@ -112,10 +114,8 @@ def _embed(
     else:
         tokenize = spacy_tokenizer(lang, pipeline)
     bilm = BiLM.from_source(source, stateful=stateful).to(device)
-    if int8:
-        from ..bilm.quantize import quantize_int8
-
-        quantize_int8(bilm)
+    if quantize is not None:
+        set_quantize(bilm, quantize)
     count = embed_file(
         bilm,
         input_file,

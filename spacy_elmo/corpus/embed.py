@@ -33,6 +33,7 @@ class EmbedJob:
     compression: Optional[str] = None
     gpu: bool = False
     int8: bool = False  # the biLM's products in int8 (`bilm.quantize`)
+    bf16: bool = False  # the biLM's LSTM products in bfloat16 (`bilm.quantize`)
     unit = "sentences"  # what one input line is (the progress bar's unit)
     code: Optional[str] = None  # a Python file each worker imports first (`--code`)
 
@@ -47,10 +48,10 @@ class EmbedJob:
         bilm = BiLM.load(self.model, options=self.options_file, weights=self.weights_file)
         if self.gpu:
             bilm = bilm.to("cuda")  # the GPU Ray gave this worker (CUDA_VISIBLE_DEVICES)
-        if self.int8:
-            from ..bilm.quantize import quantize_int8
+        if self.quantize is not None:
+            from ..bilm.quantize import set_quantize
 
-            quantize_int8(bilm)
+            set_quantize(bilm, self.quantize)
         if self.pretokenized:
             tokenize = whitespace_tokenizer
         else:
@@ -84,6 +85,11 @@ class EmbedJob:
             result["sha256"] = file_sha256(output)
         return result
 
+    @property
+    def quantize(self) -> Optional[str]:
+        """The biLM's `quantize` setting: "int8", "bf16" or None (float32)."""
+        return "int8" if self.int8 else "bf16" if self.bf16 else None
+
     def options(self) -> dict[str, Any]:
         """What changes the outputs (recorded in the manifest; a change redoes them)."""
         return {
@@ -95,7 +101,7 @@ class EmbedJob:
             "max_tokens": self.max_tokens,
             "float16": self.float16,
             "compression": self.compression,
-            **({"quantize": "int8"} if self.int8 else {}),  # absent for float32, as before
+            **({"quantize": self.quantize} if self.quantize else {}),  # absent for float32
         }
 
 
@@ -142,6 +148,7 @@ def embed_corpus(
     compression: Optional[str] = None,
     shard_lines: int = DEFAULT_SHARD_LINES,
     int8: bool = False,
+    bf16: bool = False,
     code: Optional[str | Path] = None,
     cluster: Cluster = Cluster(),
     progress: bool = True,
@@ -154,6 +161,7 @@ def embed_corpus(
     worker imports first (the language or the pipeline's components it registers), on storage
     every node sees.
     """
+    from ..bilm.quantize import quantize_from_flags
     from ..weights.sources import resolve_source
 
     if output_format not in OUTPUT_FORMATS:
@@ -163,8 +171,7 @@ def embed_corpus(
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     dataset_options(float16, compression)  # checks the storage options
-    if int8 and cluster.gpus_per_worker > 0:
-        raise ValueError("int8 runs on the CPU only: drop --int8 or --gpus-per-worker")
+    quantize_from_flags(int8, bf16, cluster.gpus_per_worker > 0, "--gpus-per-worker")
     output_dir = Path(output_dir)
     source = resolve_source(model if options_file is None else None, options_file, weights_file)
     check_apart(output_dir, "the model", source.path, source.files())
@@ -186,6 +193,7 @@ def embed_corpus(
         compression=compression,
         gpu=cluster.gpus_per_worker > 0,
         int8=int8,
+        bf16=bf16,
         code=None if code is None else str(Path(code).resolve()),  # where every worker finds it
     )
     return run_corpus(

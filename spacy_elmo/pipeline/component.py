@@ -111,11 +111,12 @@ def make_elmo(
     quantize: "int8" runs the biLM's matrix products in int8 where it runs without autograd
     (prediction, a frozen biLM in training; CPU only; errors and speed: docs/performance.md;
     where torch's CPU kernels stop below AVX-512 it is about ten times slower than float32, and
-    says so once with an `Int8SpeedWarning`); null or "none": float32.
+    says so once with an `Int8SpeedWarning`); "bf16" runs the LSTM's products in bfloat16 (the
+    same places; faster on CPUs with AMX or AVX-512 BF16, slower elsewhere, where it warns
+    once); null or "none": float32.
     overlap: `nlp.pipe` runs the biLM on the next batch in a background thread while the
-    components after this one work on the batch before (in float32 on the CPU with two torch
-    threads or more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other
-    components.
+    components after this one work on the batch before (on the CPU with two torch threads or
+    more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other components.
     The layers are those of the component in turn on that many threads, bit for bit."""
     return Elmo(
         nlp.vocab,

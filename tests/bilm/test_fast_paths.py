@@ -109,11 +109,12 @@ def test_stateful_paths_agree_with_plain(monkeypatch, files, path):
     ids=["default", "block_1", "block_5", "tanh_via_sigmoid", "tanh_kernel"],
 )
 @pytest.mark.parametrize("stateful", [False, True])
-@pytest.mark.parametrize("quantize", [None, "int8"])
+@pytest.mark.parametrize("quantize", [None, "int8", "bf16"])
 def test_compiled_step_loop_equals_the_python_loop(
     monkeypatch, files, settings, stateful, quantize
 ):
-    """The TorchScript step loop runs the Python loop's kernels in its order, float32 or int8:
+    """The TorchScript step loop runs the Python loop's kernels in its order, float32, int8 or
+    bfloat16:
     the same layers, final states included (three stateful calls in a row), bit for bit."""
     batches = [SENTENCES[:3], SENTENCES[1:], SENTENCES[::-1][:3]]
     results = {}
@@ -154,6 +155,7 @@ def test_which_biLMs_release_the_gil(monkeypatch, files):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Int8SpeedWarning)
         assert fast_paths.steps_release_gil(set_quantize(bilm, "int8"))
+        assert fast_paths.steps_release_gil(set_quantize(bilm, "bf16"))
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)
     assert not fast_paths.steps_release_gil(bilm)
     use_path(monkeypatch, onednn=NEVER, stacked=-1)  # kernels too large to batch: Python loop

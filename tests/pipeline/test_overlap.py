@@ -77,6 +77,8 @@ def test_overlap_applies_on_the_cpu_with_two_threads_or_more(bilm_dir, threads, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Int8SpeedWarning)
         assert overlap_applies(elmo)
+        elmo.cfg["quantize"] = "bf16"  # and bfloat16 ones
+        assert overlap_applies(elmo)
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)  # steps in Python: in turn
     assert not overlap_applies(elmo)
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", True)

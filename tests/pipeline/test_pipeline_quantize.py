@@ -1,17 +1,21 @@
-"""The `elmo` component's `quantize` setting: int8 layers close to float32's, kept through
-the config and nlp.to_disk / spacy.load, and switched on for a saved float32 pipeline."""
+"""The `elmo` component's `quantize` setting: int8 and bfloat16 layers close to float32's,
+kept through the config and nlp.to_disk / spacy.load, and switched on for a saved float32
+pipeline."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 import spacy
 
-from spacy_elmo.bilm.quantize import quantize_int8
+from spacy_elmo.bilm.quantize import Int8SpeedWarning, set_quantize
 from spacy_elmo.layers.elmo_model import get_bilm
 
 from .pipeline_util import tiny_nlp
 
+MODES = ["int8", "bf16"]
 TEXTS = ["Anna visited Paris in May .", "The bank left a river behind , said Ben ."]
 
 
@@ -26,40 +30,51 @@ def float32_layers(bilm_dir):
     return layers(nlp)
 
 
-def test_int8_component_is_close_to_float32(bilm_dir, float32_layers):
-    nlp = tiny_nlp(bilm_dir, quantize="int8")
+@pytest.fixture(autouse=True)
+def _no_speed_warning():
+    """The CPU may lack fast int8 or bfloat16 kernels: slower there, the same numbers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Int8SpeedWarning)
+        yield
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_quantised_component_is_close_to_float32(bilm_dir, float32_layers, mode):
+    nlp = tiny_nlp(bilm_dir, quantize=mode)
     nlp.initialize()
-    assert nlp.get_pipe("elmo").cfg["quantize"] == "int8"
-    int8 = layers(nlp)
-    assert get_bilm(nlp.get_pipe("elmo").model).quantize == "int8"
-    for got, ref in zip(int8, float32_layers):
+    assert nlp.get_pipe("elmo").cfg["quantize"] == mode
+    quantised = layers(nlp)
+    assert get_bilm(nlp.get_pipe("elmo").model).quantize == mode
+    for got, ref in zip(quantised, float32_layers):
         relative = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-        assert 1e-4 < relative < 0.05, relative  # int8, and close
+        assert 1e-4 < relative < 0.05, relative  # quantised, and close
 
 
-def test_int8_layers_are_those_of_the_int8_bilm(bilm_dir):
+@pytest.mark.parametrize("mode", MODES)
+def test_quantised_layers_are_those_of_the_quantised_bilm(bilm_dir, mode):
     from spacy_elmo import BiLM
 
-    nlp = tiny_nlp(bilm_dir, quantize="int8")
+    nlp = tiny_nlp(bilm_dir, quantize=mode)
     nlp.initialize()
-    bilm = quantize_int8(BiLM.load_saved(bilm_dir))
+    bilm = set_quantize(BiLM.load_saved(bilm_dir), mode)
     for doc in nlp.pipe(TEXTS):
         (expected,) = bilm.embed([[t.text for t in doc]])
         np.testing.assert_allclose(doc._.elmo_layers, expected, rtol=0, atol=1e-6)
 
 
-def test_setting_round_trips_through_to_disk(bilm_dir, tmp_path, float32_layers):
-    nlp = tiny_nlp(bilm_dir, quantize="int8")
+@pytest.mark.parametrize("mode", MODES)
+def test_setting_round_trips_through_to_disk(bilm_dir, tmp_path, float32_layers, mode):
+    nlp = tiny_nlp(bilm_dir, quantize=mode)
     nlp.initialize()
     before = layers(nlp)
-    nlp.to_disk(tmp_path / "int8")
-    loaded = spacy.load(tmp_path / "int8")
-    assert loaded.config["components"]["elmo"]["quantize"] == "int8"
-    assert loaded.get_pipe("elmo").cfg["quantize"] == "int8"
+    nlp.to_disk(tmp_path / mode)
+    loaded = spacy.load(tmp_path / mode)
+    assert loaded.config["components"]["elmo"]["quantize"] == mode
+    assert loaded.get_pipe("elmo").cfg["quantize"] == mode
     for got, want in zip(layers(loaded), before):
         np.testing.assert_array_equal(got, want)
     # and off again at load
-    off = spacy.load(tmp_path / "int8", config={"components": {"elmo": {"quantize": None}}})
+    off = spacy.load(tmp_path / mode, config={"components": {"elmo": {"quantize": None}}})
     for got, want in zip(layers(off), float32_layers):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 

@@ -1,11 +1,15 @@
-"""Test scores of trained elmo pipelines with the biLM in float32 and in int8 at inference.
+"""Test scores of trained elmo pipelines with the biLM in float32 and in int8 or bfloat16 at
+inference.
 
-    python -m workflow.evaluate_int8 training/evidence_v6/elmo_all_s0 ... \
+    python -m workflow.evaluate_quantize training/evidence_v6/elmo_all_s0 ... \
         --json results/teacher/int8.json --markdown results/teacher/int8.md
+    python -m workflow.evaluate_quantize training/evidence/elmo_1000_s0 ... --modes bf16 \
+        --json results/bf16/evaluate.json --markdown results/bf16/evaluate.md
 
-Each run folder's model-best is loaded twice, as trained and with `components.elmo.quantize =
-"int8"`, and scored on the test set with gold tokens (as `spacy evaluate --gold-preproc`
-scores it); the float32 score is checked against the run's own run.json where there is one.
+Each run folder's model-best is loaded as trained and once per mode of --modes (default int8)
+with `components.elmo.quantize` set to it, and scored on the test set with gold tokens (as
+`spacy evaluate --gold-preproc` scores it); the float32 score is checked against the run's own
+run.json where there is one.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 
 from spacy_elmo.util.files import write_text
 
-MODES = {"float32": None, "int8": "int8"}
+QUANTIZE_MODES = ("int8", "bf16")
 
 
 def score(model: Path, test: Path, quantize: str | None) -> dict:
@@ -45,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--markdown", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--modes", nargs="+", choices=QUANTIZE_MODES, default=["int8"])
     args = parser.parse_args(argv)
     import torch
 
@@ -52,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for run in args.runs:
         row = {"run": run.name}
-        for mode, quantize in MODES.items():
-            row[mode] = score(run / "model-best", args.test, quantize)
+        for mode in ["float32", *args.modes]:
+            row[mode] = score(run / "model-best", args.test, None if mode == "float32" else mode)
             print(f"{run.name} {mode}: {row[mode]}", flush=True)
         recorded = run / "run.json"
         if recorded.exists():
@@ -66,21 +71,30 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     write_text(args.json, json.dumps({"test": str(args.test), "runs": rows}, indent=2) + "\n")
-    lines = [
-        "| run | NER F1 float32 | NER F1 int8 | int8 − float32 | tag acc float32 | tag acc int8 "
-        "| words/s float32 | words/s int8 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        f32, i8 = row["float32"], row["int8"]
-        lines.append(
-            f"| {row['run']} | {100 * f32['ents_f']:.2f} | {100 * i8['ents_f']:.2f} | "
-            f"{100 * (i8['ents_f'] - f32['ents_f']):+.2f} | {100 * f32['tag_acc']:.2f} | "
-            f"{100 * i8['tag_acc']:.2f} | {f32['words_per_second']:,} | "
-            f"{i8['words_per_second']:,} |"
-        )
-    write_text(args.markdown, "\n".join(lines) + "\n")
+    write_text(args.markdown, markdown(rows, args.modes))
     return 0
+
+
+def markdown(rows: list[dict], modes: list[str]) -> str:
+    """One row per run: NER F1 and tag accuracy in float32 and in each mode, and words/s."""
+    header = ["run", "NER F1 float32"]
+    for mode in modes:
+        header += [f"NER F1 {mode}", f"{mode} − float32"]
+    header += ["tag acc float32", *[f"tag acc {mode}" for mode in modes]]
+    header += ["words/s float32", *[f"words/s {mode}" for mode in modes]]
+    lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    for row in rows:
+        f32 = row["float32"]
+        cells = [row["run"], f"{100 * f32['ents_f']:.2f}"]
+        for mode in modes:
+            cells += [
+                f"{100 * row[mode]['ents_f']:.2f}",
+                f"{100 * (row[mode]['ents_f'] - f32['ents_f']):+.2f}",
+            ]
+        cells += [f"{100 * row[mode]['tag_acc']:.2f}" for mode in ["float32", *modes]]
+        cells += [f"{row[mode]['words_per_second']:,}" for mode in ["float32", *modes]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

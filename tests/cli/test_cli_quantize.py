@@ -1,4 +1,5 @@
-"""`--int8` of `spacy-elmo embed` and `embed-corpus`: the vectors of the int8 biLM."""
+"""`--int8` and `--bf16` of `spacy-elmo embed` and `embed-corpus`: the vectors of the int8 and
+bfloat16 biLMs."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.quantize import quantize_int8
+from spacy_elmo.bilm.quantize import set_quantize
 from spacy_elmo.cli import app
 from spacy_elmo.corpus.embed import EmbedJob, embed_corpus
 from spacy_elmo.corpus.engine import Cluster
 
 LINES = ["The river bank overflowed .", "Don 't stop !", "A much longer line of words here ."]
+MODES = ["int8", "bf16"]
 
 
 def read(path) -> list[np.ndarray]:
@@ -21,55 +23,68 @@ def read(path) -> list[np.ndarray]:
         return [f[str(i)][()] for i in range(len(LINES))]
 
 
-def test_embed_int8_writes_the_int8_vectors(setup):
+@pytest.mark.parametrize("mode", MODES)
+def test_embed_writes_the_quantised_vectors(setup, mode):
     tmp_path, options, weights, text = setup
     args = ["embed", text, "--options", options, "--weights", weights, "-q"]
-    for name, extra in (("float32.hdf5", []), ("int8.hdf5", ["--int8"])):
+    for name, extra in (("float32.hdf5", []), (f"{mode}.hdf5", [f"--{mode}"])):
         result = CliRunner().invoke(
             app, [str(a) for a in [*args[:2], tmp_path / name, *args[2:]]] + extra
         )
         assert result.exit_code == 0, result.output
     bilm = BiLM.from_allennlp(options, weights)
     float32 = bilm.embed([line.split() for line in LINES])
-    int8 = quantize_int8(bilm).embed([line.split() for line in LINES])
-    for got, want, other in zip(read(tmp_path / "int8.hdf5"), int8, float32):
+    quantised = set_quantize(bilm, mode).embed([line.split() for line in LINES])
+    for got, want, other in zip(read(tmp_path / f"{mode}.hdf5"), quantised, float32):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
         assert np.abs(got - other).max() > 1e-5  # not the float32 vectors
     for got, want in zip(read(tmp_path / "float32.hdf5"), float32):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
-def test_embed_int8_refuses_a_gpu(setup):
+@pytest.mark.parametrize("mode", MODES)
+def test_embed_quantised_refuses_a_gpu(setup, mode):
     tmp_path, options, weights, text = setup
     args = ["embed", text, tmp_path / "o.hdf5", "--options", options, "--weights", weights]
-    result = CliRunner().invoke(app, [str(a) for a in args] + ["--int8", "--gpu-id", "0"])
+    result = CliRunner().invoke(app, [str(a) for a in args] + [f"--{mode}", "--gpu-id", "0"])
     assert result.exit_code != 0
-    assert "--int8 runs on the CPU only" in str(result.exception) + result.output
+    assert f"--{mode} runs on the CPU only" in str(result.exception) + result.output
 
 
-def test_embed_corpus_job_runs_the_int8_biLM(setup):
+def test_embed_takes_one_of_int8_and_bf16(setup):
     tmp_path, options, weights, text = setup
-    job = EmbedJob(model=None, options_file=str(options), weights_file=str(weights), int8=True)
+    args = ["embed", text, tmp_path / "o.hdf5", "--options", options, "--weights", weights]
+    result = CliRunner().invoke(app, [str(a) for a in args] + ["--int8", "--bf16"])
+    assert result.exit_code != 0
+    assert "at most one of --int8 and --bf16" in str(result.exception) + result.output
+    assert not (tmp_path / "o.hdf5").exists()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_embed_corpus_job_runs_the_quantised_biLM(setup, mode):
+    tmp_path, options, weights, text = setup
+    job = EmbedJob(model=None, options_file=str(options), weights_file=str(weights), **{mode: True})
     state = job.setup()
-    assert state[0].quantize == "int8"
-    assert job.options()["quantize"] == "int8"
+    assert state[0].quantize == mode
+    assert job.options()["quantize"] == mode
     assert "quantize" not in EmbedJob(None, str(options), str(weights)).options()  # as before
     output = tmp_path / "corpus.hdf5"
     job.run(state, {"kind": "whole", "input": str(text), "output": str(output)})
-    expected = quantize_int8(BiLM.from_allennlp(options, weights))
+    expected = set_quantize(BiLM.from_allennlp(options, weights), mode)
     for got, want in zip(read(output), expected.embed([line.split() for line in LINES])):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
-def test_embed_corpus_int8_refuses_gpu_workers(setup):
+@pytest.mark.parametrize("mode", MODES)
+def test_embed_corpus_quantised_refuses_gpu_workers(setup, mode):
     tmp_path, options, weights, text = setup
-    with pytest.raises(ValueError, match="int8 runs on the CPU only"):
+    with pytest.raises(ValueError, match=f"--{mode} runs on the CPU only"):
         embed_corpus(
             text,
             tmp_path / "out",
             options_file=options,
             weights_file=weights,
-            int8=True,
             cluster=Cluster(gpus_per_worker=1),
             progress=False,
+            **{mode: True},
         )
