@@ -208,7 +208,7 @@ def _warn_if_slow_here(mode: str) -> None:
     torch's CPU kernels stop at AVX2 (or below), as its int8 product (`torch._int_mm`) has no
     vectorised kernel there and the int8 biLM is many times slower than float32; bf16 where
     oneDNN has no bfloat16 instructions (AVX-512 BF16 or AMX) and emulates them
-    (docs/performance.md, "int8 and bfloat16 on the CPU")."""
+    (docs/performance.md, "int8 on the CPU", "bfloat16 on the CPU")."""
     if mode in _warned_slow:
         return
     if mode == "int8":
@@ -371,8 +371,8 @@ class Bf16Cell:
 class Bf16Products:
     """The products of a step of k LSTM cells (`lstm.Products`) in bfloat16, without autograd:
     the input rows, the state h and the cell output m are rounded to bfloat16 and multiplied
-    with bfloat16 kernels (oneDNN: AMX or AVX-512 BF16, float32 sums), each product rounded to
-    bfloat16 and added to the rest in float32."""
+    with bfloat16 kernels (oneDNN: AMX or AVX-512 BF16, float32 sums; `fast_paths.bf16_product`),
+    each product rounded to bfloat16 and added to the rest in float32."""
 
     def __init__(self, kernels: Bf16Cell, cells: Sequence[LstmCellWithProjection]) -> None:
         self.input_kernels = list(kernels.input.stack([cell.input_weight for cell in cells]))
@@ -389,15 +389,15 @@ class Bf16Products:
         first = inputs[0]
         gates = first.new_empty((len(inputs), first.shape[0], self.input_kernels[0].shape[1]))
         for d, (x, kernel, bias) in enumerate(zip(inputs, self.input_kernels, biases)):
-            gates[d].copy_(torch.mm(x.to(torch.bfloat16), kernel)).add_(bias)
+            gates[d].copy_(fast_paths.bf16_product(x, kernel)).add_(bias)
         return gates  # (k, rows, 4D)
 
     def recurrent_gates(self, h: torch.Tensor, gates: torch.Tensor, rows: slice) -> torch.Tensor:
-        z = torch.bmm(h.to(torch.bfloat16), self.recurrent).to(torch.float32)
+        z = fast_paths.bf16_product(h, self.recurrent).to(torch.float32)
         return z.add_(gates[:, rows])  # (k, active, 4D)
 
     def projection(self, m: torch.Tensor) -> torch.Tensor:
-        product = torch.bmm(m.to(torch.bfloat16), self.projection_kernels)
+        product = fast_paths.bf16_product(m, self.projection_kernels)
         return product.to(torch.float32)  # (k, active, P)
 
     def in_place(self, z: torch.Tensor) -> bool:

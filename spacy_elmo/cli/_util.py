@@ -394,7 +394,7 @@ def bf16_option() -> Any:
         "--bf16",
         help="Run the biLM's LSTM products in bfloat16 (CPU only; the bundled biLM's vectors "
         "differ from float32 by about 0.2% of their norm; faster only on a CPU with AMX or "
-        "AVX-512 BF16, slower elsewhere: docs/performance.md#int8-and-bfloat16-on-the-cpu).",
+        "AVX-512 BF16, slower elsewhere: docs/performance.md#bfloat16-on-the-cpu).",
     )
 
 
