@@ -27,7 +27,7 @@ from thinc.types import Floats3d
 from ..bilm import BiLM, BiLMOptions
 from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
 from .layer_cache import LayerCache, layer_cache
-from .sentence_units import batches_by_tokens, doc_units
+from .sentence_units import Unit, batches_by_tokens, doc_units
 
 STORE_DTYPES = ("float32", "float16")
 # The architecture keys of spacy_elmo.ElmoModel.v1 and the options.json keys they set.
@@ -222,31 +222,29 @@ def forward(
             "the elmo model has no weights yet: initialize it first (nlp.initialize(), or "
             "model.initialize() for the Thinc model alone), or load a saved pipeline"
         )
+    units = model_units(model, docs)
+    if not is_train:
+        return predict_units(model, units, [len(doc) for doc in docs]), lambda d_outputs: []
     ops = model.ops
     layer = model.layers[0]
-    options = get_bilm(model).options
-    n_layers, width = options.n_layers + 1, options.output_dim
     store_dtype = model.attrs["store_dtype"]
     frozen = model.attrs["frozen"]
     cache: LayerCache = model.attrs["cache"]
-    use_cache = frozen and is_train and cache.max_size > 0  # training docs only (layer_cache.py)
-    outputs = [ops.xp.zeros((n_layers, len(doc), width), dtype=store_dtype) for doc in docs]
-    split, punct = model.attrs["split_sentences"], model.attrs["sentence_punct"]
-
+    use_cache = frozen and cache.max_size > 0  # training docs only (layer_cache.py)
+    outputs = _zero_outputs(model, [len(doc) for doc in docs])
     pending = []
-    for index, doc in enumerate(docs):
-        for unit in doc_units(doc, index, model.attrs["max_tokens"], split, punct):
-            cached = cache.get(unit.words) if use_cache else None
-            if cached is None:
-                pending.append(unit)
-            else:
-                outputs[unit.doc][:, unit.positions] = cached
+    for unit in units:
+        cached = cache.get(unit.words) if use_cache else None
+        if cached is None:
+            pending.append(unit)
+        else:
+            outputs[unit.doc][:, unit.positions] = cached
 
     backprops = []
     bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
     for batch in batches_by_tokens(pending, model.attrs["batch_tokens"]):
         char_ids = ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
-        if frozen or not is_train:
+        if frozen:
             layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P), no autograd
         else:
             layers, backprop_batch = layer.begin_update(char_ids)
@@ -269,3 +267,40 @@ def forward(
         return []
 
     return outputs, backprop
+
+
+def model_units(model: Model, docs: List[Doc]) -> List[Unit]:
+    """The biLM's input units of `docs` (`sentence_units.doc_units`) by the model's settings."""
+    split, punct = model.attrs["split_sentences"], model.attrs["sentence_punct"]
+    max_tokens = model.attrs["max_tokens"]
+    return [
+        unit
+        for index, doc in enumerate(docs)
+        for unit in doc_units(doc, index, max_tokens, split, punct)
+    ]
+
+
+def predict_units(model: Model, units: List[Unit], lengths: List[int]) -> List[Floats3d]:
+    """The layers of docs of `lengths` tokens from their `units` (`model_units`), without
+    autograd: the model's prediction, which the `elmo` component's biLM process
+    (`pipeline/bilm_process.py`) also runs, on the units it is sent."""
+    ops = model.ops
+    layer = model.layers[0]
+    store_dtype = model.attrs["store_dtype"]
+    outputs = _zero_outputs(model, lengths)
+    bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
+    for batch in batches_by_tokens(units, model.attrs["batch_tokens"]):
+        char_ids = ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
+        layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P)
+        for row, unit in enumerate(batch):
+            values = layers[:, row, : len(unit.words)].astype(store_dtype)  # (L + 1, n, 2P)
+            outputs[unit.doc][:, unit.positions] = values
+    return outputs
+
+
+def _zero_outputs(model: Model, lengths: List[int]) -> List[Floats3d]:
+    """One (L + 1, n, 2P) array of zeros per doc of n tokens, in the model's store dtype."""
+    options = get_bilm(model).options
+    n_layers, width = options.n_layers + 1, options.output_dim
+    dtype = model.attrs["store_dtype"]
+    return [model.ops.xp.zeros((n_layers, n, width), dtype=dtype) for n in lengths]

@@ -28,7 +28,7 @@ layer) learns pre-softmax weights w, starting from `initial_weights`: s = softma
 import warnings
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 import numpy
 from spacy.language import Language
@@ -53,7 +53,7 @@ from ..layers.scalar_mix import check_one_per_layer
 from ..util.threads import warn_if_oversubscribed
 from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
 from .extensions import VECTOR_LAYERS, install_extensions, mix_layers, set_vector_hooks
-from .overlap import overlap_applies, overlapped_pipe
+from .overlap import check_overlap, overlap_way, overlapped_pipe, process_pipe
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
 # from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
@@ -93,7 +93,7 @@ def make_elmo(
     vector_hooks: bool,
     vector_layer: str,
     quantize: Optional[str],
-    overlap: bool,
+    overlap: Union[bool, str],
 ) -> "Elmo":
     """ELMo layers for every token, and this component's own mix of them, `doc._.elmo` =
     sum_j c_j h_j with c = gamma * s: `mix_weights` are the layer weights before s normalises
@@ -116,7 +116,9 @@ def make_elmo(
     once); null or "none": float32.
     overlap: `nlp.pipe` runs the biLM on the next batch in a background thread while the
     components after this one work on the batch before (on the CPU with two torch threads or
-    more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other components.
+    more, the biLM on one thread fewer; `overlap.py`); "process": in a child process instead,
+    out of reach of this process's GIL (faster beside the tagger and NER; a few seconds to
+    start on the first `nlp.pipe`; `bilm_process.py`); false: in turn, as other components.
     The layers are those of the component in turn on that many threads, bit for bit."""
     return Elmo(
         nlp.vocab,
@@ -151,10 +153,11 @@ class Elmo(TrainablePipe):
         vector_hooks: bool = False,
         vector_layer: str = "top",
         quantize: Optional[str] = None,
-        overlap: bool = True,
+        overlap: Union[bool, str] = True,
     ) -> None:
         install_extensions()
         check_quantize(quantize, f"quantize of the '{name}' component")
+        check_overlap(overlap, f"overlap of the '{name}' component")
         if vector_layer not in VECTOR_LAYERS:
             raise ValueError(
                 f"vector_layer of the '{name}' component must be one of "
@@ -232,7 +235,10 @@ class Elmo(TrainablePipe):
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
         """The docs of `stream` with their layers, in batches of `batch_size`: with `overlap`
         (on the CPU), the biLM one batch ahead in a background thread (`overlap.py`)."""
-        if overlap_applies(self):
+        way = overlap_way(self)
+        if way == "process":
+            yield from process_pipe(self, stream, batch_size)
+        elif way == "thread":
             yield from overlapped_pipe(self, stream, batch_size)
         else:
             yield from super().pipe(stream, batch_size=batch_size)

@@ -21,13 +21,19 @@ component in turn on one torch thread fewer, bit for bit, and within float round
 of those on as many threads, where the GEMMs add up their products in another order
 (tests/pipeline/test_overlap.py).
 
+With `overlap = "process"` the biLM runs one batch ahead in a child process instead
+(`bilm_process.py`), two batches ahead, out of reach of the calling process's GIL: it applies
+on the CPU with two torch threads or more, whichever way the steps run, and gives the same
+layers (the child runs on one torch thread fewer too).
+
 Measured: benchmarks/bench_overlap.py, docs/performance.md.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterable, Iterator, List
+from typing import Any, Iterable, Iterator, List, Optional, Union
 
 import torch
 from spacy.pipeline import TrainablePipe
@@ -36,22 +42,45 @@ from spacy.util import minibatch
 from thinc.api import NumpyOps
 
 from ..bilm import fast_paths
-from ..layers.elmo_model import ensure_weights, get_bilm
+from ..layers.elmo_model import ensure_weights, get_bilm, model_units
 from ..util.threads import restore_threads, use_threads
+from . import bilm_process
+from .bilm_process import BiLMProcess
+
+# The settings of `overlap`: true ("thread"), "process", false (in turn).
+OVERLAP_SETTINGS = (True, False, "thread", "process")
+PROCESS_AHEAD = 2  # batches sent to the biLM's process before the first one is taken back
+
+
+def check_overlap(value: Any, where: str = "overlap") -> Optional[str]:
+    """The way named by an `overlap` setting: "thread" (true or "thread"), "process", or None
+    (false: in turn); ValueError for anything else."""
+    if value is True or value == "thread":
+        return "thread"
+    if value == "process":
+        return value
+    if value is False:
+        return None
+    raise ValueError(f'{where} must be true, false, "thread" or "process", got {value!r}')
+
+
+def overlap_way(component: TrainablePipe) -> Optional[str]:
+    """How `component.pipe` runs the biLM ahead: "thread", "process", or None (in turn), by
+    its `overlap` setting and where it runs (see the module's docstring); loads the default
+    weights and sets `quantize` first if that has not happened yet."""
+    way = check_overlap(component.cfg.get("overlap", False), f"overlap of '{component.name}'")
+    if not (way and isinstance(component.model.ops, NumpyOps) and torch.get_num_threads() >= 2):
+        return None
+    ensure_weights(component.model)
+    component._set_quantize()
+    if way == "process" and bilm_process.SUPPORTED:
+        return way
+    return "thread" if fast_paths.steps_release_gil(get_bilm(component.model)) else None
 
 
 def overlap_applies(component: TrainablePipe) -> bool:
-    """Whether `component.pipe` runs the biLM one batch ahead (see the module's docstring);
-    loads the default weights and sets `quantize` first if that has not happened yet."""
-    if not (
-        component.cfg.get("overlap")
-        and isinstance(component.model.ops, NumpyOps)
-        and torch.get_num_threads() >= 2
-    ):
-        return False
-    ensure_weights(component.model)
-    component._set_quantize()
-    return fast_paths.steps_release_gil(get_bilm(component.model))
+    """Whether `component.pipe` runs the biLM ahead of the components after it."""
+    return overlap_way(component) is not None
 
 
 def overlapped_pipe(
@@ -92,3 +121,56 @@ def _finish(
         yield from docs
     except Exception as error:
         error_handler(component.name, component, docs, error)
+
+
+def process_pipe(component: TrainablePipe, stream: Iterable[Doc], batch_size: int) -> Iterator[Doc]:
+    """As `overlapped_pipe`, the biLM in the component's child process (`bilm_process.py`),
+    PROCESS_AHEAD batches ahead: this process cuts each batch into units and sends them, and
+    annotates the docs when their layers come back."""
+    worker = _process_of(component)
+    error_handler = component.get_error_handler()
+    model = component.model
+    pending: deque = deque()  # (docs, the error of cutting them into units, or None)
+
+    def finish() -> Iterator[Doc]:
+        docs, error = pending.popleft()
+        try:
+            if error is not None:
+                raise error
+            component.set_annotations(docs, worker.result())
+            yield from docs
+        except bilm_process.BiLMProcessError:
+            raise
+        except Exception as error:
+            error_handler(component.name, component, docs, error)
+
+    try:
+        for docs in minibatch(stream, size=batch_size):
+            try:
+                worker.submit(model_units(model, docs), [len(doc) for doc in docs])
+                pending.append((docs, None))
+            except bilm_process.BiLMProcessError:
+                raise
+            except Exception as error:  # no units: nothing was sent for these docs
+                pending.append((docs, error))
+            if len(pending) > PROCESS_AHEAD:
+                yield from finish()
+        while pending:
+            yield from finish()
+    finally:
+        worker.discard()  # replies of batches nobody will take (stopped early)
+
+
+def _process_of(component: TrainablePipe) -> BiLMProcess:
+    """The component's biLM process, started (again) unless it has one for this model, these
+    settings and this many threads."""
+    threads = torch.get_num_threads() - 1
+    quantize = component.cfg["quantize"]
+    worker: Union[BiLMProcess, None] = getattr(component, "_bilm_process", None)
+    key = bilm_process.model_key(component.model, quantize, threads)
+    if worker is not None:
+        if worker.alive and worker.key == key:
+            return worker
+        worker.close()
+    component._bilm_process = BiLMProcess(component.model, quantize, threads)
+    return component._bilm_process
