@@ -34,7 +34,10 @@ the biLM's products in int8 or bfloat16, `spacy_elmo/bilm/quantize.py`). With --
 them once more as "NAME in turn" (and "NAME int8 in turn"): loaded with
 `components.elmo.overlap = false`, the biLM run in turn with the other components
 instead of one batch ahead in a background thread (the default,
-`spacy_elmo/pipeline/overlap.py`).
+`spacy_elmo/pipeline/overlap.py`). With --process, each of them once more as "NAME process":
+`components.elmo.overlap = "process"`, the biLM one batch ahead in a child process
+(`spacy_elmo/pipeline/bilm_process.py`), started by the warm-up; its peak memory is added to
+the pipeline's.
 
 Needs the `transformer` extra for the transformer pipeline (a pipeline whose model is missing
 is reported as not measured, with the command that trains it).
@@ -99,6 +102,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--in-turn", action="store_true", help="also each elmo pipeline with overlap = false"
     )
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help='also each elmo pipeline with overlap = "process" (the biLM in a child process)',
+    )
     parser.add_argument("--child-overrides", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -149,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(f"[{name}] not measured: {report['missing'][name]}", flush=True)
     # (label, pipeline, config overrides): with --int8 and --bf16, each elmo pipeline again as
-    # "NAME int8", "NAME bf16"; with --in-turn, each elmo variant again as "... in turn"
+    # "NAME int8", "NAME bf16"; with --in-turn, each elmo variant again as "... in turn"; with
+    # --process, each as "... process"
     runs = [(name, name, {}) for name in present]
     with_elmo = [run for run in runs if "elmo" in run[1]]
     plain_elmo = list(with_elmo)
@@ -164,6 +173,14 @@ def main(argv: list[str] | None = None) -> None:
             for label, name, config in with_elmo
         ]
         report["settings"]["in_turn"] = [label for label, _, _ in in_turn]
+    if args.process:
+        in_process = [
+            (f"{label} process", name, {**config, "components.elmo.overlap": "process"})
+            for label, name, config in with_elmo
+        ]
+        report["settings"]["process"] = [label for label, _, _ in in_process]
+        with_elmo += in_process
+    if args.in_turn:
         with_elmo += in_turn
     runs += [run for run in with_elmo if run[2]]
     labels = [label for label, _, _ in runs]
@@ -211,13 +228,13 @@ def run_child(name: str, model: Path, args, overrides: dict | None = None) -> di
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def rss_mb() -> float:
-    """This process's resident memory now, in MB (VmRSS)."""
-    with open("/proc/self/status") as handle:
+def rss_mb(pid: int | str = "self", field: str = "VmRSS") -> float:
+    """A process's resident memory now (VmRSS) or at its peak (VmHWM), in MB."""
+    with open(f"/proc/{pid}/status") as handle:
         for line in handle:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
 
 def test_documents(path: Path) -> list[list[list[str]]]:
@@ -284,11 +301,15 @@ def measure(model: str, args) -> dict:
 
     sentence_ms = latencies(sentence_doc, sentences[: args.latency_sentences])
     document_ms = latencies(document_doc, documents)
+    # the biLM's own process (overlap = "process"), if it has one
+    worker = getattr(nlp.get_pipe("elmo"), "_bilm_process", None) if nlp.has_pipe("elmo") else None
+    child_peak = rss_mb(worker.process.pid, "VmHWM") if worker is not None else 0.0
     return {
         "load_seconds": load_seconds,
         "rss_before_load_mb": rss_before,
         "rss_loaded_mb": rss_loaded,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + child_peak,
+        "bilm_process_peak_rss_mb": child_peak,
         "pipe_names": nlp.pipe_names,
         "batch_size": nlp.batch_size,
         "batch_words": n_words,
@@ -390,7 +411,8 @@ def markdown(report: dict, f1: dict) -> str:
             f"{first['documents']} documents alone "
             f"(median {first['document_words_median']:.0f} words); latencies: the lower round's "
             "median and 90th percentile. Memory: resident, before `spacy.load` (Python, spaCy, "
-            "torch imported) and the peak of the process.",
+            "torch imported) and the peak of the process, plus that of the biLM's process "
+            'for the "process" rows.',
             "",
             "| pipeline | batch words/s | vs baseline | sentence ms (median / p90) "
             "| document ms (median / p90) | load s | RSS before load | peak RSS "
