@@ -8,10 +8,13 @@ a child process, which has its own interpreter:
 
 * the calling process cuts each batch's docs into the biLM's units (`elmo_model.model_units`)
   and sends them down a pipe; the child runs `elmo_model.predict_units` on them, exactly the
-  model's prediction, and sends the layers back from a second thread, so that it starts on the
-  next batch while the layers are on their way: the batch's layers as one array, its bytes
-  written straight into the pipe and read straight into an array here (a pickled list of
-  arrays costs two more copies on each side), each doc's layers copied out of it;
+  model's prediction, and writes each doc's layers into a shared memory buffer, one after the
+  other; a short reply says where, and the calling process copies each doc's layers out. The
+  buffers are a ring of `slots` (batch n goes to slot n % slots) that both sides map, each
+  grown by the child when a batch needs more: the calling process sends batch n only once it
+  has taken batch n - slots (`submit` refuses more batches in flight than slots), so the child
+  never writes over layers not yet taken. (Sent through the pipe instead, pickled or as raw
+  bytes, the layers cost the calling process 4-9 us a word, where it is the longer side.)
 * the child gets a copy of the component's Thinc model (pickled, without its training cache)
   and the `quantize` setting, and runs on one torch thread fewer than the caller's setting;
   the layers are those of the component in turn on that many threads, bit for bit;
@@ -25,25 +28,28 @@ a child process, which has its own interpreter:
   starts a new one. An iteration stopped early takes back the replies still on their way, so
   the next one starts clean.
 
-POSIX only (the pipes are passed to the child as file descriptors); elsewhere the setting runs
-as `overlap = true`. Measured: benchmarks/bench_overlap.py, docs/performance.md.
+POSIX only (pipes and buffers are passed to the child as file descriptors: memfd on Linux, an
+unlinked temporary file elsewhere); elsewhere the setting runs as `overlap = true`. Measured:
+benchmarks/bench_overlap.py, docs/performance.md.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import weakref
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from typing import Any, Deque, List, Optional, Tuple
+from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
 from thinc.api import Model
+from thinc.types import Floats3d
 
 from ..bilm.quantize import set_quantize
 from ..layers.elmo_model import get_bilm, predict_units
@@ -53,7 +59,6 @@ from ..layers.sentence_units import Unit
 SUPPORTED = os.name == "posix"
 STOP_TIMEOUT_S = 10.0  # how long `close` waits for the child to exit before killing it
 CHILD = f"from {__name__} import main; main()"  # the child's program (python -c)
-PIPE_BYTES = 2**20  # the pipes' buffer, where Linux allows it (F_SETPIPE_SZ; default 64 KiB)
 
 
 class BiLMProcessError(RuntimeError):
@@ -86,35 +91,83 @@ def pickled_model(model: Model) -> bytes:
         model.attrs["cache"] = cache
 
 
+class SharedBuffer:
+    """A memory buffer both processes map (one slot of the ring): a memfd, or an unlinked
+    temporary file where there is none; the child grows it, the other side maps it anew when
+    told of a larger size."""
+
+    def __init__(self, fd: Optional[int] = None) -> None:
+        if fd is None:
+            if hasattr(os, "memfd_create"):
+                fd = os.memfd_create("spacy-elmo-layers")
+            else:
+                with tempfile.TemporaryFile() as handle:
+                    fd = os.dup(handle.fileno())
+        self.fd = fd
+        self.size = 0
+        self.map: Optional[mmap.mmap] = None
+
+    def ensure(self, size: int, grow: bool) -> None:
+        """Mapped with at least `size` bytes; `grow`: make the buffer itself that large."""
+        if size <= self.size:
+            return
+        if grow:
+            os.ftruncate(self.fd, size)
+        if self.map is not None:
+            self.map.close()
+        self.map, self.size = mmap.mmap(self.fd, size), size
+
+    def arrays(self, shapes: Sequence[Tuple[int, ...]], dtype: str) -> List[numpy.ndarray]:
+        """Views of one array per shape, one after the other from the start of the buffer."""
+        views, offset, itemsize = [], 0, numpy.dtype(dtype).itemsize
+        for shape in shapes:
+            count = int(numpy.prod(shape))
+            view = numpy.frombuffer(self.map, dtype=dtype, count=count, offset=offset)
+            views.append(view.reshape(shape))
+            offset += count * itemsize
+        return views
+
+    def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        os.close(self.fd)
+
+
 class BiLMProcess:
     """A child process holding a copy of an `elmo_model`: `submit` sends a batch's units,
-    `result` returns the layers of the oldest batch sent and not yet taken, in order."""
+    `result` returns the layers of the oldest batch sent and not yet taken, in order; at most
+    `slots` batches in flight."""
 
-    def __init__(self, model: Model, quantize: Optional[str], threads: int) -> None:
+    def __init__(self, model: Model, quantize: Optional[str], threads: int, slots: int) -> None:
         if not SUPPORTED:
             raise BiLMProcessError(f"the biLM's own process needs POSIX pipes, not {os.name}")
         self.key = model_key(model, quantize, threads)
         self.owner = os.getpid()
         self._lengths: Deque[Optional[List[int]]] = deque()  # of each batch in flight
+        self._sent = 0  # batches sent: batch n goes to slot n % slots
         self._clean = True  # False while a message is half sent or half read
+        self._slots = [SharedBuffer() for _ in range(slots)]
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        fds = [to_child_r, from_child_w] + [slot.fd for slot in self._slots]
         # The child finds the modules this process found (the model may name a user's code).
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", CHILD, str(to_child_r), str(from_child_w)],
-                pass_fds=(to_child_r, from_child_w),
+                [sys.executable, "-c", CHILD, *map(str, fds)],
+                pass_fds=fds,
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
-        _widen(from_child_r)
         self._to_child = Connection(to_child_w, readable=False)
         self._from_child = Connection(from_child_r, writable=False)
-        self._finalizer = weakref.finalize(self, _stop, self.process, self._to_child, self.owner)
+        self._finalizer = weakref.finalize(
+            self, _stop, self.process, self._to_child, self._slots, self.owner
+        )
         try:
             self._send(("load", pickled_model(model), quantize, threads))
             self._lengths.append(None)
@@ -125,8 +178,14 @@ class BiLMProcess:
 
     def submit(self, units: List[Unit], lengths: List[int]) -> None:
         """Send one batch: its units and the length of each doc."""
+        if self.in_flight >= len(self._slots):
+            raise BiLMProcessError(
+                f"{self.in_flight} batches in flight already, as many as the process has slots "
+                "for their layers: take one (`result`) first"
+            )
         self._send(("predict", units, lengths))
         self._lengths.append(lengths)
+        self._sent += 1
 
     @property
     def in_flight(self) -> int:
@@ -141,19 +200,18 @@ class BiLMProcess:
         self._clean = False
         try:
             status, value = self._from_child.recv()
-            if status == "layers":  # (dtype, shape) of the batch's layers, their bytes next
-                layers = numpy.empty(value[1], dtype=value[0])
-                _read_into(self._from_child.fileno(), memoryview(layers).cast("B"))
         except (EOFError, OSError) as error:
             raise BiLMProcessError(self._gone_message()) from error
         self._clean = True
-        lengths = self._lengths.popleft()
+        self._lengths.popleft()
         if status == "error":
             raise value
         if status != "layers":
             return value
-        ends = numpy.cumsum(lengths).tolist()
-        return [layers[:, end - n : end].copy() for n, end in zip(lengths, ends)]
+        slot, size, dtype, shapes = value
+        buffer = self._slots[slot]
+        buffer.ensure(size, grow=False)
+        return [view.copy() for view in buffer.arrays(shapes, dtype)]
 
     def discard(self) -> None:
         """Take back the replies still on their way (an iteration stopped early): the next
@@ -203,7 +261,9 @@ class BiLMProcess:
         )
 
 
-def _stop(process: subprocess.Popen, to_child: Connection, owner: int) -> None:
+def _stop(
+    process: subprocess.Popen, to_child: Connection, slots: List[SharedBuffer], owner: int
+) -> None:
     """Ask the child to exit (the end of its pipe), wait, kill it if it does not."""
     if os.getpid() != owner:  # a forked copy of the parent: the child is not ours to stop
         return
@@ -213,22 +273,15 @@ def _stop(process: subprocess.Popen, to_child: Connection, owner: int) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    for slot in slots:
+        slot.close()
 
 
-def serve(from_parent: Connection, to_parent: Connection) -> None:
-    """The child: load the model, then predict each batch sent until the pipe ends. Replies go
-    out from a second thread, in order, while the next batch is predicted."""
-    sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bilm-reply")
+def serve(from_parent: Connection, to_parent: Connection, slots: List[SharedBuffer]) -> None:
+    """The child: load the model, then predict each batch sent until the pipe ends, batch n's
+    layers into slot n % len(slots)."""
     model: Optional[Model] = None
-    last_reply = None
-
-    def reply(message: tuple) -> None:
-        nonlocal last_reply
-        if last_reply is not None and last_reply.done():
-            last_reply.result()  # a failed send (the parent gone) ends the loop here
-        # queued behind the replies not sent yet: as many as the batches the parent sent ahead
-        last_reply = sender.submit(_send_reply, to_parent, message)
-
+    received = 0
     while True:
         try:
             message = from_parent.recv()
@@ -242,53 +295,35 @@ def serve(from_parent: Connection, to_parent: Connection) -> None:
                 use_threads(threads, "the biLM process's threads")
                 model = pickle.loads(data)
                 set_quantize(get_bilm(model), quantize)
-                reply(("ok", "ready"))
+                reply: tuple = ("ok", "ready")
             else:
+                slot = received % len(slots)
+                received += 1
                 _, units, lengths = message
-                reply(("layers", predict_units(model, units, lengths)))
+                reply = ("layers", (slot, *_put(slots[slot], predict_units(model, units, lengths))))
         except Exception as error:  # to the parent, which hands it to the error handler
-            reply(("error", error))
-    sender.shutdown(wait=True)
+            reply = ("error", error)
+        try:
+            to_parent.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as error:  # unpicklable
+            to_parent.send(("error", RuntimeError(f"{reply[1]!r} (its {error})")))
 
 
-def _send_reply(to_parent: Connection, message: tuple) -> None:
-    status, value = message
-    if status == "layers":  # one array for the batch, its bytes after its dtype and shape
-        layers = numpy.ascontiguousarray(numpy.concatenate(value, axis=1))
-        to_parent.send((status, (layers.dtype.str, layers.shape)))
-        _write_all(to_parent.fileno(), memoryview(layers).cast("B"))
-        return
-    try:
-        to_parent.send(message)
-    except (pickle.PicklingError, TypeError, AttributeError) as error:  # an unpicklable error
-        to_parent.send(("error", RuntimeError(f"{value!r} (its {error})")))
-
-
-def _write_all(fd: int, data: memoryview) -> None:
-    while len(data):
-        data = data[os.write(fd, data) :]
-
-
-def _read_into(fd: int, buffer: memoryview) -> None:
-    while len(buffer):
-        n = os.readv(fd, [buffer])
-        if n == 0:
-            raise EOFError("the pipe ended in the middle of a batch's layers")
-        buffer = buffer[n:]
-
-
-def _widen(fd: int) -> None:
-    """A larger pipe buffer (fewer switches between writer and reader per batch), if allowed."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
-    except (ImportError, OSError):
-        pass  # not Linux, or above /proc/sys/fs/pipe-max-size: the default buffer
+def _put(buffer: SharedBuffer, layers: List[Floats3d]) -> Tuple[int, str, list]:
+    """Each doc's layers into `buffer`, one after the other: (bytes, dtype, shapes)."""
+    size = max(sum(x.nbytes for x in layers), 1)
+    buffer.ensure(size, grow=True)
+    dtype = layers[0].dtype.str if layers else "<f4"
+    shapes = [x.shape for x in layers]
+    for view, x in zip(buffer.arrays(shapes, dtype), layers):
+        view[...] = x
+    return size, dtype, shapes
 
 
 def main() -> None:
-    """The child's entry point (`CHILD`): its pipes' file descriptors are its arguments."""
+    """The child's entry point (`CHILD`): the file descriptors of its pipes and buffers are its
+    arguments."""
     torch.set_num_threads(1)  # until the parent says how many
-    from_parent = Connection(int(sys.argv[1]), writable=False)
-    serve(from_parent, Connection(int(sys.argv[2]), readable=False))
+    fds = [int(arg) for arg in sys.argv[1:]]
+    from_parent = Connection(fds[0], writable=False)
+    serve(from_parent, Connection(fds[1], readable=False), [SharedBuffer(fd) for fd in fds[2:]])

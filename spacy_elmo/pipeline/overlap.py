@@ -172,5 +172,5 @@ def _process_of(component: TrainablePipe) -> BiLMProcess:
         if worker.alive and worker.key == key:
             return worker
         worker.close()
-    component._bilm_process = BiLMProcess(component.model, quantize, threads)
+    component._bilm_process = BiLMProcess(component.model, quantize, threads, PROCESS_AHEAD + 1)
     return component._bilm_process

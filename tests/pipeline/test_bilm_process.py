@@ -125,10 +125,12 @@ def test_errors_reach_the_error_handler_batch_by_batch(nlp, threads, monkeypatch
 
 def test_an_error_in_the_child_comes_back_with_its_batch(nlp, threads):
     elmo = nlp.get_pipe("elmo")
-    worker = BiLMProcess(elmo.model, None, 1)
+    worker = BiLMProcess(elmo.model, None, 1, slots=2)
     try:
         worker.submit([Unit(3, [0], ("Anna",))], [1])  # doc 3 of a batch of one
         worker.submit([Unit(0, [0, 1], ("Anna", "left"))], [2])
+        with pytest.raises(BiLMProcessError, match="2 batches in flight already"):
+            worker.submit([Unit(0, [0], ("Anna",))], [1])  # its slot holds unread layers
         with pytest.raises(IndexError):
             worker.result()
         (layers,) = worker.result()  # the next batch is unaffected
