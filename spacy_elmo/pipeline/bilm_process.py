@@ -47,7 +47,6 @@ from multiprocessing.connection import Connection
 from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 import numpy
-import torch
 from thinc.api import Model
 from thinc.types import Floats3d
 
@@ -55,6 +54,7 @@ from ..bilm.quantize import set_quantize
 from ..layers.elmo_model import get_bilm, predict_units
 from ..layers.layer_cache import layer_cache
 from ..layers.sentence_units import Unit
+from ..util.threads import use_threads
 
 SUPPORTED = os.name == "posix"
 STOP_TIMEOUT_S = 10.0  # how long `close` waits for the child to exit before killing it
@@ -290,8 +290,6 @@ def serve(from_parent: Connection, to_parent: Connection, slots: List[SharedBuff
         try:
             if message[0] == "load":
                 _, data, quantize, threads = message
-                from ..util.threads import use_threads
-
                 use_threads(threads, "the biLM process's threads")
                 model = pickle.loads(data)
                 set_quantize(get_bilm(model), quantize)
@@ -323,7 +321,7 @@ def _put(buffer: SharedBuffer, layers: List[Floats3d]) -> Tuple[int, str, list]:
 def main() -> None:
     """The child's entry point (`CHILD`): the file descriptors of its pipes and buffers are its
     arguments."""
-    torch.set_num_threads(1)  # until the parent says how many
+    use_threads(1, "the biLM process's threads")  # until the parent says how many
     fds = [int(arg) for arg in sys.argv[1:]]
     from_parent = Connection(fds[0], writable=False)
     serve(from_parent, Connection(fds[1], readable=False), [SharedBuffer(fd) for fd in fds[2:]])
