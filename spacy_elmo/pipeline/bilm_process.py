@@ -42,9 +42,8 @@ import subprocess
 import sys
 import tempfile
 import weakref
-from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any, Deque, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy
 from thinc.api import Model
@@ -144,8 +143,7 @@ class BiLMProcess:
             raise BiLMProcessError(f"the biLM's own process needs POSIX pipes, not {os.name}")
         self.key = model_key(model, quantize, threads)
         self.owner = os.getpid()
-        self._lengths: Deque[Optional[List[int]]] = deque()  # of each batch in flight
-        self._sent = 0  # batches sent: batch n goes to slot n % slots
+        self._in_flight = 0  # batches sent whose replies have not been taken
         self._clean = True  # False while a message is half sent or half read
         self._slots = [SharedBuffer() for _ in range(slots)]
         to_child_r, to_child_w = os.pipe()
@@ -170,7 +168,7 @@ class BiLMProcess:
         )
         try:
             self._send(("load", pickled_model(model), quantize, threads))
-            self._lengths.append(None)
+            self._in_flight += 1
             self.result()  # "ready", or the child's error
         except Exception as error:
             self.close()
@@ -184,18 +182,17 @@ class BiLMProcess:
                 "for their layers: take one (`result`) first"
             )
         self._send(("predict", units, lengths))
-        self._lengths.append(lengths)
-        self._sent += 1
+        self._in_flight += 1
 
     @property
     def in_flight(self) -> int:
         """Batches sent whose replies have not been taken."""
-        return len(self._lengths)
+        return self._in_flight
 
     def result(self) -> Any:
         """The layers of the oldest batch in flight, one array per doc; the child's error,
         raised here."""
-        if not self._lengths:
+        if not self._in_flight:
             raise BiLMProcessError("no batch in flight")
         self._clean = False
         try:
@@ -203,7 +200,7 @@ class BiLMProcess:
         except (EOFError, OSError) as error:
             raise BiLMProcessError(self._gone_message()) from error
         self._clean = True
-        self._lengths.popleft()
+        self._in_flight -= 1
         if status == "error":
             raise value
         if status != "layers":

@@ -234,7 +234,8 @@ class Elmo(TrainablePipe):
     # ------------------------------------------------------------------ prediction
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
         """The docs of `stream` with their layers, in batches of `batch_size`: with `overlap`
-        (on the CPU), the biLM one batch ahead in a background thread (`overlap.py`)."""
+        (on the CPU), the biLM one batch ahead in a background thread (`overlap.py`) or, with
+        `overlap = "process"`, in a child process (`bilm_process.py`)."""
         way = overlap_way(self)
         if way == "process":
             yield from process_pipe(self, stream, batch_size)

@@ -47,8 +47,6 @@ from ..util.threads import restore_threads, use_threads
 from . import bilm_process
 from .bilm_process import BiLMProcess
 
-# The settings of `overlap`: true ("thread"), "process", false (in turn).
-OVERLAP_SETTINGS = (True, False, "thread", "process")
 PROCESS_AHEAD = 2  # batches sent to the biLM's process before the first one is taken back
 
 
