@@ -46,7 +46,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import conll_words, machine_info, tensor_peak
+from benchmarks.common import conll_words, machine_info, tensor_peak, write_results
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -654,8 +654,7 @@ def main(argv: list[str] | None = None) -> None:
     for arch in archs:
         report["results"][arch] = run_arch(arch, args, impls, caps, device_tag, report["notes"])
         # Write after every architecture, so that a long run leaves partial results.
-        output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-        output.with_suffix(".md").write_text(markdown(report))
+        write_results(output, report, markdown(report))
 
     text = markdown(report)
     print()

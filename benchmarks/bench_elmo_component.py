@@ -21,12 +21,11 @@ Writes benchmarks/results/elmo_component_cpu.{json,md} (--output).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, machine_info, shown_path
+from benchmarks.common import REPO, machine_info, shown_path, write_results
 
 DEFAULT_MODEL = REPO / "training/evidence/elmo_1000_s0/model-best"
 VARIANTS = {
@@ -109,10 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         "us_per_word": {v: best[v] * 1e6 / words for v in VARIANTS},
         "vs_default": {v: best[DEFAULT_VARIANT] / best[v] for v in VARIANTS},
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report, argv)
-    args.output.with_suffix(".md").write_text(text)
+    write_results(args.output, report, text)
     print(text)
 
 

@@ -30,12 +30,11 @@ Writes benchmarks/results/layer_cache_cpu.{md,json} (layer_cache_cpu_quick.* wit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import conll_sentences, machine_info
+from benchmarks.common import conll_sentences, machine_info, write_results
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -297,8 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         report["results"][name] = run_pipeline(name, args, train, valid, weights_path)
 
     text = markdown(report)
-    output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    output.with_suffix(".md").write_text(text)
+    write_results(output, report, text)
     print()
     print(text)
     print(f"wrote {output.with_suffix('.md')} and {output.with_suffix('.json')}")

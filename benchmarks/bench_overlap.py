@@ -20,12 +20,11 @@ benchmarks/results/overlap_cpu.{json,md} (--output).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, machine_info, shown_path
+from benchmarks.common import REPO, machine_info, shown_path, write_results
 
 # name: (pipeline, torch threads, the elmo component's overlap, its quantize)
 VARIANTS = {
@@ -118,10 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         "words_per_second": words_per_second,
         "vs_vectors": {variant: wps / vectors for variant, wps in words_per_second.items()},
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report, argv)
-    args.output.with_suffix(".md").write_text(text)
+    write_results(args.output, report, text)
     print(text)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import git_commit
+from benchmarks.common import git_commit, write_results
 from spacy_elmo.bilm import BiLM, BiLMOptions, batch_to_ids, fast_paths
 from spacy_elmo.bilm.lm_head import LMHead
 from spacy_elmo.pretrain.corpus import iter_batches, read_sentences
@@ -194,8 +194,6 @@ def main() -> None:
             for name, row in best.items()
         },
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"Pretraining step, preset {args.preset}, {args.threads} thread(s), batches of "
         f"{args.batch_tokens} padded tokens, fastest of {args.rounds} rounds of {args.batches} "
@@ -210,7 +208,7 @@ def main() -> None:
             f"{row['speedup']:.2f}x |"
         )
     text = "\n".join(lines) + "\n"
-    args.output.with_suffix(".md").write_text(text)
+    write_results(args.output, result, text)
     print(text)
 
 
@@ -228,8 +226,6 @@ def trainer_report(args: argparse.Namespace, results: dict[str, float]) -> None:
         },
     }
     output = args.output.with_name(args.output.name + "_trainer")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"`spacy-elmo pretrain`, preset {args.preset}, {args.steps} steps of {args.batch_tokens} "
         "padded tokens per process, mean tokens/s of the logged windows after the first.",
@@ -240,7 +236,7 @@ def trainer_report(args: argparse.Namespace, results: dict[str, float]) -> None:
     for name, row in result["results"].items():
         lines.append(f"| {name} | {row['tokens_per_s']:,.0f} | {row['speedup']:.2f}x |")
     text = "\n".join(lines) + "\n"
-    output.with_suffix(".md").write_text(text)
+    write_results(output, result, text)
     print(text)
 
 

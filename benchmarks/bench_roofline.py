@@ -29,7 +29,6 @@ Timed parts alternate (step, GEMMs, step, ...) so that a busy machine slows both
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
@@ -44,7 +43,7 @@ from benchmarks.bench_pretrain import (
     train_step,
     use,
 )
-from benchmarks.common import git_commit, machine_info
+from benchmarks.common import git_commit, machine_info, write_results
 from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.bilm.lm_head import DEFAULT_CUTOFFS
 
@@ -189,10 +188,8 @@ def main() -> None:
             "ceiling_over_before": ceiling / reference_tps,
             "speedup": tps / reference_tps,
         }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     text = render(result, args)
-    args.output.with_suffix(".md").write_text(text)
+    write_results(args.output, result, text)
     print(text)
 
 

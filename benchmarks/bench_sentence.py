@@ -17,11 +17,10 @@ Writes benchmarks/results/sentence_cpu.{json,md} (--output).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, machine_info, shown_path
+from benchmarks.common import REPO, machine_info, shown_path, write_results
 
 DEFAULT_MODELS = {
     "baseline": REPO / "training/evidence/baseline_1000_s0/model-best",
@@ -70,10 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         },
     }
     report["bilm"] = bilm_parts(models["elmo"], sentences, args.rounds)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
-    args.output.with_suffix(".md").write_text(text)
+    write_results(args.output, report, text)
     print(text)
 
 

@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import machine_info
+from benchmarks.common import machine_info, write_results
 
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "results" / "threads_cpu"
@@ -87,10 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         "options": {k: v for k, v in vars(args).items() if k not in ("child", "output")},
         "rows": run_all(args),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
-    args.output.with_suffix(".md").write_text(text)
+    write_results(args.output, report, text)
     print(text)
 
 

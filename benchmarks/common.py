@@ -1,8 +1,9 @@
-"""Shared by the benchmark scripts: what machine and code a result was measured on, and the
-CoNLL-2003 sentences they run on."""
+"""Shared by the benchmark scripts: what machine and code a result was measured on, the
+CoNLL-2003 sentences they run on, and how their results are written."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -112,3 +113,11 @@ def shown_path(path: Path) -> str:
         return str(path.resolve().relative_to(REPO))
     except ValueError:
         return str(path)
+
+
+def write_results(output: Path, report: dict, text: str) -> None:
+    """A benchmark's results: OUTPUT.json (the report) and OUTPUT.md (its Markdown `text`),
+    their folder made if need be."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    output.with_suffix(".md").write_text(text)

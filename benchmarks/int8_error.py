@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import CONLL, machine_info
+from benchmarks.common import CONLL, machine_info, write_results
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -209,10 +209,9 @@ def main(argv: list[str] | None = None) -> None:
         "cases": cases,
         **({"speed": timing} if timing else {}),
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    output.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
+    text = markdown(report)
+    write_results(output, report, text)
+    print(text)
 
 
 if __name__ == "__main__":
