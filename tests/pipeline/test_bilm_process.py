@@ -120,7 +120,13 @@ def test_errors_reach_the_error_handler_batch_by_batch(nlp, threads, monkeypatch
     done = list(nlp.pipe(TEXTS, batch_size=4))
     assert failed == [4, 4, 4] and len(done) == len(TEXTS) - 12
     monkeypatch.setattr(overlap, "model_units", model_units)
-    assert_same_layers(list(nlp.pipe(TEXTS, batch_size=4)), in_turn(nlp, threads=1))
+    # The kept child ran the batches the errors cut short or skipped, so its token cache was
+    # filled in another order than in turn's, each word's char-CNN vector computed beside other
+    # words: equal within float rounding (seen at 6e-8), not bit for bit.
+    docs = list(nlp.pipe(TEXTS, batch_size=4))
+    assert [doc.text for doc in docs] == TEXTS
+    for doc, expected in zip(docs, in_turn(nlp, threads=1)):
+        np.testing.assert_allclose(doc._.elmo_layers, expected, rtol=0, atol=1e-6)
 
 
 def test_an_error_in_the_child_comes_back_with_its_batch(nlp, threads):
