@@ -62,11 +62,15 @@ def in_turn(nlp, threads: int, texts=TEXTS):
         elmo.cfg["overlap"] = setting
 
 
-def assert_same_layers(docs, layers, texts=TEXTS):
+def assert_same_layers(docs, layers, texts=TEXTS, atol=0.0):
+    """The docs' texts, and their layers equal to `layers` bit for bit, or within `atol`."""
     assert [doc.text for doc in docs] == texts
     for doc, expected in zip(docs, layers):
         assert doc._.elmo_layers.shape == (expected.shape[0], len(doc), expected.shape[2])
-        np.testing.assert_array_equal(doc._.elmo_layers, expected)
+        if atol:
+            np.testing.assert_allclose(doc._.elmo_layers, expected, rtol=0, atol=atol)
+        else:
+            np.testing.assert_array_equal(doc._.elmo_layers, expected)
 
 
 def test_process_pipe_equals_the_component_in_turn(nlp, threads):
@@ -123,10 +127,7 @@ def test_errors_reach_the_error_handler_batch_by_batch(nlp, threads, monkeypatch
     # The kept child ran the batches the errors cut short or skipped, so its token cache was
     # filled in another order than in turn's, each word's char-CNN vector computed beside other
     # words: equal within float rounding (seen at 6e-8), not bit for bit.
-    docs = list(nlp.pipe(TEXTS, batch_size=4))
-    assert [doc.text for doc in docs] == TEXTS
-    for doc, expected in zip(docs, in_turn(nlp, threads=1)):
-        np.testing.assert_allclose(doc._.elmo_layers, expected, rtol=0, atol=1e-6)
+    assert_same_layers(list(nlp.pipe(TEXTS, batch_size=4)), in_turn(nlp, threads=1), atol=1e-6)
 
 
 def test_an_error_in_the_child_comes_back_with_its_batch(nlp, threads):
