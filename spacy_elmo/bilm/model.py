@@ -92,6 +92,8 @@ class BiLM(nn.Module):
         self._token_cache_lock = threading.Lock()  # `embed` may run from several threads
         self._token_cache_key: tuple = ()
         self.token_cache_size = token_cache_size
+        # Counts the writes into the weights that torch's version counters miss (`weights_changed`)
+        self.weights_generation = 0
         self.char_cnn = CharCNN(options)
         stack_args = dict(
             n_layers=options.n_layers,
@@ -316,6 +318,23 @@ class BiLM(nn.Module):
         with self._token_cache_lock:
             self._token_cache = _token_cache(size)
 
+    def weights_changed(self) -> None:
+        """Say that the weights were written where torch's version counters do not see it
+        (through `.data`, as the fine-tuning step does, `layers.bilm_wrapper.BiLMShim`): what
+        was computed from the old weights is dropped (the token cache, the weights' copies of
+        `quantize`), and `weights_generation` tells copies of the biLM elsewhere (the `elmo`
+        component's process) to take the new weights."""
+        self.weights_generation += 1
+        with self._token_cache_lock:
+            self._token_cache.clear()
+            self._token_cache_key = ()
+        if self.quantize is not None:  # the quantized copies of the weights made anew
+            from .quantize import set_quantize
+
+            mode = self.quantize
+            set_quantize(self, None)
+            set_quantize(self, mode)
+
     def token_embeddings(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Context-insensitive vectors (..., P) for char ids (..., 50); zero where no token.
 
@@ -341,7 +360,11 @@ class BiLM(nn.Module):
         The cache is shared by the threads that run this model: it is read and updated under a
         lock, and the char CNN of the tokens it lacks runs outside the lock.
         """
-        weights = (_weights_key(self.char_cnn.parameters()), self.quantize)
+        weights = (
+            self.weights_generation,
+            _weights_key(self.char_cnn.parameters()),
+            self.quantize,
+        )
         keys = [row.tobytes() for row in distinct.cpu().numpy()]
         with self._token_cache_lock:
             cache = self._token_cache

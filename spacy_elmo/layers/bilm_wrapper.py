@@ -115,6 +115,9 @@ class BiLMShim(PyTorchShim):
             # Through `.data`, as thinc's in-place step: a graph built before this update and
             # backpropagated after it (spaCy's listeners lag one step) is not invalidated.
             weight.data.copy_(new)
+        # which torch's version counters do not see: the biLM drops what it computed from the
+        # old weights, and its copies elsewhere take the new ones
+        self._model.weights_changed()
 
 
 def _check_finite(named: list, what: str, tensor_of: Callable[[Any], torch.Tensor]) -> None:

@@ -66,12 +66,13 @@ class BiLMProcessError(RuntimeError):
 
 def model_key(model: Model, quantize: Optional[str], threads: int) -> Tuple[Any, ...]:
     """What the child's copy of the model must match: the biLM object, the version of each of
-    its tensors (an optimiser step or `load_state_dict` bumps it), the settings that shape the
-    prediction, and the child's torch threads."""
+    its tensors (`load_state_dict` bumps it) and its `weights_generation` (a fine-tuning step
+    bumps it), the settings that shape the prediction, and the child's torch threads."""
     bilm = get_bilm(model)
     tensors = list(bilm.parameters()) + list(bilm.buffers())
     return (
         id(bilm),
+        getattr(bilm, "weights_generation", 0),
         tuple((t.data_ptr(), t._version) for t in tensors),
         quantize,
         model.attrs["store_dtype"],
@@ -141,7 +142,6 @@ class BiLMProcess:
     def __init__(self, model: Model, quantize: Optional[str], threads: int, slots: int) -> None:
         if not SUPPORTED:
             raise BiLMProcessError(f"the biLM's own process needs POSIX pipes, not {os.name}")
-        self.key = model_key(model, quantize, threads)
         self.owner = os.getpid()
         self._in_flight = 0  # batches sent whose replies have not been taken
         self._clean = True  # False while a message is half sent or half read
@@ -166,6 +166,13 @@ class BiLMProcess:
         self._finalizer = weakref.finalize(
             self, _stop, self.process, self._to_child, self._slots, self.owner
         )
+        self.load(model, quantize, threads)
+
+    def load(self, model: Model, quantize: Optional[str], threads: int) -> None:
+        """Give the child (a copy of) `model` in place of the one it has: the weights after a
+        fine-tuning step, other settings, another thread count. Only with no batch in flight."""
+        if self.in_flight:
+            raise BiLMProcessError(f"{self.in_flight} batches in flight: take them first")
         try:
             self._send(("load", pickled_model(model), quantize, threads))
             self._in_flight += 1
@@ -173,6 +180,12 @@ class BiLMProcess:
         except Exception as error:
             self.close()
             raise BiLMProcessError(f"the biLM process could not load the model: {error}") from error
+        self.key = model_key(model, quantize, threads)
+
+    def __reduce__(self) -> tuple:
+        """A copy or pickle of the component that owns this process has none (`copy.deepcopy`
+        or `pickle` of a pipeline): the copy starts its own on its first `nlp.pipe`."""
+        return (type(None), ())
 
     def submit(self, units: List[Unit], lengths: List[int]) -> None:
         """Send one batch: its units and the length of each doc."""

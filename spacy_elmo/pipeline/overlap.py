@@ -169,6 +169,9 @@ def _process_of(component: TrainablePipe) -> BiLMProcess:
     if worker is not None:
         if worker.alive and worker.key == key:
             return worker
+        if worker.alive:  # new weights (fine-tuning) or settings: the running child takes them
+            worker.load(component.model, quantize, threads)
+            return worker
         worker.close()
     component._bilm_process = BiLMProcess(component.model, quantize, threads, PROCESS_AHEAD + 1)
     return component._bilm_process

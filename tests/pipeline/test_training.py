@@ -188,3 +188,55 @@ def test_listener_width_that_does_not_match_the_bilm_fails_at_initialize(bilm_di
     examples = [Example(spacy.tokens.Doc(nlp.vocab, words=[t.text for t in d]), d) for d in gold]
     with pytest.raises(ValueError, match="listener of 'ner' has width=32, n_layers=3 but"):
         nlp.initialize(lambda: examples)
+
+
+@pytest.mark.parametrize("overlap", [False, "thread", "process"])
+def test_a_fine_tuned_bilm_predicts_with_its_new_weights(bilm_dir, data, overlap):
+    """After `nlp.update` with the biLM fine-tuned, `nlp.pipe` gives the layers of a freshly
+    loaded copy of the updated pipeline, in each overlap mode: no char-CNN vector of the token
+    cache and no biLM process (both filled before the update) outlives the old weights."""
+    before_threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the overlap modes apply from two torch threads on
+    try:
+        nlp, examples = make_nlp(bilm_dir, data, frozen=False)
+        elmo = nlp.get_pipe("elmo")
+        elmo.cfg["overlap"] = overlap
+        texts = [eg.reference.text for eg in examples[:12]]
+        before = [doc._.elmo_layers.copy() for doc in nlp.pipe(texts, batch_size=4)]
+        optimizer = nlp.create_optimizer()
+        optimizer.learn_rate = 0.02  # steps that move the layers well beyond float rounding
+        for _ in range(2):  # the upstream's update lags one step behind
+            nlp.update(examples, sgd=optimizer)
+        after = [doc._.elmo_layers for doc in nlp.pipe(texts, batch_size=4)]
+        fresh = load_model_from_config(nlp.config, auto_fill=True)
+        fresh.from_bytes(nlp.to_bytes())
+        fresh.get_pipe("elmo").cfg["overlap"] = False
+        expected = [doc._.elmo_layers for doc in fresh.pipe(texts, batch_size=4)]
+    finally:
+        torch.set_num_threads(before_threads)
+    moved = max(float(np.abs(a[0] - b[0]).max()) for a, b in zip(after, before))
+    assert moved > 1e-4  # layer 0 (the char CNN's) moved well beyond the tolerance below
+    for got, want in zip(after, expected):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_a_pipeline_whose_bilm_process_started_copies_and_pickles(bilm_dir, data):
+    """copy.deepcopy and pickle of a pipeline whose biLM runs in its own process: the copy has
+    no process of its own until its first `nlp.pipe`, and predicts as the original."""
+    import copy
+    import pickle
+
+    before_threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        nlp, examples = make_nlp(bilm_dir, data)
+        nlp.get_pipe("elmo").cfg["overlap"] = "process"
+        texts = [eg.reference.text for eg in examples[:6]]
+        want = [doc._.elmo_layers for doc in nlp.pipe(texts, batch_size=2)]
+        for copied in (copy.deepcopy(nlp), pickle.loads(pickle.dumps(nlp))):
+            assert getattr(copied.get_pipe("elmo"), "_bilm_process", None) is None
+            got = [doc._.elmo_layers for doc in copied.pipe(texts, batch_size=2)]
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        torch.set_num_threads(before_threads)
