@@ -3,7 +3,9 @@
 The server holds files in the published layout of `small`: its options file as AllenNLP
 publishes it and a weights file with every dataset of its architecture (spec §2, §12), the
 small ones random and the large ones left to HDF5's fill value, so that the file is small. It
-can cut a transfer, ignore Range, omit or misstate Content-Length, stall, and change a file.
+can cut a transfer, ignore Range, omit or misstate Content-Length, stall, and change a file;
+it sends a strong ETag (or a Last-Modified, a weak ETag, or no validator) and answers a Range
+with If-Range as RFC 9110 says: the rest of the file only while the validator still matches.
 Every download goes to `SPACY_ELMO_CACHE` = a temporary folder, from `SPACY_ELMO_MIRROR`.
 """
 
@@ -16,6 +18,7 @@ import re
 import socket
 import threading
 import time
+from email.utils import formatdate
 from pathlib import Path
 
 import h5py
@@ -116,6 +119,8 @@ class Mirror(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.files: dict[str, bytes] = {}
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
+        self.if_ranges: list[str | None] = []  # the If-Range header of each request
+        self.validators = "etag"  # or "last-modified", "weak" (a weak ETag), "none"
         self.cuts: dict[str, list[int]] = {}  # path -> bytes sent by each next response
         self.ignore_range = False
         self.no_length: set[str] = set()  # paths sent without Content-Length
@@ -137,12 +142,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         mirror = self.server
         mirror.requests.append((self.path, self.headers.get("Range")))
+        mirror.if_ranges.append(self.headers.get("If-Range"))
         data = mirror.files.get(self.path)
         if data is None:
             self.send_error(404, "Not Found")
             return
+        digest = hashlib.sha256(data).hexdigest()
+        validators = {  # a Last-Modified of 2001 or later, another for another file
+            "etag": ("ETag", f'"{digest[:16]}"'),
+            "weak": ("ETag", f'W/"{digest[:16]}"'),
+            "last-modified": ("Last-Modified", formatdate(1e9 + int(digest[:6], 16), usegmt=True)),
+        }
+        validator = validators.get(mirror.validators)
         start, status = 0, 200
         requested = self.headers.get("Range")
+        if_range = self.headers.get("If-Range")
+        if if_range is not None and (validator is None or if_range != validator[1]):
+            requested = None  # the file changed (or cannot be compared): the whole file
         if requested and not mirror.ignore_range:
             start = int(requested.removeprefix("bytes=").rstrip("-"))
             if start >= len(data):
@@ -154,6 +170,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             status = 206
         body = data[start:]
         self.send_response(status)
+        if validator is not None:
+            self.send_header(*validator)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         if self.path not in mirror.no_length:
@@ -295,34 +313,78 @@ def test_cut_transfer_is_resumed_within_one_download(mirror, fixture_files):
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
 
 
+def cut_once(mirror: Mirror, fixture_files, at: int) -> Path:
+    """A download of the weights cut after `at` bytes: its part (and the validator beside it)."""
+    mirror.cuts[weights_path(mirror)] = [at]
+    with pytest.raises(DownloadError, match=rf"cut at {at} of"):
+        download("small", progress=False, retries=0)
+    return cached() / (SMALL.weights_name + ".part")
+
+
 def test_server_ignoring_range_restarts_cleanly(mirror, fixture_files):
-    cached().mkdir(parents=True)
-    part = cached() / (SMALL.weights_name + ".part")
-    part.write_bytes(b"not a prefix of the file")
+    part = cut_once(mirror, fixture_files, 1000)
     mirror.ignore_range = True
     download("small", progress=False)
-    assert mirror.ranges(SMALL.weights_name) == [f"bytes={len(b'not a prefix of the file')}-"]
+    assert mirror.ranges(SMALL.weights_name) == [None, "bytes=1000-"]
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
+    assert not part.exists() and not part.with_suffix(".part.json").exists()
 
 
 def test_part_longer_than_the_file_restarts_cleanly(mirror, fixture_files):
-    cached().mkdir(parents=True)
     size = len(fixture_files["weights"])
-    (cached() / (SMALL.weights_name + ".part")).write_bytes(b"x" * (size + 10))
+    part = cut_once(mirror, fixture_files, 1000)
+    part.write_bytes(b"x" * (size + 10))
     download("small", progress=False)
-    assert mirror.ranges(SMALL.weights_name) == [f"bytes={size + 10}-", None]
+    assert mirror.ranges(SMALL.weights_name) == [None, f"bytes={size + 10}-", None]
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
 
 
 def test_a_whole_part_is_installed_without_a_transfer(mirror, fixture_files):
     """A part that is already whole (a download cut between transfer and rename): the server
     answers 416 with the size, and the part is checked and renamed."""
-    cached().mkdir(parents=True)
     size = len(fixture_files["weights"])
-    (cached() / (SMALL.weights_name + ".part")).write_bytes(fixture_files["weights"])
+    part = cut_once(mirror, fixture_files, 1000)
+    part.write_bytes(fixture_files["weights"])
     download("small", progress=False)
-    assert mirror.ranges(SMALL.weights_name) == [f"bytes={size}-"]
+    assert mirror.ranges(SMALL.weights_name) == [None, f"bytes={size}-"]
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
+
+
+def test_a_file_changed_between_a_cut_and_its_resume_ends_as_the_new_file(
+    mirror, fixture_files, tmp_path
+):
+    """The published file is replaced by another of the same size and layout after a cut: the
+    resume asks for the rest only of the file it holds the start of (If-Range), the server
+    sends the new file whole, and the new file is installed, never the old head and the new
+    tail (which would pass every check of the format)."""
+    old, new = fixture_files["weights"], fixture_files["weights_1"]
+    half = len(old) // 2
+    mixed = tmp_path / SMALL.weights_name
+    mixed.write_bytes(old[:half] + new[half:])
+    assert len(old) == len(new) and old[:half] != new[:half]
+    assert published._format_problem(SMALL, mixed) is None  # the checks cannot tell
+    cut_once(mirror, fixture_files, half)
+    mirror.files[weights_path(mirror)] = new
+    download("small", progress=False, retries=0)
+    final = cached() / SMALL.weights_name
+    assert hashlib.sha256(final.read_bytes()).hexdigest() == hashlib.sha256(new).hexdigest()
+    assert record()[SMALL.weights_name]["sha256"] == hashlib.sha256(new).hexdigest()
+    assert mirror.ranges(SMALL.weights_name) == [None, f"bytes={half}-"]
+    assert mirror.if_ranges[-1] == f'"{hashlib.sha256(old).hexdigest()[:16]}"'  # old's ETag
+
+
+@pytest.mark.parametrize("validators", ["last-modified", "weak", "none"])
+def test_a_resume_needs_a_strong_validator(mirror, fixture_files, validators):
+    """A Last-Modified (well before the answer's Date) is one; a weak ETag or none is not: the
+    part starts again from byte 0, and a changed file still ends whole."""
+    mirror.validators = validators
+    part = cut_once(mirror, fixture_files, 1000)
+    mirror.files[weights_path(mirror)] = fixture_files["weights_1"]
+    download("small", progress=False, retries=0)
+    resumed = validators == "last-modified"
+    assert mirror.ranges(SMALL.weights_name) == [None, "bytes=1000-" if resumed else None]
+    assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights_1"]
+    assert not part.exists()
 
 
 def test_a_second_download_of_the_same_file_stops(mirror):
