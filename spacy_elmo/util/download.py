@@ -263,41 +263,46 @@ def _checked(
     return record_entry(size, digest, url) if entry is None else None
 
 
-def check_destination(destination: tuple[str, Path], sources: Iterable[tuple[str, Path]]) -> None:
+def check_destination(
+    destination: tuple[str, Path], sources: Iterable[tuple[str, Path]], fix: str = ""
+) -> None:
     """DownloadError when the folder a download writes into is a folder it reads, lies inside
     one or holds one: compared by device and inode, so a symbolic link, a bind mount or
-    another spelling of a folder is found. Each is (its description, its path)."""
+    another spelling of a folder is found. Each is (its description, its path); `fix` says
+    what to do instead."""
     label, folder = destination
-    written = _identities(folder)
+    itself, above = _identities(folder)
     for source_label, source in sources:
-        read = _identities(source)
-        if not read or not read[0][1]:  # a source that does not exist holds nothing
+        source_itself, source_above = _identities(source)
+        if source_itself is None:  # a source that does not exist holds nothing
             continue
         relation = None
-        if written and written[0][1] and written[0][0] == read[0][0]:
+        if itself == source_itself:
             relation = "is"
-        elif read[0][0] in {identity for identity, _ in written[1:]}:
+        elif source_itself in above:
             relation = "is inside"
-        elif written and written[0][1] and written[0][0] in {i for i, _ in read[1:]}:
+        elif itself is not None and itself in source_above:
             relation = "holds"
         if relation:
             raise DownloadError(
-                f"{label} {relation} {source_label}: a download would write into what it reads"
+                f"{label} {relation} {source_label}: a download would write into what it "
+                f"reads{_then(fix)}"
             )
 
 
-def _identities(path: Path) -> list[tuple[tuple[int, int], bool]]:
-    """(device, inode) of `path` (its real path) and of each folder above it that exists,
-    from `path` up; the flag says which entry is `path` itself."""
+def _identities(path: Path) -> tuple[Optional[tuple[int, int]], set[tuple[int, int]]]:
+    """(device, inode) of `path` (None when it does not exist) and of every folder above it
+    that exists, following symbolic links."""
     resolved = path.expanduser().resolve()
-    found = []
-    for index, folder in enumerate((resolved, *resolved.parents)):
+    found: list[Optional[tuple[int, int]]] = []
+    for folder in (resolved, *resolved.parents):
         try:
             stat = folder.stat()
         except OSError:
+            found.append(None)
             continue
-        found.append(((stat.st_dev, stat.st_ino), index == 0))
-    return found
+        found.append((stat.st_dev, stat.st_ino))
+    return found[0], {identity for identity in found[1:] if identity is not None}
 
 
 # ------------------------------------------------------------------------------ the record
@@ -394,10 +399,9 @@ def _transfer_with_retries(
                 if cut.kind == "slow":
                     raise DownloadError(
                         f"transfer of {url} is too slow: {cut.reason}, below "
-                        f"{limits.speed_limit:g} bytes/s ({SPEED_LIMIT_VARIABLE} or --speed-limit; "
-                        f"0 turns it off) for "
-                        f"{limits.speed_time:g} s ({SPEED_TIME_VARIABLE} or --speed-time), "
-                        f"{where}; {advice.again}{keep}"
+                        f"{limits.speed_limit:g} bytes/s ({SPEED_LIMIT_VARIABLE} or "
+                        f"--speed-limit; 0 turns it off) for {limits.speed_time:g} s "
+                        f"({SPEED_TIME_VARIABLE} or --speed-time), {where}; {advice.again}{keep}"
                     ) from None
                 if attempt >= retries or cut.written == 0:
                     raise DownloadError(
@@ -433,10 +437,10 @@ def _transfer(
             offset = _restart(handle, final, reason, progress)
             if response is None:
                 response = _get(pool, url, {}, limits, advice)
+    size = _announced_size(response, offset, url)
     if offset == 0:
-        _save_state(final, url, response)
+        _save_state(final, url, response, size)
     try:
-        size = _announced_size(response, offset)
         written = 0
         rate = _Rate(limits, offset)
         from tqdm import tqdm
@@ -473,7 +477,7 @@ def _transfer(
     if size is not None and received < size:
         raise _Cut("the connection closed early", size, written)
     if size is not None and received > size:
-        handle.truncate(0)
+        _restart(handle, final, "it is longer than the file", progress=False)
         raise DownloadError(f"{url} sent {received} bytes, more than the {size} it announced")
 
 
@@ -595,15 +599,27 @@ def _get(pool: Any, url: str, headers: dict[str, str], limits: Limits, advice: A
     )
 
 
-def _announced_size(response: Any, offset: int) -> Optional[int]:
-    """The whole file's size as the response states it (Content-Range, else Content-Length)."""
+def _announced_size(response: Any, offset: int, url: str) -> Optional[int]:
+    """The whole file's size as the response states it (Content-Range, else Content-Length);
+    DownloadError for a 206 that is not the rest of the file from byte `offset`."""
     if response.status == 206:
-        return int(CONTENT_RANGE.fullmatch(response.headers["Content-Range"].strip()).group(3))
+        text = response.headers.get("Content-Range", "")
+        match = CONTENT_RANGE.fullmatch(text.strip())
+        if (
+            not match
+            or int(match.group(1)) != offset
+            or int(match.group(2)) + 1 != int(match.group(3))
+        ):
+            response.close()
+            raise DownloadError(
+                f"{url} answered a request from byte {offset} with Content-Range {text!r}"
+            )
+        return int(match.group(3))
     length = response.headers.get("Content-Length", "")
     return int(length) if length.isdigit() else None
 
 
-def _save_state(final: Path, url: str, response: Any) -> None:
+def _save_state(final: Path, url: str, response: Any, size: Optional[int]) -> None:
     """Keep the validator of a whole-file answer beside the part (or none: no resume)."""
     etag = response.headers.get("ETag", "")
     modified = response.headers.get("Last-Modified", "")
@@ -614,7 +630,6 @@ def _save_state(final: Path, url: str, response: Any) -> None:
     else:
         state_path(final).unlink(missing_ok=True)
         return
-    size = _announced_size(response, 0)
     state = {"url": url, "kind": kind, "validator": validator, "size": size}
     write_text(state_path(final), json.dumps(state) + "\n")
 

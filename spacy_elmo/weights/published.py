@@ -215,6 +215,7 @@ def download(
         check_destination(
             (f"the cache {cache_dir()} ({CACHE_VARIABLE})", cache_dir()),
             [(f"the mirror folder {mirror} ({MIRROR_VARIABLE})", mirror)],
+            fix=f"set {CACHE_VARIABLE} to a folder apart from the mirror",
         )
     if not force:  # a malformed record stops the download before anything is fetched
         read_record(folder, advice=advice)

@@ -389,7 +389,8 @@ def test_a_destination_is_compared_with_its_sources_by_identity(tmp_path):
     elsewhere.mkdir()
     cases = [
         (link, mirror, "is"),  # the same folder, another name
-        (link / "inner" / "not-yet", mirror, "is inside"),  # a folder still to be made
+        (link / "not-yet", mirror, "is inside"),  # a folder still to be made
+        (link / "inner" / "not" / "yet", mirror / "inner", "is inside"),
         (link, mirror / "inner", "holds"),
         (tmp_path / "link" / ".." / "mirror", link, "is"),
     ]

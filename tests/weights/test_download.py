@@ -127,6 +127,8 @@ class Mirror(http.server.ThreadingHTTPServer):
         self.announced: dict[str, int] = {}  # path -> the Content-Length stated instead
         # path -> (bytes sent, then the response waits for the event before the rest)
         self.stalls: dict[str, tuple[int, threading.Event]] = {}
+        self.drips: dict[str, tuple[int, float]] = {}  # path -> (bytes, seconds) at a time
+        self.closing = threading.Event()
 
     @property
     def url(self) -> str:
@@ -182,6 +184,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if cuts:
             self.wfile.write(body[: cuts.pop(0)])  # then the connection closes
             return
+        drip = mirror.drips.get(self.path)
+        for at in range(0, len(body), drip[0]) if drip else ():
+            if mirror.closing.wait(drip[1]):
+                return
+            try:
+                self.wfile.write(body[at : at + drip[0]])
+                self.wfile.flush()
+            except OSError:  # the client hung up
+                return
+        if drip:
+            return
         stall = mirror.stalls.pop(self.path, None)
         if stall:
             sent, release = stall
@@ -207,6 +220,7 @@ def mirror(fixture_files, tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("SPACY_ELMO_DOWNLOAD_TIMEOUT", raising=False)
     yield server
+    server.closing.set()
     for _, release in server.stalls.values():
         release.set()
     server.shutdown()
@@ -664,6 +678,59 @@ def test_a_server_that_accepts_but_never_answers_ends_after_the_timeout(mirror, 
         assert time.monotonic() - started < 10
 
 
+def test_a_crawling_transfer_ends_after_the_speed_time(mirror, fixture_files):
+    """16 bytes every 0.1 s never stalls; `--speed-limit 1024 --speed-time 1` ends it in about
+    a second, naming the URL, the rate and both settings; the next run resumes the part."""
+    mirror.drips[weights_path(mirror)] = (16, 0.1)
+    started = time.monotonic()
+    argv = ["download", "small", "-q", "--speed-limit", "1024", "--speed-time", "1"]
+    result = CliRunner().invoke(app, argv)
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 1, result.output
+    url = f"{mirror.url}/{SMALL.shape}/{SMALL.weights_name}"
+    assert re.search(
+        rf"^error: transfer of {re.escape(url)} is too slow: [\d.]+ bytes/s over the last "
+        r"1\.\d s, below 1024 bytes/s \(SPACY_ELMO_DOWNLOAD_SPEED_LIMIT or --speed-limit; .*"
+        r"for 1 s \(SPACY_ELMO_DOWNLOAD_SPEED_TIME or --speed-time\), after \d+ of "
+        rf"{len(fixture_files['weights'])} bytes; run `spacy-elmo download small` again",
+        result.stderr,
+    ), result.stderr
+    kept = (cached() / (SMALL.weights_name + ".part")).read_bytes()
+    assert kept and kept == fixture_files["weights"][: len(kept)]
+    del mirror.drips[weights_path(mirror)]
+    download("small", progress=False)
+    assert mirror.ranges(SMALL.weights_name)[-1] == f"bytes={len(kept)}-"
+    assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
+
+
+@pytest.mark.parametrize("where", ["the mirror", "inside the mirror", "holding the mirror"])
+def test_the_cache_is_never_the_mirror_folder(fixture_files, tmp_path, monkeypatch, where):
+    """Compared by folder identity: the cache is named through a symbolic link to the mirror
+    (or a folder inside it), or holds it; nothing is written, in the mirror or anywhere."""
+    root = (tmp_path / "mirror").resolve()
+    (root / SMALL.shape).mkdir(parents=True)
+    for name in ("options", "weights"):
+        (root / SMALL.shape / getattr(SMALL, f"{name}_name")).write_bytes(fixture_files[name])
+    link = tmp_path / "link"
+    link.symlink_to(root, target_is_directory=True)
+    cache, relation = {
+        "the mirror": (link, "is"),
+        "inside the mirror": (link / "cache", "is inside"),
+        "holding the mirror": (tmp_path, "holds"),
+    }[where]
+    monkeypatch.setenv("SPACY_ELMO_MIRROR", str(root))
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(cache))
+    before = sorted(tmp_path.rglob("*"))
+    result = CliRunner().invoke(app, ["download", "small", "-q"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        f"error: the cache {cache} (SPACY_ELMO_CACHE) {relation} the mirror folder {root} "
+        "(SPACY_ELMO_MIRROR): a download would write into what it reads; set SPACY_ELMO_CACHE "
+        "to a folder apart from the mirror\n"
+    )
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_the_part_grows_as_bytes_arrive(mirror, fixture_files):
     size = len(fixture_files["weights"])
     release = threading.Event()
@@ -734,11 +801,15 @@ def test_a_mirror_folder_given_with_a_tilde(fixture_files, tmp_path, monkeypatch
         ("{tmp}/a_file", r"the mirror folder {tmp}/a_file is not a folder"),
         ("file://otherhost/srv/elmo", r"file:// URL on host 'otherhost'"),
         ("s3://bucket/elmo", r"'s3://bucket/elmo' is not an http://, https:// or file:// URL"),
-        ("{tmp}", rf"the mirror folder {{tmp}} .* has no {SMALL.shape}/{SMALL.options_name}"),
+        (
+            "{tmp}/empty",
+            rf"mirror folder {{tmp}}/empty .* has no {SMALL.shape}/{SMALL.options_name}",
+        ),
     ],
 )
 def test_a_bad_mirror_is_named(tmp_path, monkeypatch, mirror_value, message):
     (tmp_path / "a_file").write_text("x")
+    (tmp_path / "empty").mkdir()
     monkeypatch.setenv("SPACY_ELMO_MIRROR", mirror_value.format(tmp=tmp_path))
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     result = CliRunner().invoke(app, ["download", "small", "-q"])
