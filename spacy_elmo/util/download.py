@@ -32,11 +32,15 @@ cache and the checks, and calls it.
   over `SPACY_ELMO_DOWNLOAD_SPEED_TIME` seconds (default 30), as curl's `--speed-limit` and
   `--speed-time`. Either keeps the part for the next run. A transfer cut otherwise is resumed
   within the run (`retries` times, while each try gets further).
-* Checked whole, atomic: a transfer must deliver the size the server announced
-  (`Content-Length` or `Content-Range`); then `check(part)` (the caller's: a format, a
-  record) runs on the whole part, and only then the part takes its final name (`os.replace`),
-  so a file under the final name is always whole and checked. A part that fails its check is
-  deleted.
+  The rate is measured at each read: a transfer that receives nothing at all ends by the
+  timeout.
+* Checked whole, recorded, atomic: a transfer must deliver the size the server announced
+  (`Content-Length` or `Content-Range`); then `check(part)` (the caller's: a file format)
+  runs on the whole part, and its size and sha256 are compared with the folder's record
+  (`checksums.json`, trust on first use: the entry written at the file's first download)
+  unless `replace`. Only then the part takes its final name (`os.replace`), so a file under
+  the final name is always whole and checked, and a first download is recorded. A part that
+  fails is deleted. `verify` checks a file already in place the same way.
 * Local: a `file://` URL is copied (from byte 0: a local copy needs no resume).
 * One writer: the part is locked (flock) while a download writes it; a second download of the
   same file stops with an error naming the part.
