@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
 from . import _util as opt
@@ -16,18 +18,35 @@ def download(
     force: bool = opt.force_option(
         "the cached files and their record (download, check and record them again)"
     ),
+    speed_limit: Optional[float] = typer.Option(
+        None,
+        "--speed-limit",
+        help="Stop a transfer slower than this many bytes a second over --speed-time (0: no "
+        "limit). Default: SPACY_ELMO_DOWNLOAD_SPEED_LIMIT, else 1024.",
+    ),
+    speed_time: Optional[float] = typer.Option(
+        None,
+        "--speed-time",
+        help="Seconds a transfer may stay below --speed-limit. Default: "
+        "SPACY_ELMO_DOWNLOAD_SPEED_TIME, else 30.",
+    ),
     quiet: bool = opt.quiet_option(),
 ) -> None:
     """Download a published AllenNLP biLM into the cache (SPACY_ELMO_CACHE), resuming a cut
-    transfer. SPACY_ELMO_MIRROR (an http(s):// or file:// URL, or a folder) replaces the
-    published base URL; a transfer that receives nothing for SPACY_ELMO_DOWNLOAD_TIMEOUT
-    seconds (default 60) stops. A file is recorded (size, sha256) only once it checks whole
-    against the name's architecture; cached files are verified against that record, and
-    --force downloads them again and replaces it."""
+    transfer only while the server promises the same file (If-Range on its ETag or
+    Last-Modified; otherwise from byte 0). SPACY_ELMO_MIRROR (an http(s):// or file:// URL, or
+    a folder that is not the cache, nor in it or holding it) replaces the published base URL.
+    A transfer stops when it receives nothing for SPACY_ELMO_DOWNLOAD_TIMEOUT seconds (default
+    60) or stays below --speed-limit for --speed-time; its .part is kept for the next run. A
+    file is recorded (size, sha256) only once it checks whole against the name's
+    architecture; cached files are verified against that record, and --force downloads them
+    again and replaces it."""
     from ..weights import published
 
     cached = not force and published.cached_files(name) is not None
-    options_file, weights_file = published.download(name, force=force, progress=not quiet)
+    options_file, weights_file = published.download(
+        name, force=force, progress=not quiet, speed_limit=speed_limit, speed_time=speed_time
+    )
     state = (
         "already downloaded, verified against"
         if cached

@@ -2,24 +2,15 @@
 
 `download(name)` fetches a model's two files (`<shape>/elmo_<shape>_options.json` and
 `_weights.hdf5`, as AllenNLP publishes them) into the cache, `SPACY_ELMO_CACHE` (default
-`$XDG_CACHE_HOME/spacy-elmo`, else `~/.cache/spacy-elmo`), in the same `<shape>/` layout.
-
-* Resumable: a file arrives in `<file>.part`, written as the bytes arrive; a transfer that is
-  cut keeps it, and the next download asks for the rest with an HTTP Range request (a server
-  that ignores Range sends the whole file again, which then replaces the part).
-* Bounded: a transfer that receives nothing for `SPACY_ELMO_DOWNLOAD_TIMEOUT` seconds (default
-  60) ends with an error; the part is kept for the next download.
-* Atomic: the file takes its final name only when whole and checked, so a file under the final
-  name is always complete.
-* Checked whole: a transfer must deliver the size the server announced (Content-Length or
-  Content-Range); the options file must describe the name's published architecture, and the
-  weights file must open as HDF5 and hold every dataset of that architecture, with its shape,
-  a weights dtype and readable, finite values. Only then is the file recorded: AllenNLP
-  publishes no checksums or sizes, so the size and sha256 of each file are recorded in
-  `<shape>/checksums.json`, and every later download is verified against that record;
-  `--force` downloads again and replaces the record with the new, checked copy.
-* `SPACY_ELMO_MIRROR` replaces the published base URL: an http(s):// URL, a file:// URL or a
-  local folder, holding the same `<shape>/` layout.
+`$XDG_CACHE_HOME/spacy-elmo`, else `~/.cache/spacy-elmo`), in the same `<shape>/` layout,
+with `util.download.fetch`: resumed only while the server promises the same file, bounded in
+time and rate, recorded (size, sha256) in `<shape>/checksums.json` once checked, and verified
+against that record later (`--force` fetches again and replaces it). The checks are here:
+the options file must describe the name's published architecture, and the weights file must
+open as HDF5 and hold every dataset of that architecture, each of its shape, a weights dtype
+and readable, finite values. `SPACY_ELMO_MIRROR` replaces the published base URL: an
+http(s):// URL, a file:// URL or a local folder holding the same `<shape>/` layout (and that
+is not the cache, nor holds it or lies in it).
 
 Nothing here is called unless the user asks for a download: `spacy-elmo download NAME` or a
 config's `spacy_elmo.PublishedWeights.v1`. `sources.resolve_source` only reads the cache.
@@ -27,35 +18,32 @@ config's `spacy_elmo.PublishedWeights.v1`. `sources.resolve_source` only reads t
 
 from __future__ import annotations
 
-import json
+import functools
 import os
-import socket
-import sys
-import urllib.error
 import urllib.parse
 import urllib.request
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from http.client import HTTPException
 from pathlib import Path
-from typing import Any, BinaryIO, Optional
+from typing import Any, Optional
 
-from ..util.files import file_sha256, fsync_directory, lock_file, write_text
+from ..util.download import (
+    PART_SUFFIX,
+    RECORD_NAME,  # noqa: F401 - the record's name in each <shape>/ folder, for callers
+    RETRIES,
+    Advice,
+    ChecksumError,
+    DownloadError,
+    Limits,
+    check_destination,
+    fetch,
+    read_record,
+    verify,
+)
 
 PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 CACHE_VARIABLE = "SPACY_ELMO_CACHE"
 MIRROR_VARIABLE = "SPACY_ELMO_MIRROR"
-TIMEOUT_VARIABLE = "SPACY_ELMO_DOWNLOAD_TIMEOUT"
-RECORD_NAME = "checksums.json"
-PART_SUFFIX = ".part"
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-BLOCK_BYTES = 1 << 20
-# Seconds a transfer may receive nothing (connecting, waiting for the answer, or between two
-# reads) before it ends with an error: SPACY_ELMO_DOWNLOAD_TIMEOUT overrides it.
-TIMEOUT_SECONDS = 60.0
-# Further attempts within one download after a transfer is cut (each resumes with Range).
-RETRIES = 2
 
 
 # The char CNN of every published biLM (spec §12): 2,048 filters over 16-dim characters.
@@ -133,14 +121,6 @@ PUBLISHED = {
 }
 
 
-class DownloadError(OSError):
-    """A download that did not complete: the server, the network, the cache or a check."""
-
-
-class ChecksumError(DownloadError):
-    """A file whose size or sha256 is not the one recorded at its first download."""
-
-
 def published_model(name: str) -> PublishedModel:
     """The published model called `name`; ValueError naming the choices otherwise."""
     if name not in PUBLISHED:
@@ -179,20 +159,6 @@ def base_url() -> str:
     return folder.resolve().as_uri()
 
 
-def download_timeout() -> float:
-    """Seconds a transfer may receive nothing: `SPACY_ELMO_DOWNLOAD_TIMEOUT`, else 60."""
-    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
-    if not text:
-        return TIMEOUT_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise ValueError(f"{TIMEOUT_VARIABLE}={text!r} is not a positive number of seconds")
-    return value
-
-
 def cache_dir() -> Path:
     """The folder of downloaded biLMs: `SPACY_ELMO_CACHE`, else the user's cache directory."""
     configured = os.environ.get(CACHE_VARIABLE, "").strip()
@@ -210,7 +176,7 @@ def cached_files(name: str) -> Optional[tuple[Path, Path]]:
     paths = tuple(folder / file_name for file_name in model.file_names)
     if not all(path.is_file() for path in paths):
         return None
-    record = _read_record(folder)
+    record = read_record(folder, advice=_advice(model))
     for path in paths:
         expected = record.get(path.name, {}).get("size")
         if expected is not None and path.stat().st_size != expected:
@@ -232,29 +198,66 @@ def download(
     progress: bool = True,
     retries: int = RETRIES,
     timeout: Optional[float] = None,
+    speed_limit: Optional[float] = None,
+    speed_time: Optional[float] = None,
 ) -> tuple[Path, Path]:
     """Download the published biLM `name` into the cache (see the module docstring) and return
     its options and weights files. Files already there are checked whole and verified against
     their record, not fetched again, unless `force`: then both are fetched, checked, and
-    replace the files and their record. `timeout`: seconds a transfer may receive nothing
-    (default `SPACY_ELMO_DOWNLOAD_TIMEOUT`, else 60)."""
+    replace the files and their record. `timeout`: seconds a transfer may receive nothing;
+    `speed_limit` (bytes a second, 0: none) and `speed_time` (seconds): the slowest transfer
+    allowed, for how long (`util.download.Limits`: else the environment, else 60, 1024, 30)."""
     model = published_model(name)
-    folder = model.folder()
-    base = base_url()
-    timeout = download_timeout() if timeout is None else timeout
-    if not force:
-        _read_record(folder)  # a malformed record stops the download before anything is fetched
+    folder, base, advice = model.folder(), base_url(), _advice(model)
+    limits = Limits.configured(timeout, speed_limit, speed_time)
+    mirror = _local(base)
+    if mirror is not None:
+        check_destination(
+            (f"the cache {cache_dir()} ({CACHE_VARIABLE})", cache_dir()),
+            [(f"the mirror folder {mirror} ({MIRROR_VARIABLE})", mirror)],
+            fix=f"set {CACHE_VARIABLE} to a folder apart from the mirror",
+        )
+    if not force:  # a malformed record stops the download before anything is fetched
+        read_record(folder, advice=advice)
     for file_name in model.file_names:
-        final = folder / file_name
+        final, url = folder / file_name, model.url(file_name, base)
+        check = functools.partial(_format_problem, model)
         if final.exists() and not force:  # a read-only cache is fine for this
-            _verify_cached(model, final)
+            verify(final, check, advice)
             continue
         _writable_folder(folder)
-        _fetch(model, model.url(file_name, base), final, force, progress, retries, timeout)
+        if mirror is not None and not _local(url).is_file():
+            raise DownloadError(
+                f"the mirror folder {mirror} ({MIRROR_VARIABLE}) has no {model.shape}/"
+                f"{file_name}; a mirror holds the published <shape>/ folders"
+            )
+        fetch(url, final, check, force, limits, progress, retries, advice=advice)
     return (folder / model.options_name, folder / model.weights_name)
 
 
-# ------------------------------------------------------------------------------ the cache
+def _local(url: str) -> Optional[Path]:
+    """The path of a file:// URL; None for another URL."""
+    if not url.startswith("file:"):
+        return None
+    return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+
+
+def _advice(model: PublishedModel) -> Advice:
+    """What the download errors of `model` tell the user to do."""
+    mirrored = bool(os.environ.get(MIRROR_VARIABLE, "").strip())
+    return Advice(
+        again=f"run `spacy-elmo download {model.name}` again to continue from there",
+        force=f"run `spacy-elmo download {model.name} --force`",
+        unreachable=f"offline or behind a proxy? set {MIRROR_VARIABLE} to a mirror holding "
+        f"{model.shape}/ (or https_proxy for a proxy), or copy the published files into "
+        f"{model.folder()}",
+        http_error=f"does the mirror ({MIRROR_VARIABLE}) hold {model.shape}/ as published?"
+        if mirrored
+        else f"set {MIRROR_VARIABLE} to a mirror that holds it",
+        unwritable=f"set {CACHE_VARIABLE} to a folder you can write",
+    )
+
+
 def _writable_folder(folder: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -270,321 +273,7 @@ def _writable_folder(folder: Path) -> Path:
     return folder
 
 
-def _read_record(folder: Path, replace: bool = False) -> dict[str, Any]:
-    """The record's entries by file name; a record that is not one is a ChecksumError naming
-    it (or, when `replace`, which `--force` does, nothing: it is about to be rewritten)."""
-    path = folder / RECORD_NAME
-    if not path.exists():
-        return {}
-    try:
-        files = _record_entries(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, OSError) as error:
-        if replace:
-            return {}
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
-        raise ChecksumError(
-            f"checksum record {path} is not readable ({reason}); run `spacy-elmo download "
-            "NAME --force` to download the files and record them again, or delete it"
-        ) from None
-    return files
-
-
-def _record_entries(record: Any) -> dict[str, Any]:
-    """The "files" of a parsed record, every entry checked; ValueError saying what is wrong."""
-    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
-        raise ValueError('expected a JSON object with a "files" object')
-    for file_name, entry in record["files"].items():
-        size = entry.get("size") if isinstance(entry, dict) else None
-        digest = entry.get("sha256") if isinstance(entry, dict) else None
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ValueError(f"the entry of {file_name} has no size in bytes: {entry!r}")
-        if not (
-            isinstance(digest, str)
-            and len(digest) == 64
-            and all(c in "0123456789abcdef" for c in digest)
-        ):
-            raise ValueError(f"the entry of {file_name} has no sha256 hex digest: {entry!r}")
-    return record["files"]
-
-
-def _write_record(folder: Path, file_name: str, entry: dict[str, Any], replace: bool) -> None:
-    """Add `file_name`'s entry to the record, atomically (`util.files.write_text`)."""
-    files = _read_record(folder, replace=replace)
-    files[file_name] = entry
-    text = json.dumps({"files": files}, indent=2, sort_keys=True) + "\n"
-    write_text(folder / RECORD_NAME, text)
-
-
-def _verify_cached(model: PublishedModel, path: Path) -> None:
-    """A cached file against its record and checked whole; a whole file without a record
-    (its first download was cut before the record was written) is recorded now."""
-    entry = _read_record(path.parent).get(path.name)
-    size, digest = path.stat().st_size, file_sha256(path)
-    again = f"run `spacy-elmo download {model.name} --force` to download it again"
-    if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
-        raise ChecksumError(
-            f"cached file {path} changed since it was downloaded: expected {entry['size']} "
-            f"bytes, sha256 {entry['sha256']}; got {size} bytes, sha256 {digest}; {again}"
-        )
-    problem = _format_problem(model, path)
-    if problem:
-        raise ChecksumError(f"cached file {path} {problem}; {again}")
-    if entry is None:
-        _write_record(path.parent, path.name, _entry(size, digest, "found in the cache"), False)
-
-
-def _entry(size: int, digest: str, source: str) -> dict[str, Any]:
-    recorded = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return {"size": size, "sha256": digest, "source": source, "recorded": recorded}
-
-
-# ------------------------------------------------------------------------------ the transfer
-def _fetch(
-    model: PublishedModel,
-    url: str,
-    final: Path,
-    force: bool,
-    progress: bool,
-    retries: int,
-    timeout: float,
-) -> None:
-    """`url` into `final` through `final.part`: resumed, checked, then renamed, all under a
-    lock on the part (another download of the same file waits for none of it: it stops)."""
-    part = final.with_name(final.name + PART_SUFFIX)
-    try:
-        handle = part.open("a+b")
-    except OSError as error:
-        raise DownloadError(
-            f"cannot write {part} ({error.strerror}); set {CACHE_VARIABLE} to a folder you "
-            "can write"
-        ) from None
-    with handle, _lock(part):
-        try:
-            if final.exists() and not force:  # another download finished it meanwhile
-                if handle.seek(0, os.SEEK_END) == 0:
-                    part.unlink(missing_ok=True)
-                _verify_cached(model, final)
-                return
-            _transfer_with_retries(model, url, handle, part, progress, retries, timeout)
-        except BaseException:
-            if handle.seek(0, os.SEEK_END) == 0:  # nothing arrived: leave no empty part
-                part.unlink(missing_ok=True)
-            raise
-        handle.flush()
-        os.fsync(handle.fileno())
-        _check_and_install(model, url, part, final, force)
-
-
-def _transfer_with_retries(
-    model: PublishedModel,
-    url: str,
-    handle: BinaryIO,
-    part: Path,
-    progress: bool,
-    retries: int,
-    timeout: float,
-) -> None:
-    """`_transfer`, again from where a cut transfer stopped, while each try gets further; a
-    transfer that received nothing for `timeout` seconds is not tried again."""
-    attempt = 0
-    while True:
-        before = handle.seek(0, os.SEEK_END)
-        try:
-            _transfer(model, url, handle, part, progress, timeout)
-            return
-        except _Cut as cut:
-            received = handle.seek(0, os.SEEK_END)
-            keep = f"({part} keeps what arrived)" if received else ""
-            if cut.stalled:
-                raise DownloadError(
-                    f"transfer of {url} stalled: nothing arrived for {timeout:g} s "
-                    f"({TIMEOUT_VARIABLE}) after {received} of {cut.size or '?'} bytes; run "
-                    f"`spacy-elmo download {model.name}` again to continue from there {keep}"
-                ) from None
-            if attempt >= retries or received <= before:
-                raise DownloadError(
-                    f"transfer of {url} was cut at {received} of {cut.size or '?'} bytes "
-                    f"({cut.reason}); run `spacy-elmo download {model.name}` again to "
-                    f"continue from there {keep}"
-                ) from None
-            attempt += 1
-
-
-@dataclass(frozen=True)
-class _Unsatisfiable:
-    """A 416 answer to a Range request: the file's size as the server states it."""
-
-    size: Optional[int]
-
-
-class _Cut(Exception):
-    def __init__(self, reason: str, size: Optional[int], stalled: bool = False) -> None:
-        super().__init__(reason)
-        self.reason, self.size, self.stalled = reason, size, stalled
-
-
-def _lock(part: Path) -> AbstractContextManager[Any]:
-    """This download's lock on `part` (its contents left as they are), released when the
-    block ends; a DownloadError when another download holds it."""
-    try:
-        return lock_file(part)
-    except ImportError:  # not POSIX: no lock
-        return nullcontext()
-    except OSError:
-        raise DownloadError(f"another download is writing {part}; wait for it to finish") from None
-
-
-def _transfer(
-    model: PublishedModel,
-    url: str,
-    handle: BinaryIO,
-    part: Path,
-    progress: bool,
-    timeout: float,
-) -> None:
-    """One request: the rest of the file after what `handle` holds (or all of it)."""
-    offset = handle.seek(0, os.SEEK_END)
-    response = _open(model, url, offset, timeout)
-    if isinstance(response, _Unsatisfiable):  # 416 to a request from byte `offset`
-        if response.size == offset:  # the part is whole (its check or rename was cut)
-            return
-        handle.truncate(0)  # the part is longer than the file: start again
-        offset = 0
-        response = _open(model, url, 0, timeout)
-    with response:
-        if offset and response.status != 206:  # the server ignored Range: the whole file
-            handle.truncate(0)
-            offset = 0
-        size = _announced_size(response, url, offset)
-        received = offset
-        from tqdm import tqdm
-
-        with tqdm(
-            total=size,
-            initial=offset,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=part.name[: -len(PART_SUFFIX)],
-            disable=not progress,
-            file=sys.stderr,
-            leave=False,
-        ) as bar:
-            # read1: what has arrived (up to a block), so the part and the bar grow with it
-            read = getattr(response, "read1", response.read)
-            while True:
-                try:
-                    block = read(BLOCK_BYTES)
-                except (OSError, HTTPException) as error:  # reset, timeout, incomplete read
-                    raise _Cut(_reason(error), size, isinstance(error, socket.timeout)) from None
-                if not block:
-                    break
-                _write(handle, block, part)
-                received += len(block)
-                bar.update(len(block))
-    if size is not None and received < size:
-        raise _Cut("the connection closed early", size)
-    if size is not None and received > size:
-        handle.truncate(0)
-        raise DownloadError(f"{url} sent {received} bytes, more than the {size} it announced")
-
-
-def _write(handle: BinaryIO, block: bytes, part: Path) -> None:
-    try:
-        handle.write(block)
-        handle.flush()
-    except OSError as error:
-        raise DownloadError(f"cannot write {part} ({error.strerror})") from None
-
-
-def _open(model: PublishedModel, url: str, offset: int, timeout: float) -> Any:
-    """The response to a GET of `url` from byte `offset` (a 416 to it: `_Unsatisfiable`)."""
-    if url.startswith("file:"):
-        local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
-        if not local.is_file():
-            raise DownloadError(
-                f"the mirror folder {local.parent.parent} ({MIRROR_VARIABLE}) has no "
-                f"{model.shape}/{local.name}; a mirror holds the published <shape>/ folders"
-            )
-    headers = {"User-Agent": "spacy-elmo", "Accept-Encoding": "identity"}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        return urllib.request.urlopen(request, timeout=timeout)
-    except urllib.error.HTTPError as error:
-        error.close()
-        if error.code == 416 and offset:
-            total = error.headers.get("Content-Range", "").rpartition("/")[2]
-            return _Unsatisfiable(int(total) if total.isdigit() else None)
-        hint = (
-            f"does the mirror ({MIRROR_VARIABLE}) hold {model.shape}/ as published?"
-            if os.environ.get(MIRROR_VARIABLE, "").strip()
-            else f"set {MIRROR_VARIABLE} to a mirror that holds it"
-        )
-        raise DownloadError(
-            f"cannot download {url}: HTTP {error.code} {error.reason}; {hint}"
-        ) from None
-    except (urllib.error.URLError, OSError, HTTPException) as error:
-        reason = _reason(getattr(error, "reason", error))
-        if reason == "timed out":
-            reason = f"no answer within {timeout:g} s, {TIMEOUT_VARIABLE}"
-        raise DownloadError(
-            f"cannot reach {url} ({reason}); offline or behind a proxy? set {MIRROR_VARIABLE} "
-            f"to a mirror holding {model.shape}/{Path(url).name} (or https_proxy for a proxy), "
-            f"or copy the published files into {model.folder()}"
-        ) from None
-
-
-def _reason(error: object) -> str:
-    if isinstance(error, socket.timeout):
-        return "timed out"
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return str(error) or type(error).__name__
-
-
-def _announced_size(response: Any, url: str, offset: int) -> Optional[int]:
-    """The whole file's size as the response states it (Content-Range, else Content-Length)."""
-    if response.status == 206:
-        content_range = response.headers.get("Content-Range", "")
-        unit, _, rest = content_range.partition(" ")
-        span, _, total = rest.partition("/")
-        start = span.partition("-")[0]
-        if unit != "bytes" or not start.isdigit() or int(start) != offset:
-            raise DownloadError(
-                f"{url} answered a request from byte {offset} with Content-Range '{content_range}'"
-            )
-        return int(total) if total.isdigit() else None
-    length = response.headers.get("Content-Length")
-    return int(length) if length and length.isdigit() else None
-
-
-def _check_and_install(
-    model: PublishedModel, url: str, part: Path, final: Path, force: bool
-) -> None:
-    """Check the whole `part` (its format and architecture, then the record unless `force`),
-    give it its final name, and record it (`force`: in place of the record's entry)."""
-    problem = _format_problem(model, part)
-    if problem:
-        part.unlink()
-        raise DownloadError(f"{url} {problem}; the download was deleted")
-    size, digest = part.stat().st_size, file_sha256(part)
-    entry = None if force else _read_record(final.parent).get(final.name)
-    if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
-        part.unlink()
-        raise ChecksumError(
-            f"{url} is not the file recorded at its first download: expected "
-            f"{entry['size']} bytes, sha256 {entry['sha256']}; got {size} bytes, sha256 "
-            f"{digest}. The download was deleted. If the published file really changed, run "
-            f"`spacy-elmo download {model.name} --force` to check it and record it instead"
-        )
-    os.replace(part, final)  # `part` was synced whole before its check
-    fsync_directory(final.parent)
-    if entry is None:
-        _write_record(final.parent, final.name, _entry(size, digest, url), replace=force)
-
-
+# ------------------------------------------------------------------------------ the checks
 def _format_problem(model: PublishedModel, path: Path) -> Optional[str]:
     """What keeps a downloaded file from being `model`'s file (an error page, a cut or
     corrupted transfer, another architecture), if anything: the end of a sentence."""

@@ -3,7 +3,9 @@
 The server holds files in the published layout of `small`: its options file as AllenNLP
 publishes it and a weights file with every dataset of its architecture (spec §2, §12), the
 small ones random and the large ones left to HDF5's fill value, so that the file is small. It
-can cut a transfer, ignore Range, omit or misstate Content-Length, stall, and change a file.
+can cut a transfer, ignore Range, omit or misstate Content-Length, stall, and change a file;
+it sends a strong ETag (or a Last-Modified, a weak ETag, or no validator) and answers a Range
+with If-Range as RFC 9110 says: the rest of the file only while the validator still matches.
 Every download goes to `SPACY_ELMO_CACHE` = a temporary folder, from `SPACY_ELMO_MIRROR`.
 """
 
@@ -16,6 +18,7 @@ import re
 import socket
 import threading
 import time
+from email.utils import formatdate
 from pathlib import Path
 
 import h5py
@@ -116,12 +119,16 @@ class Mirror(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.files: dict[str, bytes] = {}
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
+        self.if_ranges: list[str | None] = []  # the If-Range header of each request
+        self.validators = "etag"  # or "last-modified", "weak" (a weak ETag), "none"
         self.cuts: dict[str, list[int]] = {}  # path -> bytes sent by each next response
         self.ignore_range = False
         self.no_length: set[str] = set()  # paths sent without Content-Length
         self.announced: dict[str, int] = {}  # path -> the Content-Length stated instead
         # path -> (bytes sent, then the response waits for the event before the rest)
         self.stalls: dict[str, tuple[int, threading.Event]] = {}
+        self.drips: dict[str, tuple[int, float]] = {}  # path -> (bytes, seconds) at a time
+        self.closing = threading.Event()
 
     @property
     def url(self) -> str:
@@ -137,12 +144,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         mirror = self.server
         mirror.requests.append((self.path, self.headers.get("Range")))
+        mirror.if_ranges.append(self.headers.get("If-Range"))
         data = mirror.files.get(self.path)
         if data is None:
             self.send_error(404, "Not Found")
             return
+        digest = hashlib.sha256(data).hexdigest()
+        validators = {  # a Last-Modified of 2001 or later, another for another file
+            "etag": ("ETag", f'"{digest[:16]}"'),
+            "weak": ("ETag", f'W/"{digest[:16]}"'),
+            "last-modified": ("Last-Modified", formatdate(1e9 + int(digest[:6], 16), usegmt=True)),
+        }
+        validator = validators.get(mirror.validators)
         start, status = 0, 200
         requested = self.headers.get("Range")
+        if_range = self.headers.get("If-Range")
+        if if_range is not None and (validator is None or if_range != validator[1]):
+            requested = None  # the file changed (or cannot be compared): the whole file
         if requested and not mirror.ignore_range:
             start = int(requested.removeprefix("bytes=").rstrip("-"))
             if start >= len(data):
@@ -154,6 +172,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             status = 206
         body = data[start:]
         self.send_response(status)
+        if validator is not None:
+            self.send_header(*validator)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         if self.path not in mirror.no_length:
@@ -163,6 +183,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         cuts = mirror.cuts.get(self.path)
         if cuts:
             self.wfile.write(body[: cuts.pop(0)])  # then the connection closes
+            return
+        drip = mirror.drips.get(self.path)
+        for at in range(0, len(body), drip[0]) if drip else ():
+            if mirror.closing.wait(drip[1]):
+                return
+            try:
+                self.wfile.write(body[at : at + drip[0]])
+                self.wfile.flush()
+            except OSError:  # the client hung up
+                return
+        if drip:
             return
         stall = mirror.stalls.pop(self.path, None)
         if stall:
@@ -189,6 +220,7 @@ def mirror(fixture_files, tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("SPACY_ELMO_DOWNLOAD_TIMEOUT", raising=False)
     yield server
+    server.closing.set()
     for _, release in server.stalls.values():
         release.set()
     server.shutdown()
@@ -295,34 +327,78 @@ def test_cut_transfer_is_resumed_within_one_download(mirror, fixture_files):
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
 
 
+def cut_once(mirror: Mirror, fixture_files, at: int) -> Path:
+    """A download of the weights cut after `at` bytes: its part (and the validator beside it)."""
+    mirror.cuts[weights_path(mirror)] = [at]
+    with pytest.raises(DownloadError, match=rf"cut at {at} of"):
+        download("small", progress=False, retries=0)
+    return cached() / (SMALL.weights_name + ".part")
+
+
 def test_server_ignoring_range_restarts_cleanly(mirror, fixture_files):
-    cached().mkdir(parents=True)
-    part = cached() / (SMALL.weights_name + ".part")
-    part.write_bytes(b"not a prefix of the file")
+    part = cut_once(mirror, fixture_files, 1000)
     mirror.ignore_range = True
     download("small", progress=False)
-    assert mirror.ranges(SMALL.weights_name) == [f"bytes={len(b'not a prefix of the file')}-"]
+    assert mirror.ranges(SMALL.weights_name) == [None, "bytes=1000-"]
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
+    assert not part.exists() and not part.with_suffix(".part.json").exists()
 
 
 def test_part_longer_than_the_file_restarts_cleanly(mirror, fixture_files):
-    cached().mkdir(parents=True)
     size = len(fixture_files["weights"])
-    (cached() / (SMALL.weights_name + ".part")).write_bytes(b"x" * (size + 10))
+    part = cut_once(mirror, fixture_files, 1000)
+    part.write_bytes(b"x" * (size + 10))
     download("small", progress=False)
-    assert mirror.ranges(SMALL.weights_name) == [f"bytes={size + 10}-", None]
+    assert mirror.ranges(SMALL.weights_name) == [None, f"bytes={size + 10}-", None]
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
 
 
 def test_a_whole_part_is_installed_without_a_transfer(mirror, fixture_files):
     """A part that is already whole (a download cut between transfer and rename): the server
     answers 416 with the size, and the part is checked and renamed."""
-    cached().mkdir(parents=True)
     size = len(fixture_files["weights"])
-    (cached() / (SMALL.weights_name + ".part")).write_bytes(fixture_files["weights"])
+    part = cut_once(mirror, fixture_files, 1000)
+    part.write_bytes(fixture_files["weights"])
     download("small", progress=False)
-    assert mirror.ranges(SMALL.weights_name) == [f"bytes={size}-"]
+    assert mirror.ranges(SMALL.weights_name) == [None, f"bytes={size}-"]
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
+
+
+def test_a_file_changed_between_a_cut_and_its_resume_ends_as_the_new_file(
+    mirror, fixture_files, tmp_path
+):
+    """The published file is replaced by another of the same size and layout after a cut: the
+    resume asks for the rest only of the file it holds the start of (If-Range), the server
+    sends the new file whole, and the new file is installed, never the old head and the new
+    tail (which would pass every check of the format)."""
+    old, new = fixture_files["weights"], fixture_files["weights_1"]
+    half = len(old) // 2
+    mixed = tmp_path / SMALL.weights_name
+    mixed.write_bytes(old[:half] + new[half:])
+    assert len(old) == len(new) and old[:half] != new[:half]
+    assert published._format_problem(SMALL, mixed) is None  # the checks cannot tell
+    cut_once(mirror, fixture_files, half)
+    mirror.files[weights_path(mirror)] = new
+    download("small", progress=False, retries=0)
+    final = cached() / SMALL.weights_name
+    assert hashlib.sha256(final.read_bytes()).hexdigest() == hashlib.sha256(new).hexdigest()
+    assert record()[SMALL.weights_name]["sha256"] == hashlib.sha256(new).hexdigest()
+    assert mirror.ranges(SMALL.weights_name) == [None, f"bytes={half}-"]
+    assert mirror.if_ranges[-1] == f'"{hashlib.sha256(old).hexdigest()[:16]}"'  # old's ETag
+
+
+@pytest.mark.parametrize("validators", ["last-modified", "weak", "none"])
+def test_a_resume_needs_a_strong_validator(mirror, fixture_files, validators):
+    """A Last-Modified (well before the answer's Date) is one; a weak ETag or none is not: the
+    part starts again from byte 0, and a changed file still ends whole."""
+    mirror.validators = validators
+    part = cut_once(mirror, fixture_files, 1000)
+    mirror.files[weights_path(mirror)] = fixture_files["weights_1"]
+    download("small", progress=False, retries=0)
+    resumed = validators == "last-modified"
+    assert mirror.ranges(SMALL.weights_name) == [None, "bytes=1000-" if resumed else None]
+    assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights_1"]
+    assert not part.exists()
 
 
 def test_a_second_download_of_the_same_file_stops(mirror):
@@ -602,6 +678,59 @@ def test_a_server_that_accepts_but_never_answers_ends_after_the_timeout(mirror, 
         assert time.monotonic() - started < 10
 
 
+def test_a_crawling_transfer_ends_after_the_speed_time(mirror, fixture_files):
+    """16 bytes every 0.1 s never stalls; `--speed-limit 1024 --speed-time 1` ends it in about
+    a second, naming the URL, the rate and both settings; the next run resumes the part."""
+    mirror.drips[weights_path(mirror)] = (16, 0.1)
+    started = time.monotonic()
+    argv = ["download", "small", "-q", "--speed-limit", "1024", "--speed-time", "1"]
+    result = CliRunner().invoke(app, argv)
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 1, result.output
+    url = f"{mirror.url}/{SMALL.shape}/{SMALL.weights_name}"
+    assert re.search(
+        rf"^error: transfer of {re.escape(url)} is too slow: [\d.]+ bytes/s over the last "
+        r"1\.\d s, below 1024 bytes/s \(SPACY_ELMO_DOWNLOAD_SPEED_LIMIT or --speed-limit; .*"
+        r"for 1 s \(SPACY_ELMO_DOWNLOAD_SPEED_TIME or --speed-time\), after \d+ of "
+        rf"{len(fixture_files['weights'])} bytes; run `spacy-elmo download small` again",
+        result.stderr,
+    ), result.stderr
+    kept = (cached() / (SMALL.weights_name + ".part")).read_bytes()
+    assert kept and kept == fixture_files["weights"][: len(kept)]
+    del mirror.drips[weights_path(mirror)]
+    download("small", progress=False)
+    assert mirror.ranges(SMALL.weights_name)[-1] == f"bytes={len(kept)}-"
+    assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
+
+
+@pytest.mark.parametrize("where", ["the mirror", "inside the mirror", "holding the mirror"])
+def test_the_cache_is_never_the_mirror_folder(fixture_files, tmp_path, monkeypatch, where):
+    """Compared by folder identity: the cache is named through a symbolic link to the mirror
+    (or a folder inside it), or holds it; nothing is written, in the mirror or anywhere."""
+    root = (tmp_path / "mirror").resolve()
+    (root / SMALL.shape).mkdir(parents=True)
+    for name in ("options", "weights"):
+        (root / SMALL.shape / getattr(SMALL, f"{name}_name")).write_bytes(fixture_files[name])
+    link = tmp_path / "link"
+    link.symlink_to(root, target_is_directory=True)
+    cache, relation = {
+        "the mirror": (link, "is"),
+        "inside the mirror": (link / "cache", "is inside"),
+        "holding the mirror": (tmp_path, "holds"),
+    }[where]
+    monkeypatch.setenv("SPACY_ELMO_MIRROR", str(root))
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(cache))
+    before = sorted(tmp_path.rglob("*"))
+    result = CliRunner().invoke(app, ["download", "small", "-q"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        f"error: the cache {cache} (SPACY_ELMO_CACHE) {relation} the mirror folder {root} "
+        "(SPACY_ELMO_MIRROR): a download would write into what it reads; set SPACY_ELMO_CACHE "
+        "to a folder apart from the mirror\n"
+    )
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_the_part_grows_as_bytes_arrive(mirror, fixture_files):
     size = len(fixture_files["weights"])
     release = threading.Event()
@@ -672,11 +801,15 @@ def test_a_mirror_folder_given_with_a_tilde(fixture_files, tmp_path, monkeypatch
         ("{tmp}/a_file", r"the mirror folder {tmp}/a_file is not a folder"),
         ("file://otherhost/srv/elmo", r"file:// URL on host 'otherhost'"),
         ("s3://bucket/elmo", r"'s3://bucket/elmo' is not an http://, https:// or file:// URL"),
-        ("{tmp}", rf"the mirror folder {{tmp}} .* has no {SMALL.shape}/{SMALL.options_name}"),
+        (
+            "{tmp}/empty",
+            rf"mirror folder {{tmp}}/empty .* has no {SMALL.shape}/{SMALL.options_name}",
+        ),
     ],
 )
 def test_a_bad_mirror_is_named(tmp_path, monkeypatch, mirror_value, message):
     (tmp_path / "a_file").write_text("x")
+    (tmp_path / "empty").mkdir()
     monkeypatch.setenv("SPACY_ELMO_MIRROR", mirror_value.format(tmp=tmp_path))
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     result = CliRunner().invoke(app, ["download", "small", "-q"])
