@@ -46,8 +46,9 @@ docs it yields, and `DocBin.get_docs(nlp.vocab)` the docs it reads with that pip
 its `n_process` workers do not warn W109 (where the process forks them).
 
 Nothing of spaCy's is changed at import: the extensions and the msgpack encoder of GPU arrays
-are registered when an `elmo` component is built (`install_extensions`), and `DocBin.get_docs`
-is wrapped only once a pipeline with vector hooks is.
+are registered when an `elmo` component is built (`install_extensions`, which a process that
+reads saved docs without building one calls itself), and `DocBin.get_docs` is wrapped only
+once a pipeline with vector hooks is.
 """
 
 import functools
