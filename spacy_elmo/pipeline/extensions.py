@@ -430,11 +430,14 @@ class PipeRestoringHooks:
             item = next(docs, _DONE)
         finally:
             _STARTING_WORKERS.active = starting
-        while item is not _DONE:
-            # Language.pipe(as_tuples=True) yields (doc, context)
-            restore_vector_hooks(item[0] if isinstance(item, tuple) else item)
-            yield item
-            item = next(docs, _DONE)
+        try:
+            while item is not _DONE:
+                # Language.pipe(as_tuples=True) yields (doc, context)
+                restore_vector_hooks(item[0] if isinstance(item, tuple) else item)
+                yield item
+                item = next(docs, _DONE)
+        finally:  # a caller that stops early stops spaCy's workers now
+            docs.close()
 
 
 _DONE = object()

@@ -255,6 +255,24 @@ def test_docs_from_a_docbin_get_elmo_vectors_back(hooked):
 
 
 @pytest.mark.filterwarnings("ignore:.*W109")
+def test_a_copied_pipeline_restores_the_hooks_and_others_are_left_to_spacy(bilm_dir):
+    """A pickled pipeline keeps its own `pipe` and restores docs read with its vocab; docs read
+    with the vocab of a pipeline without vector hooks stay spaCy's."""
+    nlp = tiny_nlp(bilm_dir, vector_hooks=True)
+    nlp.initialize()
+    copy = pickle.loads(pickle.dumps(nlp))
+    data = DocBin(store_user_data=True, docs=[nlp(text) for text in TEXTS]).to_bytes()
+    assert_elmo_vectors(list(DocBin().from_bytes(data).get_docs(copy.vocab)), "top")
+    assert_elmo_vectors(list(copy.pipe(TEXTS, n_process=2, batch_size=1)), "top")
+    plain = tiny_nlp(bilm_dir)
+    assert "pipe" not in vars(plain)
+    docs = list(DocBin().from_bytes(data).get_docs(plain.vocab))
+    assert not any(doc.user_token_hooks for doc in docs)
+    assert docs[0]._.elmo_layers is not None  # the first read of an extension restores them
+    assert "vector" in docs[0].user_token_hooks
+
+
+@pytest.mark.filterwarnings("ignore:.*W109")
 def test_a_doc_from_bytes_gets_its_hooks_back_at_its_first_elmo_read(hooked):
     nlp, vector_layer = hooked
     docs = [Doc(nlp.vocab).from_bytes(nlp(text).to_bytes()) for text in TEXTS]
