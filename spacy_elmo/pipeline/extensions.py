@@ -399,8 +399,8 @@ def install_hook_restoring(nlp: Language) -> None:
         DocBin.get_docs = _get_docs_restoring_hooks(DocBin.get_docs)
 
 
-# The pipelines that restore ELMo's hooks (`PipeRestoringHooks`), by whose vocab
-# `DocBin.get_docs` tells its docs to restore from others (a Vocab takes no weak reference).
+# The pipelines that restore ELMo's hooks (`PipeRestoringHooks`): `DocBin.get_docs` restores
+# the docs read with the vocab of one of them (kept by pipeline: a Vocab takes no weak reference).
 _RESTORING_PIPELINES: "weakref.WeakSet[Language]" = weakref.WeakSet()
 # Set in the thread that runs a restoring `nlp.pipe` while it starts its workers.
 _STARTING_WORKERS = threading.local()
