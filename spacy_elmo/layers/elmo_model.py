@@ -17,6 +17,7 @@ the `elmo` component; the forward pass only reads them.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -56,7 +57,10 @@ def _one_torch_thread_in_child() -> None:
     use_threads(1, "the forked child's threads")
 
 
-os.register_at_fork(after_in_child=_one_torch_thread_in_child)
+@functools.cache
+def register_fork_hook() -> None:
+    """Run `_one_torch_thread_in_child` in forked children; once, when an ELMo model is built."""
+    os.register_at_fork(after_in_child=_one_torch_thread_in_child)
 
 
 def elmo_model(
@@ -77,6 +81,7 @@ def elmo_model(
     `architecture` has the ARCHITECTURE_KEYS; a value of None is taken from the weights.
     The defaults of the other arguments are those of `spacy_elmo.ElmoModel.v1`.
     """
+    register_fork_hook()
     if store_dtype not in STORE_DTYPES:
         raise ValueError(f"store_dtype must be one of {STORE_DTYPES}, got {store_dtype!r}")
     if max_tokens < 1 or batch_tokens < max_tokens + 2:

@@ -52,7 +52,13 @@ from ..layers.listener import ElmoLayersListener, set_listener_dims
 from ..layers.scalar_mix import check_one_per_layer
 from ..util.threads import warn_if_oversubscribed
 from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
-from .extensions import VECTOR_LAYERS, install_extensions, mix_layers, set_vector_hooks
+from .extensions import (
+    VECTOR_LAYERS,
+    install_extensions,
+    install_hook_restoring,
+    mix_layers,
+    set_vector_hooks,
+)
 from .overlap import check_overlap, overlap_way, overlapped_pipe, process_pipe
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
@@ -120,6 +126,8 @@ def make_elmo(
     out of reach of this process's GIL (faster beside the tagger and NER; a few seconds to
     start on the first `nlp.pipe`; `bilm_process.py`); false: in turn, as other components.
     The layers are those of the component in turn on that many threads, bit for bit."""
+    if vector_hooks:  # docs of this pipeline that come back from bytes get the hooks back
+        install_hook_restoring(nlp)
     return Elmo(
         nlp.vocab,
         model,

@@ -10,10 +10,12 @@ coefficients when the doc has them.
 Retokenising: with the layers, the character offsets of the tokens they were computed for are
 stored. Every read compares them with the doc's tokens now; after `doc.retokenize()`
 (`merge_entities`, `merge_noun_chunks`, splits) a token's layers are the mean of the layers of
-the tokens it overlaps (whitespace tokens, whose layers are 0, left out unless there is
-nothing else): a merged token gets the mean of its parts, each piece of a split token the
-original token's layers. The stored layers are never changed by a read, so a merge undone by
-a split gives the original layers back.
+the tokens of its own kind that it overlaps: for a word, the words (whitespace tokens left
+out); for a whitespace token, the whitespace tokens (whose layers are 0), or zeros where it
+overlaps none (the space of "New York" split into "New", " ", "York"). A merged token gets the
+mean of its parts, each word piece of a split token the original token's layers. The stored
+layers are never changed by a read, so merges and splits in any order and number give every
+token that is one of the original tokens its own layers back.
 
 ## ELMo behind spaCy's vectors
 
@@ -37,13 +39,23 @@ Hooks are functions, not data: a pickled doc keeps them, but `Doc.to_bytes`, `Do
 `nlp.pipe(n_process=N)` (which sends docs as bytes) do not (spaCy warns W109). What they need is
 kept on the doc (`doc._.elmo_layers`, `doc._.elmo_mix_coefficients` and the rule,
 `doc._.elmo_vector_layer`), and the hooks are put back on such a doc (`restore_vector_hooks`)
-as it comes back: `Language.pipe` and `DocBin.get_docs` are wrapped to do it on every doc they
-yield (`install_hook_restoring`, done on import), and any read of an ELMo extension does it.
-A doc read with `Doc.from_bytes` (a compiled method, which cannot be wrapped) gets them at its
-first extension read, or from `set_vector_hooks(doc)`.
+at its first read of an ELMo extension, by `set_vector_hooks(doc)`, and, for a pipeline whose
+`elmo` sets vector hooks, as it comes back (`install_hook_restoring(nlp)`, called when such a
+component is built): that pipeline's `nlp.pipe` (an attribute of that `nlp` only) restores the
+docs it yields, and `DocBin.get_docs(nlp.vocab)` the docs it reads with that pipeline's vocab;
+its `n_process` workers do not warn W109 (where the process forks them).
+
+Nothing of spaCy's is changed at import: the extensions and the msgpack encoder of GPU arrays
+are registered when an `elmo` component is built (`install_extensions`, which a process that
+reads saved docs without building one calls itself), and `DocBin.get_docs` is wrapped only
+once a pipeline with vector hooks is.
 """
 
 import functools
+import os
+import threading
+import warnings
+import weakref
 from functools import partial
 from typing import Any, Callable, Optional, Union
 
@@ -138,7 +150,8 @@ def _rows(layers, start: int, end: int):
 
 def _realign(doc: Doc, layers, offsets: numpy.ndarray, targets: numpy.ndarray):
     """(L + 1, len(targets), D): for each target (start, end), the mean of the layers of the
-    tokens at `offsets` that it overlaps, whitespace tokens left out unless all are."""
+    tokens at `offsets` of its own kind (word or whitespace) that it overlaps; zeros for
+    whitespace that overlaps no whitespace token."""
     text = doc.text
     if len(offsets) and offsets[-1, 1] > len(text):
         raise ValueError(
@@ -148,16 +161,17 @@ def _realign(doc: Doc, layers, offsets: numpy.ndarray, targets: numpy.ndarray):
     first = numpy.searchsorted(offsets[:, 1], targets[:, 0], side="right")
     stop = numpy.searchsorted(offsets[:, 0], targets[:, 1], side="left")
     xp = get_array_module(layers)
-    aligned = xp.empty((layers.shape[0], len(targets), layers.shape[2]), dtype=layers.dtype)
+    aligned = xp.zeros((layers.shape[0], len(targets), layers.shape[2]), dtype=layers.dtype)
     for row, ((char_start, char_end), lo, hi) in enumerate(zip(targets, first, stop)):
-        if hi <= lo:
+        space = text[char_start:char_end].isspace()
+        parts = [k for k in range(lo, hi) if text[offsets[k, 0] : offsets[k, 1]].isspace() == space]
+        if parts:
+            aligned[:, row] = layers[:, parts].astype("float32").mean(axis=1)  # (L + 1, D)
+        elif not space:  # every character of a word lies in a word of the same text
             raise ValueError(
                 f"the token {text[char_start:char_end]!r} (characters {char_start}..{char_end}) "
-                "overlaps none of the tokens doc._.elmo_layers were computed for"
+                "overlaps none of the words doc._.elmo_layers were computed for"
             )
-        parts = [k for k in range(lo, hi) if not text[offsets[k, 0] : offsets[k, 1]].isspace()]
-        parts = parts or list(range(lo, hi))
-        aligned[:, row] = layers[:, parts].astype("float32").mean(axis=1)  # (L + 1, D)
     return aligned
 
 
@@ -216,7 +230,8 @@ def _token_mix(token: Token):
 
 
 def install_extensions() -> None:
-    """Register the extensions once (idempotent, also in worker processes)."""
+    """Register the extensions and the msgpack encoder of GPU arrays once (idempotent, also in
+    worker processes); the `elmo` component does it when it is built."""
     if not Doc.has_extension("elmo_vector_layer"):
         Doc.set_extension("elmo_vector_layer", default=None)
     if not Doc.has_extension("elmo_layers"):
@@ -227,17 +242,19 @@ def install_extensions() -> None:
         Span.set_extension("elmo", getter=_span_mix)
         Token.set_extension("elmo_layers", getter=_token_layers)
         Token.set_extension("elmo", getter=_token_mix)
+    _register_cupy_encoder()
 
 
-@srsly.msgpack_encoders("spacy_elmo_cupy")
+@functools.cache
+def _register_cupy_encoder() -> None:
+    srsly.msgpack_encoders.register("spacy_elmo_cupy", func=_encode_cupy)
+
+
 def _encode_cupy(obj, chain=None):
     """GPU arrays on docs are written as numpy arrays (Doc.to_bytes, DocBin, n_process)."""
     if type(obj).__module__.startswith("cupy"):
         obj = obj.get()
     return obj if chain is None else chain(obj)
-
-
-install_extensions()
 
 
 VECTOR_LAYERS = ("top", "average", "mix")
@@ -369,29 +386,86 @@ def restore_vector_hooks(doc: Doc) -> Doc:
     return doc
 
 
-# The methods by which docs come back from bytes, wrapped to restore the hooks of each doc.
-_RESTORING = ((Language, "pipe"), (DocBin, "get_docs"))
+def install_hook_restoring(nlp: Language) -> None:
+    """Put ELMo's hooks back on the docs of `nlp` (a pipeline whose `elmo` sets vector hooks)
+    that come back from bytes: those `nlp.pipe` yields (from `n_process` workers, which do not
+    warn W109 where the process forks them) and those `DocBin.get_docs(nlp.vocab)` reads.
+    Other pipelines are left as they are; idempotent."""
+    install_extensions()
+    if not isinstance(nlp.__dict__.get("pipe"), PipeRestoringHooks):
+        nlp.pipe = PipeRestoringHooks(nlp)  # an attribute of this nlp: Language is unchanged
+    _register_fork_hook()
+    if not getattr(DocBin.get_docs, "restores_elmo_hooks", False):
+        DocBin.get_docs = _get_docs_restoring_hooks(DocBin.get_docs)
 
 
-def install_hook_restoring() -> None:
-    """Wrap `Language.pipe` (docs from `n_process` workers) and `DocBin.get_docs` so that every
-    doc they yield gets its ELMo hooks back (`restore_vector_hooks`); idempotent."""
-    for owner, name in _RESTORING:
-        method = getattr(owner, name)
-        if not getattr(method, "restores_elmo_hooks", False):
-            setattr(owner, name, _restoring_hooks(method))
+# The pipelines that restore ELMo's hooks (`PipeRestoringHooks`): `DocBin.get_docs` restores
+# the docs read with the vocab of one of them (kept by pipeline: a Vocab takes no weak reference).
+_RESTORING_PIPELINES: "weakref.WeakSet[Language]" = weakref.WeakSet()
+# Set in the thread that runs a restoring `nlp.pipe` while it starts its workers.
+_STARTING_WORKERS = threading.local()
 
 
-def _restoring_hooks(method: Callable) -> Callable:
-    @functools.wraps(method)
-    def wrapper(*args, **kwargs):
-        for item in method(*args, **kwargs):
-            # Language.pipe(as_tuples=True) yields (doc, context)
-            restore_vector_hooks(item[0] if isinstance(item, tuple) else item)
-            yield item
+class PipeRestoringHooks:
+    """`nlp.pipe` of a pipeline whose `elmo` sets vector hooks: spaCy's `Language.pipe`, each
+    doc it yields with ELMo's hooks put back (docs from `n_process` workers come as bytes)."""
+
+    def __init__(self, nlp: Language) -> None:
+        self.nlp = nlp
+        _RESTORING_PIPELINES.add(nlp)
+
+    def __setstate__(self, state: dict) -> None:  # a pickled or copied pipeline
+        self.__dict__.update(state)
+        _RESTORING_PIPELINES.add(self.nlp)
+
+    def __call__(self, texts, **kwargs) -> Any:
+        docs = type(self.nlp).pipe(self.nlp, texts, **kwargs)
+        return self._restoring(docs, forks=kwargs.get("n_process", 1) != 1)
+
+    @staticmethod
+    def _restoring(docs, forks: bool):
+        starting = getattr(_STARTING_WORKERS, "active", False)
+        _STARTING_WORKERS.active = forks or starting
+        try:  # spaCy forks its workers before the first doc comes back
+            item = next(docs, _DONE)
+        finally:
+            _STARTING_WORKERS.active = starting
+        try:
+            while item is not _DONE:
+                # Language.pipe(as_tuples=True) yields (doc, context)
+                restore_vector_hooks(item[0] if isinstance(item, tuple) else item)
+                yield item
+                item = next(docs, _DONE)
+        finally:  # a caller that stops early stops spaCy's workers now
+            docs.close()
+
+
+_DONE = object()
+
+
+@functools.cache
+def _register_fork_hook() -> None:
+    os.register_at_fork(after_in_child=_quiet_w109_in_worker)
+
+
+def _quiet_w109_in_worker() -> None:
+    """In a worker forked by a `PipeRestoringHooks`: no W109 when spaCy sends the docs back as
+    bytes (`Language.pipe`'s worker loop), since their hooks come back in the parent."""
+    if getattr(_STARTING_WORKERS, "active", False):
+        warnings.filterwarnings(
+            "ignore", r"\[W109\]", category=UserWarning, module=r"spacy\.language\Z"
+        )
+
+
+def _get_docs_restoring_hooks(get_docs: Callable) -> Callable:
+    """`DocBin.get_docs`, restoring ELMo's hooks on the docs read with the vocab of a pipeline
+    that restores them; the docs read with other vocabs are spaCy's, untouched."""
+
+    @functools.wraps(get_docs)
+    def wrapper(self: DocBin, vocab, *args, **kwargs):
+        restoring = any(nlp.vocab is vocab for nlp in list(_RESTORING_PIPELINES))
+        for doc in get_docs(self, vocab, *args, **kwargs):
+            yield restore_vector_hooks(doc) if restoring else doc
 
     wrapper.restores_elmo_hooks = True
     return wrapper
-
-
-install_hook_restoring()

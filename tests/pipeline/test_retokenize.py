@@ -4,6 +4,8 @@ token has the original token's layers; checked against NumPy on the layers the b
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from spacy.tokens import Doc, DocBin
@@ -112,6 +114,90 @@ def test_split_pieces_get_the_original_tokens_layers_and_a_merge_is_undone(nlp):
         retokenizer.split(doc[2], ["go", "."], heads=[(doc[2], 1), doc[0]])
     assert [t.text for t in doc] == words
     np.testing.assert_array_equal(doc._.elmo_layers, original)
+
+
+def test_a_merge_split_back_with_its_space_gives_the_words_back(nlp):
+    """ "New York" merged (as `merge_entities` does) and split again, which spaCy allows with
+    the space as a piece of its own: "New" and "York" have their own layers, the space zeros."""
+    words = ["Anna", "met", "New", "York", "bankers", "."]
+    doc = nlp(Doc(nlp.vocab, words=words, spaces=[True, True, True, True, False, False]))
+    original = doc._.elmo_layers.copy()
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[2:4])
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[2], ["New", " ", "York"], heads=[(doc[2], 2), (doc[2], 2), doc[1]])
+    assert [t.text for t in doc] == ["Anna", "met", "New", " ", "York", "bankers", "."]
+    layers = doc._.elmo_layers
+    np.testing.assert_array_equal(layers[:, 2], original[:, 2])  # "New"
+    np.testing.assert_array_equal(layers[:, 4], original[:, 3])  # "York"
+    np.testing.assert_array_equal(layers[:, 3], np.zeros_like(original[:, 0]))  # " "
+    np.testing.assert_array_equal(layers[:, [0, 1, 5, 6]], original[:, [0, 1, 4, 5]])
+    assert doc[3].is_space and doc[3].vector_norm == 0.0
+    np.testing.assert_allclose(doc[4].vector, original[:, 3].astype(np.float64).mean(0), atol=1e-6)
+    no_space = original[:, [0, 1, 2, 3, 4, 5]].astype(np.float64).mean((0, 1))
+    np.testing.assert_allclose(doc.vector, no_space, atol=1e-6)  # the space left out
+    np.testing.assert_allclose(
+        doc[2:5]._.elmo,
+        np.einsum("l,lnd->nd", np.asarray(doc._.elmo_mix_coefficients), layers[:, 2:5]),
+        atol=1e-5,
+    )
+
+
+def reference_layers(text: str, original: list, layers: np.ndarray, doc: Doc) -> np.ndarray:
+    """Each token's mean of the layers of the original tokens of its kind (word or whitespace)
+    that share a character with it, zeros where there are none: character by character."""
+    owner = np.full(len(text), -1)
+    for k, (start, end) in enumerate(original):
+        owner[start:end] = k
+    expected = np.zeros((layers.shape[0], len(doc), layers.shape[2]))
+    for token in doc:
+        space = token.text.isspace()
+        owners = sorted(set(owner[token.idx : token.idx + len(token.text)]) - {-1})
+        same = [k for k in owners if text[original[k][0] : original[k][1]].isspace() == space]
+        if same:
+            expected[:, token.i] = layers[:, same].astype(np.float64).mean(axis=1)
+    return expected
+
+
+def random_retokenising(doc: Doc, rng: random.Random) -> str:
+    """Merge two or three tokens, or split one into pieces at random characters."""
+    splittable = [t for t in doc if len(t.text) > 1]
+    if rng.random() < 0.5 and len(doc) > 1 or not splittable:
+        start = rng.randrange(len(doc) - 1)
+        span = doc[start : start + rng.choice([2, 3])]
+        step = f"merge {span.text!r}"
+        with doc.retokenize() as retokenizer:
+            retokenizer.merge(span)
+        return step
+    token = rng.choice(splittable)
+    cuts = sorted(rng.sample(range(1, len(token.text)), rng.randint(1, len(token.text) - 1)))
+    pieces = [token.text[a:b] for a, b in zip([0] + cuts, cuts + [len(token.text)])]
+    step = f"split {token.text!r} into {pieces}"
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(token, pieces, heads=[(token, 0)] * len(pieces))
+    return step
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_merges_and_splits_in_any_order_keep_every_tokens_own_layers(nlp, seed):
+    words = ["Anna", "met", "New", "York", "bankers", " ", "at", "the", "river", "bank", "\n"]
+    spaces = [True, True, True, True, False, False, True, True, True, False, False]
+    doc = nlp(Doc(nlp.vocab, words=words + ["today", "."], spaces=spaces + [False, False]))
+    original = [(t.idx, t.idx + len(t.text)) for t in doc]
+    layers = doc._.elmo_layers.copy()
+    rng = random.Random(seed)
+    steps = []
+    for _ in range(10):
+        steps.append(random_retokenising(doc, rng))
+        expected = reference_layers(doc.text, original, layers, doc)
+        np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, err_msg=str(steps))
+        for token in doc:  # a token that is one of the original tokens: its own layers
+            if (token.idx, token.idx + len(token.text)) in original:
+                k = original.index((token.idx, token.idx + len(token.text)))
+                np.testing.assert_array_equal(token._.elmo_layers, layers[:, k], str(steps))
+        words = [t.i for t in doc if not t.is_space]
+        mean = expected[:, words].mean((0, 1)) if words else np.zeros(layers.shape[2])
+        np.testing.assert_allclose(doc.vector, mean, atol=1e-6, err_msg=str(steps))
 
 
 def test_whitespace_tokens_are_left_out_of_a_merge(nlp):

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import subprocess
 import sys
 import warnings
@@ -254,6 +255,24 @@ def test_docs_from_a_docbin_get_elmo_vectors_back(hooked):
 
 
 @pytest.mark.filterwarnings("ignore:.*W109")
+def test_a_copied_pipeline_restores_the_hooks_and_others_are_left_to_spacy(bilm_dir):
+    """A pickled pipeline keeps its own `pipe` and restores docs read with its vocab; docs read
+    with the vocab of a pipeline without vector hooks stay spaCy's."""
+    nlp = tiny_nlp(bilm_dir, vector_hooks=True)
+    nlp.initialize()
+    copy = pickle.loads(pickle.dumps(nlp))
+    data = DocBin(store_user_data=True, docs=[nlp(text) for text in TEXTS]).to_bytes()
+    assert_elmo_vectors(list(DocBin().from_bytes(data).get_docs(copy.vocab)), "top")
+    assert_elmo_vectors(list(copy.pipe(TEXTS, n_process=2, batch_size=1)), "top")
+    plain = tiny_nlp(bilm_dir)
+    assert "pipe" not in vars(plain)
+    docs = list(DocBin().from_bytes(data).get_docs(plain.vocab))
+    assert not any(doc.user_token_hooks for doc in docs)
+    assert docs[0]._.elmo_layers is not None  # the first read of an extension restores them
+    assert "vector" in docs[0].user_token_hooks
+
+
+@pytest.mark.filterwarnings("ignore:.*W109")
 def test_a_doc_from_bytes_gets_its_hooks_back_at_its_first_elmo_read(hooked):
     nlp, vector_layer = hooked
     docs = [Doc(nlp.vocab).from_bytes(nlp(text).to_bytes()) for text in TEXTS]
@@ -302,3 +321,62 @@ def test_a_loaded_pipeline_gives_elmo_similarity_after_n_process_and_docbin(bilm
         similarity, dot = map(float, line.split())
         assert similarity == pytest.approx(expected, rel=1e-5) and similarity < 0.9999
         assert dot == pytest.approx(float(a @ b), rel=1e-4)
+
+
+WORKER_WARNINGS = r"""
+import sys
+import numpy
+import spacy
+from spacy.language import Language
+
+
+@Language.component("user_hooks")
+def user_hooks(doc):
+    doc.user_hooks["has_vector"] = lambda doc: True  # a hook that no pipeline puts back
+    return doc
+
+
+texts = ["the river bank", "the investment bank"]
+hooked = spacy.load(sys.argv[1])
+river, money = hooked.pipe(texts, n_process=2, batch_size=1)
+similarity = river[2].similarity(money[2])  # before any read of an extension
+a, b = river._.elmo_layers[-1, 2].astype("float64"), money._.elmo_layers[-1, 2].astype("float64")
+print(similarity, a @ b / (numpy.linalg.norm(a) * numpy.linalg.norm(b)))
+print("-- to_bytes", file=sys.stderr, flush=True)
+river.to_bytes()
+print("-- other hooks", file=sys.stderr, flush=True)
+other = spacy.load(sys.argv[1], config={"components": {"elmo": {"vector_hooks": False}}})
+other.add_pipe("user_hooks")
+list(other.pipe(texts, n_process=2, batch_size=1))
+print("-- hooked again", file=sys.stderr, flush=True)
+list(hooked.pipe(texts, n_process=2, batch_size=1))
+"""
+
+
+def test_n_process_workers_warn_w109_only_where_the_hooks_do_not_come_back(bilm_dir, tmp_path):
+    """In a fresh process (the workers' stderr is the process's): a pipeline with vector hooks
+    runs `nlp.pipe(n_process=2)` without W109 and its docs' similarity is ELMo's cosine; W109
+    stays where the hooks are lost: `doc.to_bytes()`, and workers of a pipeline whose docs
+    carry hooks of its own that nothing puts back."""
+    nlp = tiny_nlp(bilm_dir, vector_hooks=True)
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipeline")
+    run = subprocess.run(
+        [sys.executable, "-c", WORKER_WARNINGS, str(tmp_path / "pipeline")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    similarity, cosine_of_layers = map(float, run.stdout.split())
+    assert similarity == pytest.approx(cosine_of_layers, rel=1e-5) and similarity < 0.9999
+    sections = re.split(r"^-- ", run.stderr, flags=re.MULTILINE)
+    assert [section.split("\n")[0] for section in sections[1:]] == [
+        "to_bytes",
+        "other hooks",
+        "hooked again",
+    ], run.stderr
+    hooked, to_bytes, other, hooked_again = (section.count("[W109]") for section in sections)
+    assert hooked == 0 and hooked_again == 0, run.stderr
+    assert to_bytes == 1, run.stderr
+    assert other >= 1, run.stderr  # each worker's first doc
