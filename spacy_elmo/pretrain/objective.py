@@ -17,7 +17,6 @@ from ..bilm.lm_head import LMHead
 from ..weights.sources import resolve_source
 from ..weights.tensors import check_weights, read_safetensors
 from .distill import DistillationHeads
-from .teacher import TeacherHead
 from .vocab import Vocab
 
 # exp() of more overflows a float: the largest mean NLL (nats a token) a perplexity can have.
@@ -33,30 +32,24 @@ class LanguageModel(nn.Module):
         head: LMHead,
         dropout: float,
         distill: Optional[DistillationHeads] = None,
-        teacher: Optional[TeacherHead] = None,
     ) -> None:
         super().__init__()
         self.bilm = bilm
         self.head = head
         self.dropout = dropout
         self.distill = distill
-        self.teacher = teacher
 
     def forward(
         self,
         char_ids: torch.Tensor,
         target_ids: torch.Tensor,
         vector_rows: Optional[torch.Tensor] = None,
-        teacher_targets: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """(4,) tensor: forward NLL sum, forward count, backward NLL sum, backward count.
 
         `target_ids` (batch, time + 2) holds the word ids of <S> w_1 .. w_n </S>, -1 after.
-        With distillation heads and `vector_rows` (static-vector rows of the same positions)
-        or a teacher head and `teacher_targets` ((batch, time + 2, dim), NaN where none),
-        (10,): then the token and context cosine-distance sums and counts (`distill.py`; zeros
-        without them) and the teacher's cosine-distance sum and count (`teacher.py`; zeros
-        without it).
+        With distillation heads and `vector_rows` (static-vector rows of the same positions),
+        (8,): then the token and context cosine-distance sums and counts (`distill.py`).
         """
         acts = self.bilm.activations(char_ids)
         top_forward = F.dropout(acts.forward[-1], self.dropout, self.training)
@@ -80,20 +73,12 @@ class LanguageModel(nn.Module):
                 backward_valid.sum().to(backward_nll.dtype),
             ]
         )
-        use_distill = self.distill is not None and vector_rows is not None
-        use_teacher = self.teacher is not None and teacher_targets is not None
-        if not (use_distill or use_teacher):
+        if self.distill is None or vector_rows is None:
             return sums
-        distances = torch.zeros(6, dtype=sums.dtype, device=sums.device)
-        if use_distill:
-            distances[:4] = self.distill.losses(
-                acts.token_embeddings, top_forward, top_backward, vector_rows
-            )
-        if use_teacher:
-            distances[4:] = self.teacher.losses(
-                acts.forward, acts.backward, teacher_targets, self.dropout
-            )
-        return torch.cat([sums, distances])
+        distances = self.distill.losses(
+            acts.token_embeddings, top_forward, top_backward, vector_rows
+        )
+        return torch.cat([sums, distances.to(sums.dtype)])
 
 
 def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
@@ -106,17 +91,13 @@ def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
     return targets
 
 
-def mean_loss(
-    sums: torch.Tensor, vectors_weight: float, teacher_weight: float = 0.0
-) -> torch.Tensor:
+def mean_loss(sums: torch.Tensor, vectors_weight: float) -> torch.Tensor:
     """The training loss from `LanguageModel`'s sums: the mean NLL of both LMs, plus
-    `vectors_weight` times the mean static-vector cosine distances and `teacher_weight` times
-    the mean teacher cosine distance (10 sums; a part without targets adds 0)."""
+    `vectors_weight` times the mean static-vector cosine distances (8 sums)."""
     loss = (sums[0] / sums[1].clamp(min=1) + sums[2] / sums[3].clamp(min=1)) / 2
     if sums.shape[0] > 4:
         distance = sums[4] / sums[5].clamp(min=1) + sums[6] / sums[7].clamp(min=1)
         loss = loss + vectors_weight * distance
-        loss = loss + teacher_weight * (sums[8] / sums[9].clamp(min=1))
     return loss
 
 

@@ -63,8 +63,6 @@ from .objective import (
 from .objective import perplexity_of as _perplexity
 from .presets import preset
 from .rundir import RunDirectoryLock, prepare_run_directory
-from .teacher import Teacher, TeacherHead
-from .teacher_store import TeacherStore, build_store, wait_for_store
 from .vocab import Vocab
 
 logger = logging.getLogger("spacy_elmo.pretrain")
@@ -209,7 +207,6 @@ class Pretrainer:
         self.dev_path = self.work / "corpus" / "dev.txt"
         if self.is_main and next(read_sentences(self.dev_path), None) is None:
             raise ValueError(f"the held-out file {self.dev_path} has no sentences")
-        self.teacher_store = self._teacher_store() if config.teacher else None
 
         init_vocab = init_head = None
         bilm: Optional[BiLM] = None
@@ -247,14 +244,8 @@ class Pretrainer:
         if config.static_vectors:
             self.static_vectors = StaticVectors.from_spacy(config.static_vectors)
             distill = DistillationHeads(options.projection_dim, self.static_vectors.table)
-        teacher_head = None
-        if self.teacher_store is not None:
-            teacher_head = TeacherHead(
-                options.n_layers, options.projection_dim, self.teacher_store.dim
-            )
-        self.model = LanguageModel(bilm, head, config.dropout, distill, teacher_head)
+        self.model = LanguageModel(bilm, head, config.dropout, distill)
         self.model.to(self.device)
-        self.aux_sums = distill is not None or teacher_head is not None
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
@@ -297,20 +288,6 @@ class Pretrainer:
     def _placement(self) -> dict[str, Any]:
         """Where this part of the run happens: the PLACEMENT settings (threads as set)."""
         return {**{name: getattr(self.config, name) for name in PLACEMENT}, "threads": self.threads}
-
-    def _teacher_store(self) -> TeacherStore:
-        """The teacher's vectors of the training corpus: made (or finished) by rank 0 before
-        training, then opened read-only by every rank."""
-        config = self.config
-        store = Path(config.teacher_store) if config.teacher_store else self.work / "teacher"
-        if self.is_main:
-            teacher = Teacher.load(config.teacher, config.teacher_layer)
-            build_store(store, self.train_path, teacher, config.teacher_store_max_gb)
-            del teacher
-        else:
-            wait_for_store(store)  # no collective: building may outlast a barrier's timeout
-        self._barrier()
-        return TeacherStore(store)
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
         """Weights, optimizer, scheduler and RNG state from a checked checkpoint."""
@@ -364,19 +341,16 @@ class Pretrainer:
     def _loss(
         self, sentences: list[list[str]], module: nn.Module, aux: bool = True
     ) -> torch.Tensor:
-        """The sums of `LanguageModel` for a batch; `aux=False`: the language models' only
-        (held-out text has no teacher vectors)."""
+        """The sums of `LanguageModel` for a batch; `aux=False`: the language models' only."""
         char_ids = batch_to_ids(sentences).to(self.device)
         targets = target_tensor(sentences, self.vocab).to(self.device)
-        rows = teacher_targets = None
+        rows = None
         if aux and self.static_vectors is not None:
             rows = self.static_vectors.target_rows(sentences).to(self.device)
-        if aux and self.teacher_store is not None:
-            teacher_targets = self.teacher_store.targets(sentences).to(self.device)
         with torch.autocast(
             self.device.type, dtype=torch.bfloat16, enabled=self.config.mixed_precision
         ):
-            return module(char_ids, targets, rows, teacher_targets).float()
+            return module(char_ids, targets, rows).float()
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, Any]:
@@ -388,7 +362,7 @@ class Pretrainer:
         previous = {number: signal.signal(number, self._request_stop) for number in STOP_SIGNALS}
         bar = tqdm(total=config.max_steps, initial=self.step, disable=not self.is_main, unit="step")
         window_tokens, window_start = 0, time.perf_counter()
-        window_nll = torch.zeros(10 if self.aux_sums else 4)
+        window_nll = torch.zeros(8 if self.static_vectors is not None else 4)
         epoch = 0
         try:
             batches = self._my_batches()
@@ -397,7 +371,7 @@ class Pretrainer:
                 epoch, sentences = next(batches)
                 self.model.train()
                 sums = self._loss(sentences, self.train_module)
-                loss = mean_loss(sums, config.vectors_weight, config.teacher_weight)
+                loss = mean_loss(sums, config.vectors_weight)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -432,10 +406,6 @@ class Pretrainer:
                         record["token_cosine"] = (window_nll[4] / window_nll[5].clamp(min=1)).item()
                         record["context_cosine"] = (
                             window_nll[6] / window_nll[7].clamp(min=1)
-                        ).item()
-                    if self.teacher_store is not None:
-                        record["teacher_cosine"] = (
-                            window_nll[8] / window_nll[9].clamp(min=1)
                         ).item()
                     bar.set_postfix(
                         loss=f"{math.log(ppl):.3f}",
@@ -802,15 +772,6 @@ def check_sources(config: PretrainConfig) -> None:
             spacy.util.get_lang_class(config.lang)
         except ImportError as err:
             raise ValueError(f"lang {config.lang!r}: {str(err).splitlines()[0]}") from None
-    if (
-        config.teacher
-        and not Path(config.teacher).exists()
-        and not spacy.util.is_package(config.teacher)
-    ):
-        raise ValueError(
-            f"teacher {config.teacher}: not a Hugging Face model folder, a pipeline directory or "
-            f"an installed spaCy pipeline"
-        )
     vectors = config.static_vectors
     if vectors and not (spacy.util.is_package(vectors) or Path(vectors).is_dir()):
         raise ValueError(

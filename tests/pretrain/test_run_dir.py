@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -22,7 +23,7 @@ from spacy_elmo.pretrain.rundir import RunDirectoryLock
 from spacy_elmo.pretrain.trainer import Pretrainer
 
 from ..test_faults import Exploit, malicious_pickle
-from .test_pretrain import cli_args, tiny_config, write_corpus
+from .test_pretrain import cli_args, tiny_config, weights_of, write_corpus
 
 
 def short_config(tmp_path: Path, corpus: Path, **changes) -> PretrainConfig:
@@ -83,6 +84,37 @@ def test_a_checkpoint_of_the_earlier_layout_still_resumes(finished_run):
     torch.save(state, path)
     summary = pretrain(replace(config, max_steps=6), resume=True)
     assert summary["steps"] == 6
+
+
+# What a checkpoint of the version with the transformer teacher holds for a run without one.
+TEACHER_SETTINGS = {
+    "teacher": None,
+    "teacher_layer": -1,
+    "teacher_weight": 1.0,
+    "teacher_store": None,
+    "teacher_store_max_gb": 20.0,
+}
+
+
+def test_a_checkpoint_with_the_retired_teacher_settings_resumes(finished_run, tmp_path):
+    """A run without a teacher resumes from a checkpoint that names the teacher's settings, to
+    the same weights as from one that does not; a run with a teacher is refused."""
+    config, run = finished_run
+    other = tmp_path / "copy"
+    shutil.copytree(run, other)
+    path = run / "checkpoints" / "last.pt"
+    state = torch.load(path, weights_only=True)
+    state["config"].update(TEACHER_SETTINGS)
+    torch.save(state, path)
+    pretrain(replace(config, max_steps=6), resume=True)
+    pretrain(replace(config, output=str(other), max_steps=6), resume=True)
+    resumed, reference = weights_of(run), weights_of(other)
+    assert resumed.keys() == reference.keys()
+    assert all(torch.equal(resumed[name], reference[name]) for name in reference)
+    state["config"]["teacher"] = "assets/minilm/all-MiniLM-L6-v2"
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="a run with a transformer teacher .* no longer has"):
+        pretrain(replace(config, max_steps=8), resume=True)
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated", "nan"])
