@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Collection, Optional
 
 from ..bilm import BiLMOptions
+from ..weights.sources import resolve_source
 from .presets import preset
 
 DEFAULT_MAX_STEPS = 10000
@@ -213,3 +214,35 @@ def _same_setting(name: str, old: Any, new: Any) -> bool:
     if name == "init_from" and old is not None and new is not None:
         return os.path.realpath(old) == os.path.realpath(new)
     return old == new
+
+
+def check_sources(config: PretrainConfig) -> None:
+    """Raise ValueError / FileNotFoundError for an input, held-out text, biLM to adapt or
+    static-vectors pipeline that is not there, so that nothing is written for a run that
+    cannot start."""
+    import spacy
+
+    if config.options is None:
+        preset(config.preset)  # an unknown name is refused here
+    for setting in ("inputs", "dev"):
+        for item in getattr(config, setting):
+            if not Path(item).exists():
+                raise FileNotFoundError(f"pretraining {setting} {item} does not exist")
+    if config.init_from:
+        resolve_source(config.init_from)
+    if config.pipeline and not (
+        spacy.util.is_package(config.pipeline) or Path(config.pipeline).is_dir()
+    ):
+        raise ValueError(
+            f"pipeline {config.pipeline!r}: not an installed spaCy pipeline or a pipeline directory"
+        )
+    if not config.pretokenized and config.pipeline is None:
+        try:
+            spacy.util.get_lang_class(config.lang)
+        except ImportError as err:
+            raise ValueError(f"lang {config.lang!r}: {str(err).splitlines()[0]}") from None
+    vectors = config.static_vectors
+    if vectors and not (spacy.util.is_package(vectors) or Path(vectors).is_dir()):
+        raise ValueError(
+            f"static_vectors {vectors}: not an installed spaCy pipeline or a pipeline directory"
+        )

@@ -12,144 +12,63 @@ Under `torchrun` it trains with DistributedDataParallel, rank r taking every r-t
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Collection, Iterator, NoReturn, Optional
 
 import torch
 from torch import nn
 
-from ..bilm import BiLM, BiLMOptions, batch_to_ids
+from ..bilm import BiLM, batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.lm_head import LMHead
 from ..util import threads as cpu_threads
-from ..util.files import write_text
-from ..weights.sources import resolve_source
-from ..weights.tensors import write_safetensors
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import (
     DEFAULT_MAX_STEPS,
     PretrainConfig,
     build_options,
+    check_sources,
     moved_settings,
     resumed_config,
     warmup_longer_than_run,
 )
-from .corpus import (
-    SkippedLines,
-    iter_batches,
-    iter_input_files,
-    pretokenized_splitter,
-    read_sentences,
-    spacy_sentence_splitter,
-    write_tokenized,
-)
+from .corpus import SKIPPED, iter_batches, prepare_corpus, read_sentences
 from .distill import DistillationHeads, StaticVectors
-from .objective import (
-    MAX_LOG_FLOAT,
-    LanguageModel,
-    load_head,
-    load_init_model,
-    mean_loss,
-    target_tensor,
+from .divergence import (
+    DIVERGED,
+    divergence_error,
+    held_out_problem,
+    remedies_after_divergence,
+    step_problem,
+    weights_problem,
 )
+from .memory import check_memory
+from .objective import LanguageModel, load_head, load_init_model, mean_loss, target_tensor
 from .objective import perplexity_of as _perplexity
-from .presets import preset
+from .records import (
+    METRICS,
+    PLACEMENT,
+    TrainWindow,
+    append_metrics,
+    ran_with,
+    read_skipped,
+    truncate_metrics,
+    write_outputs,
+)
 from .rundir import RunDirectoryLock, prepare_run_directory
 from .vocab import Vocab
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
 CHECKPOINT = "checkpoints/last.pt"
-METRICS = "metrics.jsonl"
-SKIPPED = "corpus/skipped.json"  # the input lines that were not text, by file
-# Written when a run diverges (the step, loss, gradient norm, learning rate and the step of the
-# checkpoint kept); removed by the next checkpoint. While it is there, a resumed run may change
-# the settings that tame a divergence.
-DIVERGED = "checkpoints/diverged.json"
-DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
-# Where each part of a run happened (a resumed run may change them): model/pretrain.json's
-# "ran_with" lists them by the step each part started at.
-PLACEMENT = ("threads", "gpu_id", "max_memory_gb")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# A mean NLL (nats a token) past this has a perplexity no float holds (exp overflows): counted
-# as a divergence like NaN, as no model reaches it that has not blown up (uniform guessing over
-# V words costs ln V, about 11 nats for 50,000).
-MAX_LOSS = MAX_LOG_FLOAT
-
-
-class TrainingDiverged(ValueError):
-    """A non-finite loss, gradient, weight or held-out loss: the run stopped before writing it."""
-
-
-# ---------------------------------------------------------------------- set-up
-def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
-    """Tokenise the inputs once into work/corpus/{train,dev}.txt (skipped when present)."""
-    train, dev = work / "corpus" / "train.txt", work / "corpus" / "dev.txt"
-    if train.exists() and dev.exists():
-        return train, dev
-    splitter = (
-        pretokenized_splitter
-        if config.pretokenized
-        else spacy_sentence_splitter(config.lang, config.pipeline)
-    )
-    files = iter_input_files(config.inputs)
-    if not files:
-        raise ValueError(f"no usable text files in {', '.join(config.inputs)}")
-    skipped = SkippedLines()  # lines that are not text: warned about, counted in the summary
-    limit = config.max_sentence_tokens
-    if config.dev:
-        dev_files = iter_input_files(config.dev)
-        write_tokenized(files, train, splitter, limit, skipped=skipped)
-        write_tokenized(dev_files, dev, splitter, limit, skipped=skipped)
-    else:
-        write_tokenized(files, train, splitter, limit, dev, config.dev_every, skipped=skipped)
-    write_text(work / SKIPPED, json.dumps(skipped.to_dict(), indent=2) + "\n")
-    return train, dev
-
-
-def estimate_memory_bytes(options: BiLMOptions, vocab_size: int, batch_tokens: int) -> int:
-    """A generous estimate of training memory: weights, grads, Adam moments, activations."""
-    head_params = options.projection_dim * min(vocab_size, 2 * 10**4) + vocab_size * 64
-    params = options.n_parameters() + head_params
-    d, p, f = options.lstm_dim, options.projection_dim, options.n_filters
-    per_token = 2 * options.n_layers * (9 * d + 4 * p)  # gates, cell, tanh, outputs, grads
-    per_token += 50 * f // 2 + 8 * f + 4 * p  # conv maps of distinct tokens, highway
-    per_token += 2 * 2 * 2100  # head logits, both directions
-    return params * 4 * 4 + batch_tokens * per_token * 4 * 3
-
-
-def available_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    with open("/proc/meminfo") as handle:
-        for line in handle:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 2**62  # pragma: no cover - non-Linux
-
-
-def check_memory(config: PretrainConfig, options: BiLMOptions, vocab_size: int, device) -> None:
-    need = estimate_memory_bytes(options, vocab_size, config.batch_tokens)
-    have = (
-        int(config.max_memory_gb * 2**30)
-        if config.max_memory_gb is not None
-        else available_memory_bytes(device)
-    )
-    if need > have:
-        raise ValueError(
-            f"this architecture ({options.n_parameters():,} biLM parameters, D={options.lstm_dim}, "
-            f"P={options.projection_dim}) with batch_tokens={config.batch_tokens} needs about "
-            f"{need / 2**30:.1f} GiB but only {have / 2**30:.1f} GiB is available; use a smaller "
-            f"preset, fewer batch tokens or a bigger machine"
-        )
 
 
 # ---------------------------------------------------------------------- the run
@@ -177,7 +96,7 @@ class Pretrainer:
         if resume:
             path = self.work / CHECKPOINT
             checkpoint = load_checkpoint(path)
-            saved, remedied = _remedies_after_divergence(
+            saved, remedied = remedies_after_divergence(
                 checkpoint["config"], config, self.work / DIVERGED, explicit
             )
             config = resumed_config(saved, config, path, explicit)
@@ -269,8 +188,8 @@ class Pretrainer:
                     ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in moved.items()),
                 )
             if self.is_main:
-                _truncate_metrics(self.work / METRICS, self.step)
-        self.ran_with = _ran_with(checkpoint, self.step, self._placement())
+                truncate_metrics(self.work / METRICS, self.step)
+        self.ran_with = ran_with(checkpoint, self.step, self._placement())
         self.train_module: nn.Module = self.model
         if self.distributed:
             # The adaptive softmax leaves the tail clusters without a target in a batch unused:
@@ -361,8 +280,7 @@ class Pretrainer:
         # checkpoint and return; the command then exits with 130 or 143.
         previous = {number: signal.signal(number, self._request_stop) for number in STOP_SIGNALS}
         bar = tqdm(total=config.max_steps, initial=self.step, disable=not self.is_main, unit="step")
-        window_tokens, window_start = 0, time.perf_counter()
-        window_nll = torch.zeros(8 if self.static_vectors is not None else 4)
+        window = TrainWindow(8 if self.static_vectors is not None else 4)
         epoch = 0
         try:
             batches = self._my_batches()
@@ -383,30 +301,18 @@ class Pretrainer:
                 self.step += 1
                 n_tokens = sum(len(s) for s in sentences) * self.world
                 self.tokens_seen += n_tokens
-                window_tokens += n_tokens
-                window_nll += sums.detach().cpu()
+                window.add(n_tokens, sums)
                 self.train_seconds += time.perf_counter() - start
                 bar.update(1)
                 if self.step % config.log_every == 0 or self.step == config.max_steps:
-                    elapsed = time.perf_counter() - window_start
-                    ppl = _perplexity(
-                        (window_nll[0] + window_nll[2]).item(),
-                        (window_nll[1] + window_nll[3]).item(),
+                    record = window.record(
+                        self.step,
+                        epoch,
+                        self.tokens_seen,
+                        self.scheduler.get_last_lr()[0],
+                        self.train_seconds,
                     )
-                    record = {
-                        "step": self.step,
-                        "epoch": epoch,
-                        "tokens": self.tokens_seen,
-                        "train_ppl": ppl,
-                        "lr": self.scheduler.get_last_lr()[0],
-                        "tokens_per_s": window_tokens / max(elapsed, 1e-9),
-                        "train_seconds": self.train_seconds,
-                    }
-                    if self.static_vectors is not None:
-                        record["token_cosine"] = (window_nll[4] / window_nll[5].clamp(min=1)).item()
-                        record["context_cosine"] = (
-                            window_nll[6] / window_nll[7].clamp(min=1)
-                        ).item()
+                    ppl = record["train_ppl"]
                     bar.set_postfix(
                         loss=f"{math.log(ppl):.3f}",
                         ppl=f"{ppl:.1f}",
@@ -414,8 +320,6 @@ class Pretrainer:
                     )
                     self._log(record)
                     self.last_train_ppl = ppl
-                    window_tokens, window_start = 0, time.perf_counter()
-                    window_nll = torch.zeros_like(window_nll)
                 if self.step % config.eval_every == 0 or self.step == config.max_steps:
                     held_out = self.evaluate()
                     self._log({"step": self.step, **held_out})
@@ -465,74 +369,39 @@ class Pretrainer:
     def _check_step(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
         """TrainingDiverged when the loss or the gradient norm is not finite on any rank
         (called before the optimizer's step, which would write them into the weights)."""
-        values = torch.stack([loss.detach().float(), grad_norm.detach().float().to(loss.device)])
-        loss_value, norm_value = values.tolist()
-        bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
-        if self._any_rank(bad or loss_value > MAX_LOSS):
-            self._diverged(
-                f"the loss is {loss_value:.6g} (nats a token) and the gradient norm "
-                f"{norm_value:.6g}",
-                self.step + 1,
-            )
+        bad, what = step_problem(loss, grad_norm)
+        if self._any_rank(bad):
+            self._diverged(what, self.step + 1)
 
     def _check_held_out(self, held_out: dict[str, float]) -> None:
         """TrainingDiverged when the held-out perplexity (rank 0's) is not finite."""
-        bad = not all(math.isfinite(value) for value in held_out.values())
+        bad, what = held_out_problem(held_out)
         if self._any_rank(bad):
-            self._diverged(f"the held-out perplexity is {held_out.get('dev_ppl', 'not finite')}")
+            self._diverged(what)
 
     def _check_weights(self) -> None:
         """TrainingDiverged when a weight or an optimizer moment is not finite."""
-        bad = None
-        for name, weight in self.model.named_parameters():
-            if not bool(torch.isfinite(weight).all()):
-                bad = f"weight '{name}' holds NaN or inf"
-                break
-            for key, moment in self.optimizer.state.get(weight, {}).items():
-                finite = not moment.is_floating_point() or bool(torch.isfinite(moment).all())
-                if not finite:
-                    bad = f"the optimizer's '{key}' of weight '{name}' holds NaN or inf"
-                    break
-            if bad:
-                break
+        bad = weights_problem(self.model, self.optimizer)
         if self._any_rank(bad is not None):
             self._diverged(bad or "a weight on another rank holds NaN or inf")
 
     def _diverged(self, what: str, step: Optional[int] = None) -> NoReturn:
         """Stop the run: record the divergence beside the checkpoint, which is kept as it was,
         and raise TrainingDiverged saying how to continue."""
-        step = self.step if step is None else step
-        rate = self.scheduler.get_last_lr()[0]
-        kept = self.checkpoint_step
-        if self.is_main:
-            record = {"step": step, "what": what, "learning_rate": rate, "checkpoint_step": kept}
-            write_text(self.work / DIVERGED, json.dumps(record) + "\n")
-        rates = (self.config.learning_rate / 10, DEFAULT_LEARNING_RATE)
-        lower = f"{min(rates):.3g}"
-        if kept is None:
-            advice = (
-                f"no checkpoint was written before it (checkpoint_every is "
-                f"{self.config.checkpoint_every}): start the run again (overwrite it) with a lower "
-                f"learning_rate (e.g. {lower}) or more warmup_steps"
-            )
-        else:
-            ppl = self.checkpoint_ppl
-            advice = (
-                f"the checkpoint of step {kept} ({self.work / CHECKPOINT}"
-                f"{f', training perplexity {ppl:.4g} when written' if ppl is not None else ''}) "
-                f"is kept: resume the run from it with a lower learning_rate (e.g. {lower}); after "
-                f"a divergence a resumed run may change {', '.join(DIVERGENCE_REMEDIES)} (with the "
-                f"same settings it replays the same batches and diverges again)"
-            )
-        raise TrainingDiverged(
-            f"training diverged at step {step}: {what} (learning rate {rate:.3g}); no model was "
-            f"written; {advice}"
+        raise divergence_error(
+            self.config,
+            what,
+            self.step if step is None else step,
+            self.scheduler.get_last_lr()[0],
+            self.checkpoint_step,
+            self.checkpoint_ppl,
+            self.work / CHECKPOINT,
+            self.work / DIVERGED if self.is_main else None,
         )
 
     def _log(self, record: dict[str, Any]) -> None:
         if self.is_main:
-            with (self.work / METRICS).open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+            append_metrics(self.work / METRICS, record)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -610,12 +479,7 @@ class Pretrainer:
                 self.config.learning_rate,
             )
         if self.is_main:
-            model_dir = self.work / "model"
             bilm = self.model.bilm
-            bilm.eval()
-            bilm.save(model_dir)
-            write_safetensors(self.model.head.state_dict(), model_dir / "lm_head.safetensors")
-            self.vocab.to_file(model_dir / "vocab.txt")
             summary.update(
                 {
                     "options": bilm.options.to_dict(),
@@ -627,23 +491,10 @@ class Pretrainer:
                     "world_size": self.world,
                     "ran_with": self.ran_with,
                     **final_eval,
-                    **_read_skipped(self.work / SKIPPED),
+                    **read_skipped(self.work / SKIPPED),
                 }
             )
-            write_text(model_dir / "pretrain.json", json.dumps(summary, indent=2) + "\n")
-            if self.config.export_allennlp:
-                bilm.to_allennlp(
-                    self.work / "allennlp" / "options.json", self.work / "allennlp" / "weights.hdf5"
-                )
-            try:
-                from .plot import plot_metrics
-
-                title = f"biLM pretraining: {self.work.name}"
-                if self.config.init_from:
-                    title += f", continued from {Path(self.config.init_from).name}"
-                plot_metrics(self.work / METRICS, self.work / "perplexity.png", title=title)
-            except ImportError:
-                logger.warning("matplotlib is not installed: no perplexity plot")
+            write_outputs(self.work, self.config, self.model, self.vocab, summary)
         self._barrier()
         return summary
 
@@ -657,126 +508,6 @@ class Pretrainer:
         gathered = [torch.zeros_like(local) for _ in range(self.world)]
         torch.distributed.all_gather(gathered, local)
         return [g.item() for g in gathered]  # .item() moves each to the host
-
-
-DEFAULT_LEARNING_RATE = next(f.default for f in fields(PretrainConfig) if f.name == "learning_rate")
-
-
-def _read_skipped(path: Path) -> dict[str, Any]:
-    """The count of input lines skipped as not text (corpus/skipped.json), if recorded."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(record, dict) or not isinstance(record.get("skipped_lines"), int):
-        return {}
-    return {"skipped_lines": record["skipped_lines"]}
-
-
-def _remedies_after_divergence(
-    saved: dict[str, Any],
-    given: PretrainConfig,
-    marker: Path,
-    explicit: Optional[Collection[str]],
-) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
-    """The checkpoint's settings with the DIVERGENCE_REMEDIES given for this resume, when the
-    run diverged after that checkpoint (`marker` exists); and {setting: (old, new)} changed."""
-    if not marker.exists():
-        return saved, {}
-    changed = {}
-    for name in DIVERGENCE_REMEDIES:
-        if explicit is not None and name not in explicit:
-            continue
-        old, new = saved.get(name), getattr(given, name)
-        if old != new:
-            changed[name] = (old, new)
-    return {**saved, **{name: new for name, (_, new) in changed.items()}}, changed
-
-
-def _ran_with(
-    checkpoint: Optional[dict[str, Any]], step: int, placement: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """The run's parts: [{"step": where a part starts, **its PLACEMENT}], from the checkpoint's
-    record (a checkpoint without one: its settings from step 0) with this part added when it
-    runs elsewhere than the last one did."""
-    if checkpoint is None:
-        return [{"step": 0, **placement}]
-    record = checkpoint.get("ran_with")
-    plain = (int, float, type(None))
-    if not (
-        isinstance(record, list)
-        and record
-        and all(
-            isinstance(part, dict)
-            and isinstance(part.get("step"), int)
-            and all(isinstance(k, str) and isinstance(v, plain) for k, v in part.items())
-            for part in record
-        )
-    ):
-        saved = checkpoint["config"]
-        record = [{"step": 0, **{name: saved.get(name) for name in PLACEMENT}}]
-    last = {k: v for k, v in record[-1].items() if k != "step"}
-    if last == placement:
-        return list(record)
-    if record[-1]["step"] == step:  # that part ran no step
-        return [*record[:-1], {"step": step, **placement}]
-    return [*record, {"step": step, **placement}]
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines a killed run wrote after its last checkpoint.
-
-    A line that is not a JSON record (the half-written last line of a killed run) is dropped
-    with a warning naming the file and line.
-    """
-    if not path.exists():
-        return
-    kept = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n")):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict) or not isinstance(record.get("step", 0), int):
-            logger.warning("%s, line %d: not a complete metrics record; dropped", path, number + 1)
-            continue
-        if record.get("step", 0) <= step:
-            kept.append(line)
-    write_text(path, "".join(line + "\n" for line in kept))
-
-
-def check_sources(config: PretrainConfig) -> None:
-    """Raise ValueError / FileNotFoundError for an input, held-out text, biLM to adapt or
-    static-vectors pipeline that is not there, so that nothing is written for a run that
-    cannot start."""
-    import spacy
-
-    if config.options is None:
-        preset(config.preset)  # an unknown name is refused here
-    for setting in ("inputs", "dev"):
-        for item in getattr(config, setting):
-            if not Path(item).exists():
-                raise FileNotFoundError(f"pretraining {setting} {item} does not exist")
-    if config.init_from:
-        resolve_source(config.init_from)
-    if config.pipeline and not (
-        spacy.util.is_package(config.pipeline) or Path(config.pipeline).is_dir()
-    ):
-        raise ValueError(
-            f"pipeline {config.pipeline!r}: not an installed spaCy pipeline or a pipeline directory"
-        )
-    if not config.pretokenized and config.pipeline is None:
-        try:
-            spacy.util.get_lang_class(config.lang)
-        except ImportError as err:
-            raise ValueError(f"lang {config.lang!r}: {str(err).splitlines()[0]}") from None
-    vectors = config.static_vectors
-    if vectors and not (spacy.util.is_package(vectors) or Path(vectors).is_dir()):
-        raise ValueError(
-            f"static_vectors {vectors}: not an installed spaCy pipeline or a pipeline directory"
-        )
 
 
 def pretrain(
