@@ -259,6 +259,14 @@ def read_sentences(path: Path) -> Iterator[list[str]]:
                 yield tokens
 
 
+def spread_sample(path: Path, n: int) -> list[list[str]]:
+    """At most about `n` sentences of the tokenised file `path`, evenly spaced over all of it
+    (every k-th, from the first)."""
+    total = sum(1 for _ in read_sentences(path))
+    stride = max(1, -(-total // n))
+    return [s for i, s in enumerate(read_sentences(path)) if i % stride == 0]
+
+
 def interleaved_sentences(path: Path, n_streams: int = 64) -> Iterator[list[str]]:
     """Sentences of `path` read round-robin from `n_streams` equal byte ranges of the file.
 

@@ -10,6 +10,7 @@ again); the next checkpoint removes it.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import fields
 from pathlib import Path
@@ -23,6 +24,8 @@ from .config import PretrainConfig
 from .objective import MAX_LOG_FLOAT
 
 # The step, loss, gradient norm, learning rate and the step of the checkpoint kept.
+logger = logging.getLogger("spacy_elmo.pretrain")
+
 DIVERGED = "checkpoints/diverged.json"
 DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
 # A mean NLL (nats a token) past this has a perplexity no float holds (exp overflows): counted
@@ -62,6 +65,20 @@ def weights_problem(model: nn.Module, optimizer: torch.optim.Optimizer) -> Optio
             if not finite:
                 return f"the optimizer's '{key}' of weight '{name}' holds NaN or inf"
     return None
+
+
+def warn_if_worse_than_guessing(dev_ppl: float, vocab_size: int, config: PretrainConfig) -> None:
+    """A warning when a finished run's held-out perplexity is over twice the vocabulary's size:
+    finite, yet worse than guessing every word equally likely."""
+    if dev_ppl > 2 * vocab_size:
+        logger.warning(
+            "the held-out perplexity %.4g is over twice the vocabulary's size (%d): far worse "
+            "than guessing every word equally likely; the run has probably diverged "
+            "(learning rate %g)",
+            dev_ppl,
+            vocab_size,
+            config.learning_rate,
+        )
 
 
 def divergence_error(

@@ -1,11 +1,12 @@
 """What pretraining optimises: the biLM with its softmax head (`LanguageModel`), the
-per-batch sums it returns and the loss made of them; and the starting point of a run that
-adapts a biLM (`load_init_model`)."""
+per-batch sums it returns and the loss made of them; and the model a run starts from
+(`build_language_model`: new, resumed, or a biLM to adapt, `load_init_model`)."""
 
 from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -16,7 +17,11 @@ from ..bilm import BiLM
 from ..bilm.lm_head import LMHead
 from ..weights.sources import resolve_source
 from ..weights.tensors import check_weights, read_safetensors
-from .distill import DistillationHeads
+from .checkpoint import CHECKPOINT
+from .config import PretrainConfig, build_options
+from .corpus import read_sentences
+from .distill import DistillationHeads, StaticVectors
+from .memory import check_memory
 from .vocab import Vocab
 
 # exp() of more overflows a float: the largest mean NLL (nats a token) a perplexity can have.
@@ -138,3 +143,57 @@ def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_p
         )
     check_weights(state, source)
     head.load_state_dict(state)
+
+
+def build_language_model(
+    config: PretrainConfig,
+    work: Path,
+    train_path: Path,
+    checkpoint: Optional[dict],
+    device: torch.device,
+    write_vocab: bool,
+) -> tuple[LanguageModel, Vocab, Optional[StaticVectors]]:
+    """The run's model on `device`, its vocabulary (work/vocab.txt, written when
+    `write_vocab`) and static vectors: a new biLM, the one to adapt (`init_from`), or for a
+    resumed run (`checkpoint`) the one it trained, whose weights the caller then restores.
+
+    A run whose vocabulary is there (resumed, or not adapting one that brings its own) keeps
+    it; else it is the adapted biLM's or built from `train_path`. The memory is checked before
+    the weights exist.
+    """
+    init_vocab = init_head = None
+    bilm: Optional[BiLM] = None
+    if config.init_from:
+        bilm, init_vocab, init_head = load_init_model(config.init_from)
+        options = bilm.options
+    else:
+        options = build_options(config)
+    vocab_path = work / "vocab.txt"
+    if vocab_path.exists() and (checkpoint is not None or init_vocab is None):
+        vocab = Vocab.from_file(vocab_path)
+    elif init_vocab is not None:
+        vocab = init_vocab
+    else:
+        vocab = Vocab.build(read_sentences(train_path), config.vocab_size, config.min_count)
+    if write_vocab:
+        vocab.to_file(vocab_path)
+    check_memory(config, options, len(vocab), device)  # before the weights exist
+    if bilm is None:
+        bilm = BiLM(options)
+
+    head = LMHead(options.projection_dim, len(vocab))
+    if init_head is not None:
+        head.load_state_dict(init_head)
+    if checkpoint is not None:
+        saved = checkpoint["model"]
+        head_state = {k[5:]: v for k, v in saved.items() if k.startswith("head.")}
+        load_head(head, head_state, f"checkpoint {work / CHECKPOINT}", vocab_path)
+    for stack in (bilm.forward_lstm, bilm.backward_lstm):
+        stack.dropout = config.dropout
+    static_vectors = distill = None
+    if config.static_vectors:
+        static_vectors = StaticVectors.from_spacy(config.static_vectors)
+        distill = DistillationHeads(options.projection_dim, static_vectors.table)
+    model = LanguageModel(bilm, head, config.dropout, distill)
+    model.to(device)
+    return model, vocab, static_vectors

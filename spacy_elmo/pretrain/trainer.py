@@ -1,6 +1,9 @@
 """The pretraining loop: train a biLM with forward and backward language-model losses.
 
-The settings are `config.py`'s, the model and its loss `objective.py`'s.
+The settings are `config.py`'s, the model and its loss `objective.py`'s; what a resumed run
+starts from `resume.py`'s; the memory check `memory.py`'s, the divergence checks
+`divergence.py`'s, the metrics and outputs `records.py`'s, the ranks under torchrun
+`distributed.py`'s.
 
 Resumable bit for bit: a checkpoint holds the weights, optimizer, scheduler, RNG state and
 the number of batches consumed; the batch stream is a pure function of (seed, corpus), so a
@@ -25,32 +28,32 @@ from typing import Any, Collection, Iterator, NoReturn, Optional
 import torch
 from torch import nn
 
-from ..bilm import BiLM, batch_to_ids
+from ..bilm import batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
-from ..bilm.lm_head import LMHead
 from ..util import threads as cpu_threads
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import (
+    CHECKPOINT,
+    restore_training_state,
+    save_checkpoint,
+    training_state,
+)
 from .config import (
     DEFAULT_MAX_STEPS,
     PretrainConfig,
-    build_options,
     check_sources,
-    moved_settings,
-    resumed_config,
     warmup_longer_than_run,
 )
-from .corpus import SKIPPED, iter_batches, prepare_corpus, read_sentences
-from .distill import DistillationHeads, StaticVectors
+from .corpus import SKIPPED, iter_batches, prepare_corpus, read_sentences, spread_sample
+from .distributed import Ranks
 from .divergence import (
     DIVERGED,
     divergence_error,
     held_out_problem,
-    remedies_after_divergence,
     step_problem,
+    warn_if_worse_than_guessing,
     weights_problem,
 )
-from .memory import check_memory
-from .objective import LanguageModel, load_head, load_init_model, mean_loss, target_tensor
+from .objective import build_language_model, mean_loss, target_tensor
 from .objective import perplexity_of as _perplexity
 from .records import (
     METRICS,
@@ -62,12 +65,11 @@ from .records import (
     truncate_metrics,
     write_outputs,
 )
+from .resume import log_changes, resume_run
 from .rundir import RunDirectoryLock, prepare_run_directory
-from .vocab import Vocab
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
-CHECKPOINT = "checkpoints/last.pt"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -86,34 +88,21 @@ class Pretrainer:
         explicit: Optional[Collection[str]] = None,
     ) -> None:
         self.work = Path(config.output)
-        self.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        checkpoint = None
-        self.checkpoint_step: Optional[int] = None
-        remedied: dict[str, tuple[Any, Any]] = {}
-        moved: dict[str, tuple[Any, Any]] = {}
-        if resume:
-            path = self.work / CHECKPOINT
-            checkpoint = load_checkpoint(path)
-            saved, remedied = remedies_after_divergence(
-                checkpoint["config"], config, self.work / DIVERGED, explicit
-            )
-            config = resumed_config(saved, config, path, explicit)
-            moved = moved_settings(saved, config)
-            self.checkpoint_step = checkpoint["step"]
+        self.ranks = ranks = Ranks()
+        self.distributed, self.rank, self.world = ranks.distributed, ranks.rank, ranks.world
+        self.is_main = ranks.is_main
+        resumed = resume_run(self.work, config, explicit) if resume else None
+        checkpoint = resumed.checkpoint if resumed is not None else None
+        self.checkpoint_step: Optional[int] = checkpoint["step"] if checkpoint is not None else None
+        if resumed is not None:
+            config = resumed.config
         elif config.max_steps is None:
             config = replace(config, max_steps=DEFAULT_MAX_STEPS)
         self.config = config
         self.threads = cpu_threads.use_threads(config.threads, "--threads")
-        # Under torchrun each process of a machine takes its own GPU: gpu_id + its local rank.
-        local_rank = int(os.environ.get("LOCAL_RANK", "0")) if self.distributed else 0
-        gpu = config.gpu_id + local_rank
+        gpu = config.gpu_id + ranks.local_rank
         self.device = torch.device(f"cuda:{gpu}" if config.gpu_id >= 0 else "cpu")
-        if self.distributed and not torch.distributed.is_initialized():
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            torch.distributed.init_process_group(backend)
-        self.is_main = self.rank == 0
+        ranks.start(self.device)
         torch.manual_seed(config.seed)
         short_run = warmup_longer_than_run(config)
         if short_run is not None and self.is_main:
@@ -127,67 +116,20 @@ class Pretrainer:
         if self.is_main and next(read_sentences(self.dev_path), None) is None:
             raise ValueError(f"the held-out file {self.dev_path} has no sentences")
 
-        init_vocab = init_head = None
-        bilm: Optional[BiLM] = None
-        if config.init_from:
-            bilm, init_vocab, init_head = load_init_model(config.init_from)
-            options = bilm.options
-        else:
-            options = build_options(config)
-        vocab_path = self.work / "vocab.txt"
-        if vocab_path.exists() and (resume or init_vocab is None):
-            vocab = Vocab.from_file(vocab_path)
-        elif init_vocab is not None:
-            vocab = init_vocab
-        else:
-            vocab = Vocab.build(
-                read_sentences(self.train_path), config.vocab_size, config.min_count
-            )
-        if self.is_main:
-            vocab.to_file(vocab_path)
-        self.vocab = vocab
-        check_memory(config, options, len(vocab), self.device)  # before the weights exist
-        if bilm is None:
-            bilm = BiLM(options)
-
-        head = LMHead(options.projection_dim, len(vocab))
-        if init_head is not None:
-            head.load_state_dict(init_head)
-        if checkpoint is not None:
-            saved = checkpoint["model"]
-            head_state = {k[5:]: v for k, v in saved.items() if k.startswith("head.")}
-            load_head(head, head_state, f"checkpoint {self.work / CHECKPOINT}", vocab_path)
-        for stack in (bilm.forward_lstm, bilm.backward_lstm):
-            stack.dropout = config.dropout
-        self.static_vectors = distill = None
-        if config.static_vectors:
-            self.static_vectors = StaticVectors.from_spacy(config.static_vectors)
-            distill = DistillationHeads(options.projection_dim, self.static_vectors.table)
-        self.model = LanguageModel(bilm, head, config.dropout, distill)
-        self.model.to(self.device)
+        self.model, self.vocab, self.static_vectors = build_language_model(
+            config, self.work, self.train_path, checkpoint, self.device, self.is_main
+        )
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
         self.tokens_seen = 0
         self.train_seconds = 0.0
-        if checkpoint is not None:
-            self._restore(checkpoint)
-            if remedied:
+        if resumed is not None:
+            self._restore(resumed.checkpoint)
+            if resumed.remedied:
                 self._set_learning_rate()
-                if self.is_main:
-                    logger.warning(
-                        "resuming after a divergence from the checkpoint of step %d with %s",
-                        self.step,
-                        ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in remedied.items()),
-                    )
-            if moved and self.is_main:
-                logger.warning(
-                    "resuming at step %d with %s: where the run happens, not what it computes "
-                    "(another thread count or device may round its sums differently)",
-                    self.step,
-                    ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in moved.items()),
-                )
             if self.is_main:
+                log_changes(resumed, self.step)
                 truncate_metrics(self.work / METRICS, self.step)
         self.ran_with = ran_with(checkpoint, self.step, self._placement())
         self.train_module: nn.Module = self.model
@@ -209,19 +151,15 @@ class Pretrainer:
         return {**{name: getattr(self.config, name) for name in PLACEMENT}, "threads": self.threads}
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
-        """Weights, optimizer, scheduler and RNG state from a checked checkpoint."""
-        try:
-            self.model.load_state_dict(checkpoint["model"])
-            self.optimizer.load_state_dict(checkpoint["optimizer"])
-            self.scheduler.load_state_dict(checkpoint["scheduler"])
-            torch.set_rng_state(checkpoint["torch_rng"])
-            if self.device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(checkpoint["cuda_rng"], self.device)
-        except (RuntimeError, ValueError, KeyError, TypeError) as err:
-            raise ValueError(
-                f"checkpoint {self.work / CHECKPOINT} does not fit this run's model: "
-                f"{str(err).splitlines()[0] if str(err) else err!r}"
-            ) from None
+        """Weights, optimizer, scheduler, RNG state and progress from a checked checkpoint."""
+        restore_training_state(
+            checkpoint,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.device,
+            self.work / CHECKPOINT,
+        )
         self.step = checkpoint["step"]
         self.tokens_seen = checkpoint["tokens_seen"]
         self.train_seconds = float(checkpoint["train_seconds"])
@@ -244,8 +182,7 @@ class Pretrainer:
         return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, total - warmup))
 
     def _barrier(self) -> None:
-        if self.distributed:
-            torch.distributed.barrier()
+        self.ranks.barrier()
 
     # ------------------------------------------------------------------ batches
     def _my_batches(self) -> Iterator[tuple[int, list[list[str]]]]:
@@ -348,41 +285,28 @@ class Pretrainer:
     def _should_stop(self) -> bool:
         if not self.distributed:
             return self.stop_requested
-        # The signal's number, 0 for none: every rank stops when one was signalled.
-        flag = torch.tensor([float(self.stop_signal or 0)], device=self.device)
-        # On the device: NCCL reduces CUDA tensors only.
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        self.stop_signal = int(flag.item()) or None
+        self.stop_signal = self.ranks.stop_signal(self.stop_signal)
         self.stop_requested = self.stop_signal is not None
         return self.stop_requested
 
     # ------------------------------------------------------------------ divergence
-    def _any_rank(self, flag: bool) -> bool:
-        """Whether `flag` holds on any rank: every rank gets the same answer, so that all of
-        them stop together."""
-        if not self.distributed:
-            return flag
-        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
-        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
-        return value.item() > 0
-
     def _check_step(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
         """TrainingDiverged when the loss or the gradient norm is not finite on any rank
         (called before the optimizer's step, which would write them into the weights)."""
         bad, what = step_problem(loss, grad_norm)
-        if self._any_rank(bad):
+        if self.ranks.any(bad):
             self._diverged(what, self.step + 1)
 
     def _check_held_out(self, held_out: dict[str, float]) -> None:
         """TrainingDiverged when the held-out perplexity (rank 0's) is not finite."""
         bad, what = held_out_problem(held_out)
-        if self._any_rank(bad):
+        if self.ranks.any(bad):
             self._diverged(what)
 
     def _check_weights(self) -> None:
         """TrainingDiverged when a weight or an optimizer moment is not finite."""
         bad = weights_problem(self.model, self.optimizer)
-        if self._any_rank(bad is not None):
+        if self.ranks.any(bad is not None):
             self._diverged(bad or "a weight on another rank holds NaN or inf")
 
     def _diverged(self, what: str, step: Optional[int] = None) -> NoReturn:
@@ -427,11 +351,7 @@ class Pretrainer:
     def _dev_sentences(self) -> list[list[str]]:
         """At most `max_dev_sentences`, evenly spaced over the whole held-out file."""
         if getattr(self, "_dev_cache", None) is None:
-            total = sum(1 for _ in read_sentences(self.dev_path))
-            stride = max(1, -(-total // self.config.max_dev_sentences))
-            self._dev_cache = [
-                s for i, s in enumerate(read_sentences(self.dev_path)) if i % stride == 0
-            ]
+            self._dev_cache = spread_sample(self.dev_path, self.config.max_dev_sentences)
         return list(self._dev_cache)
 
     def save_checkpoint(self) -> None:
@@ -443,13 +363,7 @@ class Pretrainer:
             path = self.work / CHECKPOINT
             state = {
                 "config": asdict(self.config),
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state(self.device)
-                if self.device.type == "cuda"
-                else None,
+                **training_state(self.model, self.optimizer, self.scheduler, self.device),
                 "step": self.step,
                 "tokens_seen": self.tokens_seen,
                 "train_seconds": self.train_seconds,
@@ -464,20 +378,13 @@ class Pretrainer:
         """Save the biLM (+ softmax and vocab), metrics plot, optional bilm-tf export."""
         summary: dict[str, Any] = {}
         if self.distributed:
-            summary["rank_checksums"] = self._rank_checksums()
+            summary["rank_checksums"] = self.ranks.checksums(self.model)
         # Checked before anything is written: no model from non-finite weights.
         self._check_weights()
         final_eval = self.evaluate()
         self._check_held_out(final_eval)
-        if self.is_main and final_eval["dev_ppl"] > 2 * len(self.vocab):
-            logger.warning(
-                "the held-out perplexity %.4g is over twice the vocabulary's size (%d): far worse "
-                "than guessing every word equally likely; the run has probably diverged "
-                "(learning rate %g)",
-                final_eval["dev_ppl"],
-                len(self.vocab),
-                self.config.learning_rate,
-            )
+        if self.is_main:
+            warn_if_worse_than_guessing(final_eval["dev_ppl"], len(self.vocab), self.config)
         if self.is_main:
             bilm = self.model.bilm
             summary.update(
@@ -497,17 +404,6 @@ class Pretrainer:
             write_outputs(self.work, self.config, self.model, self.vocab, summary)
         self._barrier()
         return summary
-
-    def _rank_checksums(self) -> list[float]:
-        """Every rank's sum of all weights (float64), gathered on all ranks."""
-        local = torch.tensor(
-            [sum(p.detach().double().sum().item() for p in self.model.parameters())],
-            dtype=torch.float64,
-            device=self.device,
-        )
-        gathered = [torch.zeros_like(local) for _ in range(self.world)]
-        torch.distributed.all_gather(gathered, local)
-        return [g.item() for g in gathered]  # .item() moves each to the host
 
 
 def pretrain(
