@@ -84,29 +84,12 @@ def pretrain(
     vectors_weight: float = typer.Option(
         DEFAULTS["vectors_weight"], help="Weight of each static-vector loss."
     ),
-    teacher: Optional[str] = typer.Option(
-        None,
-        help="Hugging Face model folder or spaCy pipeline with a transformer component whose "
-        "contextual word vectors are targets (docs/pretraining.md).",
-    ),
-    teacher_layer: int = typer.Option(
-        DEFAULTS["teacher_layer"], help="The teacher's hidden state: 0 embeddings, -1 the last."
-    ),
-    teacher_weight: float = typer.Option(
-        DEFAULTS["teacher_weight"], help="Weight of the teacher's cosine loss."
-    ),
-    teacher_store: Optional[Path] = typer.Option(
-        None, help="Folder of the teacher's vectors of the corpus (default: OUTPUT/teacher)."
-    ),
-    teacher_store_max_gb: float = typer.Option(
-        DEFAULTS["teacher_store_max_gb"], help="Refuse a teacher store bigger than this (GiB)."
-    ),
     resume: bool = typer.Option(
         False,
         help="Continue from OUTPUT/checkpoints/last.pt with the run's settings; --max-steps and "
-        "where it runs (--threads, --gpu-id, --max-memory-gb, --teacher-store, "
-        "--teacher-store-max-gb) may change. Another thread count or device continues the same "
-        "steps, but its floating-point sums may round differently (docs/pretraining.md).",
+        "where it runs (--threads, --gpu-id, --max-memory-gb) may change. Another thread count "
+        "or device continues the same steps, but its floating-point sums may round differently "
+        "(docs/pretraining.md).",
     ),
     force: bool = opt.force_option(
         "the run already in OUTPUT (its corpus, vocabulary, checkpoints and model are deleted)"
@@ -116,8 +99,8 @@ def pretrain(
 
     An OUTPUT that already holds a run is refused unless --resume or --force is given; on
     --resume the run's settings are kept (a setting given that differs is an error), and only
-    --max-steps and where the run happens (--threads, --gpu-id, --max-memory-gb, the teacher's
-    store) may change: a line says what changed, and model/pretrain.json's "ran_with" which
+    --max-steps and where the run happens (--threads, --gpu-id, --max-memory-gb) may change: a
+    line says what changed, and model/pretrain.json's "ran_with" which
     values each part of the run had. With the same values a resumed run ends bit for bit as an
     uninterrupted one; with another thread count or device its sums may round differently.
     """
@@ -156,8 +139,6 @@ def settings(params: dict[str, Any]) -> dict[str, Any]:
     values = {name: value for name, value in params.items() if name not in NOT_SETTINGS}
     values["inputs"] = [str(p) for p in params["inputs"]]
     values["output"] = str(params["output"])
-    if params.get("teacher_store") is not None:
-        values["teacher_store"] = str(params["teacher_store"])
     values["dev"] = [str(p) for p in params["dev"] or []]
     values["lang"] = params["lang"] or DEFAULTS["lang"]
     values["pretokenized"] = opt.is_pretokenized(

@@ -16,6 +16,7 @@ import torch
 from ..util.files import atomic_path
 from ..weights.tensors import check_weights, read_torch_file
 
+CHECKPOINT = "checkpoints/last.pt"  # a run's checkpoint, in its directory
 FORMAT_NAME = "spacy-elmo-pretrain-checkpoint"
 FORMAT_VERSION = 1
 # key -> the types its value may have
@@ -73,3 +74,41 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise ValueError(f"checkpoint {path}: 'model' holds values that are not tensors")
     check_weights(model, f"checkpoint {path}")
     return state
+
+
+def training_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, device: torch.device
+) -> dict[str, Any]:
+    """What a checkpoint holds of the training itself: the weights, the optimizer and scheduler
+    state and the random number generators'."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+
+
+def restore_training_state(
+    checkpoint: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    device: torch.device,
+    path: Path,
+) -> None:
+    """Put `training_state` back from a checked checkpoint (read from `path`); ValueError when
+    it does not fit the model."""
+    try:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+        if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
+    except (RuntimeError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"checkpoint {path} does not fit this run's model: "
+            f"{str(err).splitlines()[0] if str(err) else err!r}"
+        ) from None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Collection, Optional
 
 from ..bilm import BiLMOptions
+from ..weights.sources import resolve_source
 from .presets import preset
 
 DEFAULT_MAX_STEPS = 10000
@@ -50,12 +51,6 @@ class PretrainConfig:
     threads: Optional[int] = None
     static_vectors: Optional[str] = None  # spaCy pipeline whose vectors are auxiliary targets
     vectors_weight: float = 1.0  # weight of each of the two cosine losses (distill.py)
-    # a Hugging Face model folder or a spaCy pipeline whose contextual word vectors are targets
-    teacher: Optional[str] = None
-    teacher_layer: int = -1  # the teacher's hidden state (0 = embeddings, -1 = last layer)
-    teacher_weight: float = 1.0  # weight of the teacher's cosine loss (teacher.py)
-    teacher_store: Optional[str] = None  # its vectors of the corpus; default OUTPUT/teacher
-    teacher_store_max_gb: float = 20.0  # a store that would be bigger is refused
 
     def __post_init__(self) -> None:
         """Raise ValueError naming the setting whose value cannot work."""
@@ -79,7 +74,7 @@ class PretrainConfig:
         for name in ("output", "preset", "lang"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
-        for name in ("pipeline", "teacher", "teacher_store"):
+        for name in ("pipeline",):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name} must be a string or None, got {value!r}")
@@ -106,19 +101,19 @@ _BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
     "clip_norm": ((int, float), 0, True, None, False),
     "vectors_weight": ((int, float), 0, False, None, False),
     "max_memory_gb": ((int, float), 0, True, None, True),
-    "teacher_layer": (int, -1000, False, 1000, False),
-    "teacher_weight": ((int, float), 0, False, None, False),
-    "teacher_store_max_gb": ((int, float), 0, True, None, False),
 }
 # Where the run happens, not what it computes: a resumed run takes the values given for it (the
-# directory or the teacher's store was moved; another GPU, thread count or memory limit).
-LOCATION_SETTINGS = (
-    "output",
+# directory was moved; another GPU, thread count or memory limit).
+LOCATION_SETTINGS = ("output", "gpu_id", "threads", "max_memory_gb")
+# Settings of earlier versions that are gone: the transformer teacher's
+# (docs/research/teacher.md). A checkpoint that holds them resumes when `teacher` was None (then
+# the others changed nothing).
+RETIRED_SETTINGS = (
+    "teacher",
+    "teacher_layer",
+    "teacher_weight",
     "teacher_store",
     "teacher_store_max_gb",
-    "gpu_id",
-    "threads",
-    "max_memory_gb",
 )
 
 
@@ -155,6 +150,7 @@ def resumed_config(
     settings the user gave) only those are compared or taken; the others come from the
     checkpoint (the output directory is always the one given).
     """
+    saved = _without_retired(saved, source)
     unknown = sorted(set(saved) - {f.name for f in fields(PretrainConfig)})
     if unknown:
         raise ValueError(
@@ -189,6 +185,18 @@ def resumed_config(
     return replace(config, max_steps=max_steps, **located)
 
 
+def _without_retired(saved: dict[str, Any], source: Path) -> dict[str, Any]:
+    """The checkpoint's settings without RETIRED_SETTINGS; ValueError for a run that used them
+    (it cannot continue as it was started)."""
+    if saved.get("teacher") is not None:
+        raise ValueError(
+            f"checkpoint {source} is of a run with a transformer teacher (teacher "
+            f"{saved['teacher']!r}), which this spacy-elmo no longer has: start a new run (another "
+            f"output directory, or overwrite this run)"
+        )
+    return {name: value for name, value in saved.items() if name not in RETIRED_SETTINGS}
+
+
 def moved_settings(saved: dict[str, Any], resumed: PretrainConfig) -> dict[str, tuple[Any, Any]]:
     """{setting: (the checkpoint's value, the resumed run's)} of the LOCATION_SETTINGS that a
     resume changed, the output directory left out (a moved directory computes the same)."""
@@ -203,6 +211,38 @@ def _same_setting(name: str, old: Any, new: Any) -> bool:
     """Equal settings; paths are equal when they name the same file from here."""
     if name in ("inputs", "dev") and isinstance(old, list) and isinstance(new, list):
         return [os.path.realpath(p) for p in old] == [os.path.realpath(p) for p in new]
-    if name in ("init_from", "teacher", "teacher_store") and old is not None and new is not None:
+    if name == "init_from" and old is not None and new is not None:
         return os.path.realpath(old) == os.path.realpath(new)
     return old == new
+
+
+def check_sources(config: PretrainConfig) -> None:
+    """Raise ValueError / FileNotFoundError for an input, held-out text, biLM to adapt or
+    static-vectors pipeline that is not there, so that nothing is written for a run that
+    cannot start."""
+    import spacy
+
+    if config.options is None:
+        preset(config.preset)  # an unknown name is refused here
+    for setting in ("inputs", "dev"):
+        for item in getattr(config, setting):
+            if not Path(item).exists():
+                raise FileNotFoundError(f"pretraining {setting} {item} does not exist")
+    if config.init_from:
+        resolve_source(config.init_from)
+    if config.pipeline and not (
+        spacy.util.is_package(config.pipeline) or Path(config.pipeline).is_dir()
+    ):
+        raise ValueError(
+            f"pipeline {config.pipeline!r}: not an installed spaCy pipeline or a pipeline directory"
+        )
+    if not config.pretokenized and config.pipeline is None:
+        try:
+            spacy.util.get_lang_class(config.lang)
+        except ImportError as err:
+            raise ValueError(f"lang {config.lang!r}: {str(err).splitlines()[0]}") from None
+    vectors = config.static_vectors
+    if vectors and not (spacy.util.is_package(vectors) or Path(vectors).is_dir()):
+        raise ValueError(
+            f"static_vectors {vectors}: not an installed spaCy pipeline or a pipeline directory"
+        )

@@ -7,6 +7,7 @@ resumed run can replay the exact batch sequence of an uninterrupted one by skipp
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import random
 import re
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence
 
 from ..bilm.batching import batches_by_padded_tokens
-from ..util.files import atomic_path
+from ..util.files import atomic_path, write_text
+from .config import PretrainConfig
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
@@ -27,6 +29,7 @@ _NOT_TEXT = re.compile("[\x00\udc80-\udcff]")
 # Longer lines are read in pieces cut at whitespace (with a warning naming file and line): a
 # line is never held whole, and spaCy's `max_length` (1,000,000 characters) is never reached.
 MAX_LINE_CHARS = 100_000
+SKIPPED = "corpus/skipped.json"  # a run's input lines that were not text, by file
 
 
 def iter_input_files(inputs: Sequence[str | Path], refuse_binary: bool = False) -> list[Path]:
@@ -256,6 +259,14 @@ def read_sentences(path: Path) -> Iterator[list[str]]:
                 yield tokens
 
 
+def spread_sample(path: Path, n: int) -> list[list[str]]:
+    """At most about `n` sentences of the tokenised file `path`, evenly spaced over all of it
+    (every k-th, from the first)."""
+    total = sum(1 for _ in read_sentences(path))
+    stride = max(1, -(-total // n))
+    return [s for i, s in enumerate(read_sentences(path)) if i % stride == 0]
+
+
 def interleaved_sentences(path: Path, n_streams: int = 64) -> Iterator[list[str]]:
     """Sentences of `path` read round-robin from `n_streams` equal byte ranges of the file.
 
@@ -354,3 +365,28 @@ def _chunk_batches(
     batches = list(batches_by_padded_tokens(chunk, batch_tokens, max_items=max_sentences))
     rng.shuffle(batches)
     return batches
+
+
+def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
+    """Tokenise the inputs once into work/corpus/{train,dev}.txt (skipped when present)."""
+    train, dev = work / "corpus" / "train.txt", work / "corpus" / "dev.txt"
+    if train.exists() and dev.exists():
+        return train, dev
+    splitter = (
+        pretokenized_splitter
+        if config.pretokenized
+        else spacy_sentence_splitter(config.lang, config.pipeline)
+    )
+    files = iter_input_files(config.inputs)
+    if not files:
+        raise ValueError(f"no usable text files in {', '.join(config.inputs)}")
+    skipped = SkippedLines()  # lines that are not text: warned about, counted in the summary
+    limit = config.max_sentence_tokens
+    if config.dev:
+        dev_files = iter_input_files(config.dev)
+        write_tokenized(files, train, splitter, limit, skipped=skipped)
+        write_tokenized(dev_files, dev, splitter, limit, skipped=skipped)
+    else:
+        write_tokenized(files, train, splitter, limit, dev, config.dev_every, skipped=skipped)
+    write_text(work / SKIPPED, json.dumps(skipped.to_dict(), indent=2) + "\n")
+    return train, dev

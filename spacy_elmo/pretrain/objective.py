@@ -1,11 +1,12 @@
 """What pretraining optimises: the biLM with its softmax head (`LanguageModel`), the
-per-batch sums it returns and the loss made of them; and the starting point of a run that
-adapts a biLM (`load_init_model`)."""
+per-batch sums it returns and the loss made of them; and the model a run starts from
+(`build_language_model`: new, resumed, or a biLM to adapt, `load_init_model`)."""
 
 from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -16,8 +17,11 @@ from ..bilm import BiLM
 from ..bilm.lm_head import LMHead
 from ..weights.sources import resolve_source
 from ..weights.tensors import check_weights, read_safetensors
-from .distill import DistillationHeads
-from .teacher import TeacherHead
+from .checkpoint import CHECKPOINT
+from .config import PretrainConfig, build_options
+from .corpus import read_sentences
+from .distill import DistillationHeads, StaticVectors
+from .memory import check_memory
 from .vocab import Vocab
 
 # exp() of more overflows a float: the largest mean NLL (nats a token) a perplexity can have.
@@ -33,30 +37,24 @@ class LanguageModel(nn.Module):
         head: LMHead,
         dropout: float,
         distill: Optional[DistillationHeads] = None,
-        teacher: Optional[TeacherHead] = None,
     ) -> None:
         super().__init__()
         self.bilm = bilm
         self.head = head
         self.dropout = dropout
         self.distill = distill
-        self.teacher = teacher
 
     def forward(
         self,
         char_ids: torch.Tensor,
         target_ids: torch.Tensor,
         vector_rows: Optional[torch.Tensor] = None,
-        teacher_targets: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """(4,) tensor: forward NLL sum, forward count, backward NLL sum, backward count.
 
         `target_ids` (batch, time + 2) holds the word ids of <S> w_1 .. w_n </S>, -1 after.
-        With distillation heads and `vector_rows` (static-vector rows of the same positions)
-        or a teacher head and `teacher_targets` ((batch, time + 2, dim), NaN where none),
-        (10,): then the token and context cosine-distance sums and counts (`distill.py`; zeros
-        without them) and the teacher's cosine-distance sum and count (`teacher.py`; zeros
-        without it).
+        With distillation heads and `vector_rows` (static-vector rows of the same positions),
+        (8,): then the token and context cosine-distance sums and counts (`distill.py`).
         """
         acts = self.bilm.activations(char_ids)
         top_forward = F.dropout(acts.forward[-1], self.dropout, self.training)
@@ -80,20 +78,12 @@ class LanguageModel(nn.Module):
                 backward_valid.sum().to(backward_nll.dtype),
             ]
         )
-        use_distill = self.distill is not None and vector_rows is not None
-        use_teacher = self.teacher is not None and teacher_targets is not None
-        if not (use_distill or use_teacher):
+        if self.distill is None or vector_rows is None:
             return sums
-        distances = torch.zeros(6, dtype=sums.dtype, device=sums.device)
-        if use_distill:
-            distances[:4] = self.distill.losses(
-                acts.token_embeddings, top_forward, top_backward, vector_rows
-            )
-        if use_teacher:
-            distances[4:] = self.teacher.losses(
-                acts.forward, acts.backward, teacher_targets, self.dropout
-            )
-        return torch.cat([sums, distances])
+        distances = self.distill.losses(
+            acts.token_embeddings, top_forward, top_backward, vector_rows
+        )
+        return torch.cat([sums, distances.to(sums.dtype)])
 
 
 def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
@@ -106,17 +96,13 @@ def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
     return targets
 
 
-def mean_loss(
-    sums: torch.Tensor, vectors_weight: float, teacher_weight: float = 0.0
-) -> torch.Tensor:
+def mean_loss(sums: torch.Tensor, vectors_weight: float) -> torch.Tensor:
     """The training loss from `LanguageModel`'s sums: the mean NLL of both LMs, plus
-    `vectors_weight` times the mean static-vector cosine distances and `teacher_weight` times
-    the mean teacher cosine distance (10 sums; a part without targets adds 0)."""
+    `vectors_weight` times the mean static-vector cosine distances (8 sums)."""
     loss = (sums[0] / sums[1].clamp(min=1) + sums[2] / sums[3].clamp(min=1)) / 2
     if sums.shape[0] > 4:
         distance = sums[4] / sums[5].clamp(min=1) + sums[6] / sums[7].clamp(min=1)
         loss = loss + vectors_weight * distance
-        loss = loss + teacher_weight * (sums[8] / sums[9].clamp(min=1))
     return loss
 
 
@@ -157,3 +143,57 @@ def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_p
         )
     check_weights(state, source)
     head.load_state_dict(state)
+
+
+def build_language_model(
+    config: PretrainConfig,
+    work: Path,
+    train_path: Path,
+    checkpoint: Optional[dict],
+    device: torch.device,
+    write_vocab: bool,
+) -> tuple[LanguageModel, Vocab, Optional[StaticVectors]]:
+    """The run's model on `device`, its vocabulary (work/vocab.txt, written when
+    `write_vocab`) and static vectors: a new biLM, the one to adapt (`init_from`), or for a
+    resumed run (`checkpoint`) the one it trained, whose weights the caller then restores.
+
+    A run whose vocabulary is there (resumed, or not adapting one that brings its own) keeps
+    it; else it is the adapted biLM's or built from `train_path`. The memory is checked before
+    the weights exist.
+    """
+    init_vocab = init_head = None
+    bilm: Optional[BiLM] = None
+    if config.init_from:
+        bilm, init_vocab, init_head = load_init_model(config.init_from)
+        options = bilm.options
+    else:
+        options = build_options(config)
+    vocab_path = work / "vocab.txt"
+    if vocab_path.exists() and (checkpoint is not None or init_vocab is None):
+        vocab = Vocab.from_file(vocab_path)
+    elif init_vocab is not None:
+        vocab = init_vocab
+    else:
+        vocab = Vocab.build(read_sentences(train_path), config.vocab_size, config.min_count)
+    if write_vocab:
+        vocab.to_file(vocab_path)
+    check_memory(config, options, len(vocab), device)  # before the weights exist
+    if bilm is None:
+        bilm = BiLM(options)
+
+    head = LMHead(options.projection_dim, len(vocab))
+    if init_head is not None:
+        head.load_state_dict(init_head)
+    if checkpoint is not None:
+        saved = checkpoint["model"]
+        head_state = {k[5:]: v for k, v in saved.items() if k.startswith("head.")}
+        load_head(head, head_state, f"checkpoint {work / CHECKPOINT}", vocab_path)
+    for stack in (bilm.forward_lstm, bilm.backward_lstm):
+        stack.dropout = config.dropout
+    static_vectors = distill = None
+    if config.static_vectors:
+        static_vectors = StaticVectors.from_spacy(config.static_vectors)
+        distill = DistillationHeads(options.projection_dim, static_vectors.table)
+    model = LanguageModel(bilm, head, config.dropout, distill)
+    model.to(device)
+    return model, vocab, static_vectors

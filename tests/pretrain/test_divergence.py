@@ -29,8 +29,8 @@ from spacy_elmo.layers.bilm_wrapper import BiLMShim, NonFiniteUpdate
 from spacy_elmo.layers.elmo_model import get_bilm
 from spacy_elmo.pretrain import pretrain
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
+from spacy_elmo.pretrain.divergence import DIVERGED, MAX_LOSS, TrainingDiverged
 from spacy_elmo.pretrain.objective import LanguageModel, perplexity_of
-from spacy_elmo.pretrain.trainer import DIVERGED, MAX_LOSS, TrainingDiverged
 
 from ..bilm.util import tiny_options
 from ..pipeline.pipeline_util import synthetic_docs, tiny_training_config, write_train_dev

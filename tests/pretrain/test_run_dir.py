@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -16,32 +17,17 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.pretrain import PretrainConfig, pretrain
+from spacy_elmo.pretrain import pretrain
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
 from spacy_elmo.pretrain.rundir import RunDirectoryLock
 from spacy_elmo.pretrain.trainer import Pretrainer
 
 from ..test_faults import Exploit, malicious_pickle
-from .test_pretrain import cli_args, tiny_config, write_corpus
-
-
-def short_config(tmp_path: Path, corpus: Path, **changes) -> PretrainConfig:
-    values = dict(max_steps=4, eval_every=4, checkpoint_every=2, log_every=2, batch_tokens=128)
-    values.update(changes)
-    return tiny_config(tmp_path, corpus, **values)
+from .test_pretrain import cli_args, short_config, weights_of, write_corpus
 
 
 def invoke(*args) -> object:
     return CliRunner().invoke(app, ["pretrain", *[str(a) for a in args]])
-
-
-@pytest.fixture
-def finished_run(tmp_path):
-    """A finished 4-step run in tmp_path/run, with its checkpoint."""
-    corpus = write_corpus(tmp_path / "corpus.txt")
-    config = short_config(tmp_path, corpus)
-    pretrain(config)
-    return config, tmp_path / "run"
 
 
 # ---------------------------------------------------------------------- 1. checkpoints
@@ -83,6 +69,37 @@ def test_a_checkpoint_of_the_earlier_layout_still_resumes(finished_run):
     torch.save(state, path)
     summary = pretrain(replace(config, max_steps=6), resume=True)
     assert summary["steps"] == 6
+
+
+# What a checkpoint of the version with the transformer teacher holds for a run without one.
+TEACHER_SETTINGS = {
+    "teacher": None,
+    "teacher_layer": -1,
+    "teacher_weight": 1.0,
+    "teacher_store": None,
+    "teacher_store_max_gb": 20.0,
+}
+
+
+def test_a_checkpoint_with_the_retired_teacher_settings_resumes(finished_run, tmp_path):
+    """A run without a teacher resumes from a checkpoint that names the teacher's settings, to
+    the same weights as from one that does not; a run with a teacher is refused."""
+    config, run = finished_run
+    other = tmp_path / "copy"
+    shutil.copytree(run, other)
+    path = run / "checkpoints" / "last.pt"
+    state = torch.load(path, weights_only=True)
+    state["config"].update(TEACHER_SETTINGS)
+    torch.save(state, path)
+    pretrain(replace(config, max_steps=6), resume=True)
+    pretrain(replace(config, output=str(other), max_steps=6), resume=True)
+    resumed, reference = weights_of(run), weights_of(other)
+    assert resumed.keys() == reference.keys()
+    assert all(torch.equal(resumed[name], reference[name]) for name in reference)
+    state["config"]["teacher"] = "assets/minilm/all-MiniLM-L6-v2"
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="a run with a transformer teacher .* no longer has"):
+        pretrain(replace(config, max_steps=8), resume=True)
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated", "nan"])
@@ -240,18 +257,6 @@ def test_cli_resume_without_settings_continues_the_run(finished_run):
     result = invoke(config.inputs[0], run, "--resume", "--max-steps", "6")
     assert result.exit_code == 0, result.output
     assert json.loads((run / "model" / "pretrain.json").read_text())["steps"] == 6
-
-
-def test_a_half_written_metrics_line_is_dropped_on_resume(finished_run, caplog):
-    config, run = finished_run
-    metrics = run / "metrics.jsonl"
-    with metrics.open("a") as handle:
-        handle.write('{"step": 4, "train_pp')
-    with caplog.at_level("WARNING", logger="spacy_elmo.pretrain"):
-        pretrain(replace(config, max_steps=6), resume=True)
-    assert "not a complete metrics record" in caplog.text
-    records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert max(r["step"] for r in records) == 6
 
 
 # ---------------------------------------------------------------------- 4. wrong numbers

@@ -1,0 +1,63 @@
+"""A run's processes under `torchrun` (without it: rank 0 of 1) and the collective operations
+the run uses; in a single process each one is a no-op or the local answer."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from torch import nn
+
+
+class Ranks:
+    """This process's rank among the run's `world` processes, from torchrun's environment."""
+
+    def __init__(self) -> None:
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.distributed = self.world > 1
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.is_main = self.rank == 0
+        # Under torchrun each process of a machine takes its own GPU: gpu_id + its local rank.
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0")) if self.distributed else 0
+        self.device = torch.device("cpu")
+
+    def start(self, device: torch.device) -> None:
+        """Join the process group (once), reducing on `device` (NCCL: CUDA tensors only)."""
+        self.device = device
+        if self.distributed and not torch.distributed.is_initialized():
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            torch.distributed.init_process_group(backend)
+
+    def barrier(self) -> None:
+        if self.distributed:
+            torch.distributed.barrier()
+
+    def any(self, flag: bool) -> bool:
+        """Whether `flag` holds on any rank: every rank gets the same answer, so that all of
+        them stop together."""
+        if not self.distributed:
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        return value.item() > 0
+
+    def stop_signal(self, signum: Optional[int]) -> Optional[int]:
+        """The stop signal of any rank (the largest number; None for none): every rank stops
+        when one was signalled."""
+        if not self.distributed:
+            return signum
+        flag = torch.tensor([float(signum or 0)], device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return int(flag.item()) or None
+
+    def checksums(self, model: nn.Module) -> list[float]:
+        """Every rank's sum of all weights of `model` (float64), gathered on all ranks."""
+        local = torch.tensor(
+            [sum(p.detach().double().sum().item() for p in model.parameters())],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        gathered = [torch.zeros_like(local) for _ in range(self.world)]
+        torch.distributed.all_gather(gathered, local)
+        return [g.item() for g in gathered]  # .item() moves each to the host

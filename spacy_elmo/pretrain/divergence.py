@@ -1,0 +1,139 @@
+"""Divergence: a run stops at the step where its loss, gradient norm, weights or held-out
+perplexity stop being finite, before such a value reaches the weights or a file.
+
+The run then writes `DIVERGED` beside its checkpoint, which is kept as it was; the error says
+how to continue. While that record is there, a resumed run may change the
+`DIVERGENCE_REMEDIES` (with the same settings it would replay the same batches and diverge
+again); the next checkpoint removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Collection, Optional
+
+import torch
+from torch import nn
+
+from ..util.files import write_text
+from .config import PretrainConfig
+from .objective import MAX_LOG_FLOAT
+
+# The step, loss, gradient norm, learning rate and the step of the checkpoint kept.
+logger = logging.getLogger("spacy_elmo.pretrain")
+
+DIVERGED = "checkpoints/diverged.json"
+DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
+# A mean NLL (nats a token) past this has a perplexity no float holds (exp overflows): counted
+# as a divergence like NaN, as no model reaches it that has not blown up (uniform guessing over
+# V words costs ln V, about 11 nats for 50,000).
+MAX_LOSS = MAX_LOG_FLOAT
+DEFAULT_LEARNING_RATE = next(f.default for f in fields(PretrainConfig) if f.name == "learning_rate")
+
+
+class TrainingDiverged(ValueError):
+    """A non-finite loss, gradient, weight or held-out loss: the run stopped before writing it."""
+
+
+def step_problem(loss: torch.Tensor, grad_norm: torch.Tensor) -> tuple[bool, str]:
+    """Whether a step's loss or gradient norm is not finite (or the loss past MAX_LOSS), and
+    the two values in words."""
+    values = torch.stack([loss.detach().float(), grad_norm.detach().float().to(loss.device)])
+    loss_value, norm_value = values.tolist()
+    bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
+    what = f"the loss is {loss_value:.6g} (nats a token) and the gradient norm {norm_value:.6g}"
+    return bad or loss_value > MAX_LOSS, what
+
+
+def held_out_problem(held_out: dict[str, float]) -> tuple[bool, str]:
+    """Whether a held-out perplexity is not finite, and the perplexity in words."""
+    bad = not all(math.isfinite(value) for value in held_out.values())
+    return bad, f"the held-out perplexity is {held_out.get('dev_ppl', 'not finite')}"
+
+
+def weights_problem(model: nn.Module, optimizer: torch.optim.Optimizer) -> Optional[str]:
+    """The first weight or optimizer moment that is not finite, in words; None if all are."""
+    for name, weight in model.named_parameters():
+        if not bool(torch.isfinite(weight).all()):
+            return f"weight '{name}' holds NaN or inf"
+        for key, moment in optimizer.state.get(weight, {}).items():
+            finite = not moment.is_floating_point() or bool(torch.isfinite(moment).all())
+            if not finite:
+                return f"the optimizer's '{key}' of weight '{name}' holds NaN or inf"
+    return None
+
+
+def warn_if_worse_than_guessing(dev_ppl: float, vocab_size: int, config: PretrainConfig) -> None:
+    """A warning when a finished run's held-out perplexity is over twice the vocabulary's size:
+    finite, yet worse than guessing every word equally likely."""
+    if dev_ppl > 2 * vocab_size:
+        logger.warning(
+            "the held-out perplexity %.4g is over twice the vocabulary's size (%d): far worse "
+            "than guessing every word equally likely; the run has probably diverged "
+            "(learning rate %g)",
+            dev_ppl,
+            vocab_size,
+            config.learning_rate,
+        )
+
+
+def divergence_error(
+    config: PretrainConfig,
+    what: str,
+    step: int,
+    rate: float,
+    kept: Optional[int],
+    kept_ppl: Optional[float],
+    checkpoint: Path,
+    record: Optional[Path],
+) -> TrainingDiverged:
+    """The error that stops a run diverged at `step` (`what` happened, at learning rate
+    `rate`), saying how to continue from the checkpoint of step `kept` (None: none written);
+    the divergence is written to `record` (DIVERGED) unless None."""
+    if record is not None:
+        entry = {"step": step, "what": what, "learning_rate": rate, "checkpoint_step": kept}
+        write_text(record, json.dumps(entry) + "\n")
+    rates = (config.learning_rate / 10, DEFAULT_LEARNING_RATE)
+    lower = f"{min(rates):.3g}"
+    if kept is None:
+        advice = (
+            f"no checkpoint was written before it (checkpoint_every is "
+            f"{config.checkpoint_every}): start the run again (overwrite it) with a lower "
+            f"learning_rate (e.g. {lower}) or more warmup_steps"
+        )
+    else:
+        written = "" if kept_ppl is None else f", training perplexity {kept_ppl:.4g} when written"
+        advice = (
+            f"the checkpoint of step {kept} ({checkpoint}{written}) "
+            f"is kept: resume the run from it with a lower learning_rate (e.g. {lower}); after "
+            f"a divergence a resumed run may change {', '.join(DIVERGENCE_REMEDIES)} (with the "
+            f"same settings it replays the same batches and diverges again)"
+        )
+    return TrainingDiverged(
+        f"training diverged at step {step}: {what} (learning rate {rate:.3g}); no model was "
+        f"written; {advice}"
+    )
+
+
+def remedies_after_divergence(
+    saved: dict[str, Any],
+    given: PretrainConfig,
+    marker: Path,
+    explicit: Optional[Collection[str]],
+) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
+    """The checkpoint's settings with the DIVERGENCE_REMEDIES given for this resume, when the
+    run diverged after that checkpoint (`marker` exists); and {setting: (old, new)} changed."""
+    if not marker.exists():
+        return saved, {}
+    changed = {}
+    for name in DIVERGENCE_REMEDIES:
+        if explicit is not None and name not in explicit:
+            continue
+        old, new = saved.get(name), getattr(given, name)
+        if old != new:
+            changed[name] = (old, new)
+    return {**saved, **{name: new for name, (_, new) in changed.items()}}, changed

@@ -1,0 +1,158 @@
+"""What a run records: `metrics.jsonl` (a line per logged window of steps and per held-out
+evaluation), where each part of the run happened ("ran_with"), and what a finished run writes
+(model/ with pretrain.json, the bilm-tf export, the perplexity plot)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ..util.files import write_text
+from ..weights.tensors import write_safetensors
+from .config import PretrainConfig
+from .objective import LanguageModel, perplexity_of
+from .vocab import Vocab
+
+logger = logging.getLogger("spacy_elmo.pretrain")
+
+METRICS = "metrics.jsonl"
+# Where each part of a run happened (a resumed run may change them): model/pretrain.json's
+# "ran_with" lists them by the step each part started at.
+PLACEMENT = ("threads", "gpu_id", "max_memory_gb")
+
+
+class TrainWindow:
+    """The training steps since the last metrics line: their tokens, summed losses and time."""
+
+    def __init__(self, n_sums: int) -> None:
+        self.tokens, self.start = 0, time.perf_counter()
+        self.sums = torch.zeros(n_sums)
+
+    def add(self, tokens: int, sums: torch.Tensor) -> None:
+        self.tokens += tokens
+        self.sums += sums.detach().cpu()
+
+    def record(
+        self, step: int, epoch: int, tokens: int, lr: float, train_seconds: float
+    ) -> dict[str, Any]:
+        """The metrics line of the window at `step` (`tokens` seen in all, learning rate `lr`):
+        its training perplexity and speed, and its static-vector cosine distances when it has
+        them; the window starts again."""
+        elapsed = time.perf_counter() - self.start
+        window = self.sums
+        ppl = perplexity_of((window[0] + window[2]).item(), (window[1] + window[3]).item())
+        record = {
+            "step": step,
+            "epoch": epoch,
+            "tokens": tokens,
+            "train_ppl": ppl,
+            "lr": lr,
+            "tokens_per_s": self.tokens / max(elapsed, 1e-9),
+            "train_seconds": train_seconds,
+        }
+        if window.shape[0] > 4:
+            record["token_cosine"] = (window[4] / window[5].clamp(min=1)).item()
+            record["context_cosine"] = (window[6] / window[7].clamp(min=1)).item()
+        self.tokens, self.start = 0, time.perf_counter()
+        self.sums = torch.zeros_like(window)
+        return record
+
+
+def append_metrics(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop metric lines a killed run wrote after its last checkpoint.
+
+    A line that is not a JSON record (the half-written last line of a killed run) is dropped
+    with a warning naming the file and line.
+    """
+    if not path.exists():
+        return
+    kept = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n")):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("step", 0), int):
+            logger.warning("%s, line %d: not a complete metrics record; dropped", path, number + 1)
+            continue
+        if record.get("step", 0) <= step:
+            kept.append(line)
+    write_text(path, "".join(line + "\n" for line in kept))
+
+
+def ran_with(
+    checkpoint: Optional[dict[str, Any]], step: int, placement: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The run's parts: [{"step": where a part starts, **its PLACEMENT}], from the checkpoint's
+    record (a checkpoint without one: its settings from step 0) with this part added when it
+    runs elsewhere than the last one did."""
+    if checkpoint is None:
+        return [{"step": 0, **placement}]
+    record = checkpoint.get("ran_with")
+    plain = (int, float, type(None))
+    if not (
+        isinstance(record, list)
+        and record
+        and all(
+            isinstance(part, dict)
+            and isinstance(part.get("step"), int)
+            and all(isinstance(k, str) and isinstance(v, plain) for k, v in part.items())
+            for part in record
+        )
+    ):
+        saved = checkpoint["config"]
+        record = [{"step": 0, **{name: saved.get(name) for name in PLACEMENT}}]
+    last = {k: v for k, v in record[-1].items() if k != "step"}
+    if last == placement:
+        return list(record)
+    if record[-1]["step"] == step:  # that part ran no step
+        return [*record[:-1], {"step": step, **placement}]
+    return [*record, {"step": step, **placement}]
+
+
+def read_skipped(path: Path) -> dict[str, Any]:
+    """The count of input lines skipped as not text (corpus/skipped.json), if recorded."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict) or not isinstance(record.get("skipped_lines"), int):
+        return {}
+    return {"skipped_lines": record["skipped_lines"]}
+
+
+def write_outputs(
+    work: Path, config: PretrainConfig, model: LanguageModel, vocab: Vocab, summary: dict
+) -> None:
+    """A finished run's model/ (the biLM, its softmax and vocabulary, `summary` as
+    pretrain.json), the bilm-tf export if asked for, and the perplexity plot of its metrics."""
+    model_dir = work / "model"
+    bilm = model.bilm
+    bilm.eval()
+    bilm.save(model_dir)
+    write_safetensors(model.head.state_dict(), model_dir / "lm_head.safetensors")
+    vocab.to_file(model_dir / "vocab.txt")
+    write_text(model_dir / "pretrain.json", json.dumps(summary, indent=2) + "\n")
+    if config.export_allennlp:
+        bilm.to_allennlp(work / "allennlp" / "options.json", work / "allennlp" / "weights.hdf5")
+    try:
+        from .plot import plot_metrics
+
+        title = f"biLM pretraining: {work.name}"
+        if config.init_from:
+            title += f", continued from {Path(config.init_from).name}"
+        plot_metrics(work / METRICS, work / "perplexity.png", title=title)
+    except ImportError:
+        logger.warning("matplotlib is not installed: no perplexity plot")
