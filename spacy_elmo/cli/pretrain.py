@@ -17,6 +17,7 @@ from ..pretrain.config import DEFAULT_MAX_STEPS
 from ..weights.json_files import read_json
 from . import _util as opt
 from ._util import command
+from .bilm_source import check_one_bilm
 
 DEFAULTS = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
 # Options that are not settings of the run: what to do with the run directory.
@@ -125,6 +126,8 @@ def pretrain(
 
     from ..pretrain import pretrain as run_pretraining
 
+    # --init-from continues that biLM with its own architecture, which --preset/--options name
+    check_one_bilm("init_from", ("preset", "options"), locals(), "the architecture")
     opt.device(gpu_id)  # no GPU: one clear error before any work
     opt.import_code(code)
     level = logging.WARNING if quiet else logging.INFO
