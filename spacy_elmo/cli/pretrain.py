@@ -78,7 +78,9 @@ def pretrain(
     max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
     threads: Optional[int] = opt.threads_option(),
     code: Optional[Path] = opt.code_option(),
-    quiet: bool = opt.quiet_option("Only warnings and the result: no progress lines."),
+    quiet: bool = opt.quiet_option(
+        "No progress bar or info lines: only warnings, errors, the result."
+    ),
     static_vectors: Optional[str] = typer.Option(
         None, help="spaCy pipeline (name or path) whose static vectors are auxiliary targets."
     ),
@@ -142,7 +144,9 @@ def pretrain(
         in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
     }
     config = PretrainConfig(**settings(given))
-    summary = run_pretraining(config, resume=resume, overwrite=force, explicit=explicit)
+    summary = run_pretraining(
+        config, resume=resume, overwrite=force, explicit=explicit, progress=not quiet
+    )
     if summary.get("interrupted"):
         typer.echo(f"interrupted at step {summary['step']}; continue with --resume")
         raise typer.Exit(code=128 + (summary.get("signal") or 2))  # 130 SIGINT, 143 SIGTERM
