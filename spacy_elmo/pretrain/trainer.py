@@ -679,7 +679,10 @@ class Pretrainer:
                     title += f", continued from {Path(self.config.init_from).name}"
                 plot_metrics(self.work / METRICS, self.work / "perplexity.png", title=title)
             except ImportError:
-                logger.warning("matplotlib is not installed: no perplexity plot")
+                from ..util.extras import install_hint
+
+                hint = install_hint("pretrain", "matplotlib")
+                logger.warning("matplotlib is not installed: no perplexity plot; %s", hint)
         self._barrier()
         return summary
 
