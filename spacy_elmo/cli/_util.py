@@ -3,7 +3,8 @@
 Options mean the same in every command (docs/cli.md):
 
 * `--model/-m` names a biLM in any of the ways `weights.sources.resolve_source` takes;
-  `--options/--weights` name a bilm-tf/AllenNLP pair instead.
+  `--options/--weights` name a bilm-tf/AllenNLP pair instead (both ways: a usage error,
+  `bilm_source.check_one_bilm`).
 * `--lang/-l` is the language of the tokenizer for raw text, `--pipeline/-p` a spaCy pipeline
   whose tokenizer and sentence boundaries read it instead (in `init-config`, as in `spacy init
   config`, the list of components); `--pretokenized/--raw` says which kind of text the input is.

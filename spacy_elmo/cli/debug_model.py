@@ -24,7 +24,7 @@ def debug_model(
     ctx: typer.Context,
     config_path: Path = typer.Argument(..., help="Training config file.", exists=True),
     component: str = typer.Argument(..., help="Pipeline component whose model is analysed."),
-    layers: str = typer.Option("", "--layers", help="Comma-separated layer IDs to print."),
+    layers: str = typer.Option("", "--layers", "-l", help="Comma-separated layer IDs to print."),
     dimensions: bool = typer.Option(False, "--dimensions", "-DIM", help="Show dimensions."),
     parameters: bool = typer.Option(False, "--parameters", "-PAR", help="Show parameters."),
     gradients: bool = typer.Option(False, "--gradients", "-GRAD", help="Show gradients."),

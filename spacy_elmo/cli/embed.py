@@ -12,6 +12,7 @@ import typer
 
 from . import _util as opt
 from ._util import command
+from .bilm_source import check_one_bilm
 
 
 @command("embed")
@@ -55,6 +56,7 @@ def embed(
     reads standard input to its end first.
     """
     arguments = _options(locals())  # the options, before any other name is bound here
+    check_one_bilm("model", ("options", "weights"), arguments)
     if str(input_file) == "-":
         with tempfile.TemporaryDirectory(prefix="spacy-elmo-stdin-") as folder:
             copy = Path(folder) / "stdin.txt"

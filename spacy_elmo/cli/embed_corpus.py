@@ -9,6 +9,7 @@ import typer
 
 from . import _util as opt
 from ._util import command
+from .bilm_source import check_one_bilm
 from .corpus_options import cluster_from_options, corpus_options, report
 
 
@@ -51,6 +52,7 @@ def embed_corpus(
     manifest records as whole for the same input, model and options (docs/corpus.md)."""
     from ..corpus.embed import embed_corpus as run
 
+    check_one_bilm("model", ("options", "weights"), locals())
     if top and average:
         raise ValueError("choose at most one of --top and --average")
     opt.import_code(code)

@@ -9,6 +9,7 @@ import typer
 
 from . import _util as opt
 from ._util import command
+from .bilm_source import check_one_bilm
 
 
 @command("init-config")
@@ -71,6 +72,7 @@ def init_config(
     from ..pipeline.init_config import ElmoSource, config_header, config_text, elmo_training_config
     from ..util.files import write_text
 
+    check_one_bilm("model", ("options", "weights"), locals())
     opt.import_code(code)  # a custom language or architecture the config names
     names = [name.strip() for name in components.split(",") if name.strip()]
     to_stdout = str(output_file) == "-"

@@ -17,6 +17,7 @@ from ..pretrain.config import DEFAULT_MAX_STEPS
 from ..weights.json_files import read_json
 from . import _util as opt
 from ._util import command
+from .bilm_source import check_one_bilm
 
 DEFAULTS = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
 # Options that are not settings of the run: what to do with the run directory.
@@ -77,7 +78,9 @@ def pretrain(
     max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
     threads: Optional[int] = opt.threads_option(),
     code: Optional[Path] = opt.code_option(),
-    quiet: bool = opt.quiet_option("Only warnings and the result: no progress lines."),
+    quiet: bool = opt.quiet_option(
+        "No progress bar or info lines: only warnings, errors, the result."
+    ),
     static_vectors: Optional[str] = typer.Option(
         None, help="spaCy pipeline (name or path) whose static vectors are auxiliary targets."
     ),
@@ -108,6 +111,8 @@ def pretrain(
 
     from ..pretrain import pretrain as run_pretraining
 
+    # --init-from continues that biLM with its own architecture, which --preset/--options name
+    check_one_bilm("init_from", ("preset", "options"), locals(), "the architecture")
     opt.device(gpu_id)  # no GPU: one clear error before any work
     opt.import_code(code)
     level = logging.WARNING if quiet else logging.INFO
@@ -122,7 +127,9 @@ def pretrain(
         in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
     }
     config = PretrainConfig(**settings(given))
-    summary = run_pretraining(config, resume=resume, overwrite=force, explicit=explicit)
+    summary = run_pretraining(
+        config, resume=resume, overwrite=force, explicit=explicit, progress=not quiet
+    )
     if summary.get("interrupted"):
         typer.echo(f"interrupted at step {summary['step']}; continue with --resume")
         raise typer.Exit(code=128 + (summary.get("signal") or 2))  # 130 SIGINT, 143 SIGTERM

@@ -10,6 +10,7 @@ import typer
 
 from . import _util as opt
 from ._util import command
+from .bilm_source import check_one_bilm
 
 REPORT_FILES = ("probe.json", "probe.md", "probe.png")
 
@@ -45,6 +46,7 @@ def probe(
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
+    check_one_bilm("model", ("options", "weights"), locals())
     started = time.perf_counter()
     device = opt.device(gpu_id)
     settings = ProbeSettings(

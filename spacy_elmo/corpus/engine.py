@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Protocol
 
+from ..util.extras import install_hint
 from .reaper import start_reaper, stop_reaper
 
-RAY_EXTRA = "pip install 'spacy-elmo[ray]'"
 # A killed worker is restarted (each time: an overnight run may lose many), and the shard it was
 # running is retried this many times (a shard that kills every worker it meets then fails).
 MAX_RETRIES = 3
@@ -103,12 +103,12 @@ class RunStats:
 
 
 def require_ray():
-    """The `ray` module, or ImportError naming the extra that installs it."""
+    """The `ray` module, or ImportError saying how to install it."""
     try:
         import ray
     except ImportError:
         raise ImportError(
-            f"corpus commands run on Ray, which is not installed: {RAY_EXTRA}"
+            f"corpus commands run on Ray, which is not installed: {install_hint('ray', 'ray')}"
         ) from None
     return ray
 

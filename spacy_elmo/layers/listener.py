@@ -151,7 +151,9 @@ def read_layers(model: ElmoLayersListener, doc: Doc) -> Floats3d:
     if layers is None:
         raise ValueError(
             f"doc._.elmo_layers is not set on a doc of {len(doc)} tokens: run the "
-            f"'{model.upstream_name}' component (enabled, before this one) first"
+            f"'{model.upstream_name}' component (enabled, before this one) first. (`spacy debug "
+            "model` updates a component without the components it listens to: run `spacy-elmo "
+            "debug-model CONFIG COMPONENT` instead, which runs them first)"
         )
     expected = (model.get_dim("n_layers"), len(doc), model.get_dim("nO"))
     if tuple(layers.shape) != expected:

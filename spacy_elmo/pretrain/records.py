@@ -155,4 +155,7 @@ def write_outputs(
             title += f", continued from {Path(config.init_from).name}"
         plot_metrics(work / METRICS, work / "perplexity.png", title=title)
     except ImportError:
-        logger.warning("matplotlib is not installed: no perplexity plot")
+        from ..util.extras import install_hint
+
+        hint = install_hint("pretrain", "matplotlib")
+        logger.warning("matplotlib is not installed: no perplexity plot; %s", hint)

@@ -209,14 +209,20 @@ class Pretrainer:
             return module(char_ids, targets, rows).float()
 
     # ------------------------------------------------------------------ loop
-    def train(self) -> dict[str, Any]:
+    def train(self, progress: bool = True) -> dict[str, Any]:
+        """Train to `max_steps`; `progress`: the main rank draws a progress bar."""
         from tqdm import tqdm
 
         config = self.config
         # Ctrl-C and SIGTERM (what torchrun and job schedulers send) end the step, write a
         # checkpoint and return; the command then exits with 130 or 143.
         previous = {number: signal.signal(number, self._request_stop) for number in STOP_SIGNALS}
-        bar = tqdm(total=config.max_steps, initial=self.step, disable=not self.is_main, unit="step")
+        bar = tqdm(
+            total=config.max_steps,
+            initial=self.step,
+            disable=not (self.is_main and progress),
+            unit="step",
+        )
         window = TrainWindow(8 if self.static_vectors is not None else 4)
         epoch = 0
         try:
@@ -411,8 +417,10 @@ def pretrain(
     resume: bool = False,
     overwrite: bool = False,
     explicit: Optional[Collection[str]] = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
-    """Run (or resume) a pretraining run; returns the summary written to model/pretrain.json.
+    """Run (or resume) a pretraining run; returns the summary written to model/pretrain.json
+    (`progress`: a progress bar on standard error).
 
     The run directory is locked for the whole run. A directory that already holds a run is
     refused unless `resume` (continue it) or `overwrite` (delete it and start again).
@@ -426,7 +434,7 @@ def pretrain(
             prepare_run_directory(Path(config.output), resume, overwrite)
         trainer = Pretrainer(config, resume=resume, explicit=explicit)
         try:
-            return trainer.train()
+            return trainer.train(progress)
         finally:
             if trainer.distributed and torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()

@@ -145,7 +145,10 @@ def write_report(result: dict, output: Path) -> list[Path]:
     except ImportError:
         import warnings
 
-        warnings.warn("matplotlib is not installed: no probe.png", stacklevel=2)
+        from ..util.extras import install_hint
+
+        hint = install_hint("pretrain", "matplotlib")
+        warnings.warn(f"matplotlib is not installed: no probe.png; {hint}", stacklevel=2)
     else:
         written.append(output / "probe.png")
     return written

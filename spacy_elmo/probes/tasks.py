@@ -165,7 +165,10 @@ def nearest_sense_predictions(
     """1-NN over sense centroids: the lemma's training sense whose mean vector is nearest (cosine).
 
     Exact ties (layer 0 gives every token of one word form the same vector) go to the sense seen
-    first in training. A lemma without training instances gets `fallback[lemma]` (None when it
+    first in training. Centroids and cosines are float64: the mean of k float32 copies of one
+    vector is then that vector exactly, so such a tie stays exact; in float32 the rounding of
+    the mean decided it, by the last bits of the vectors (on the bundled biLM, 595 of the 4,614
+    layer-0 test items). A lemma without training instances gets `fallback[lemma]` (None when it
     has none either).
     """
     rows: dict[str, list[int]] = defaultdict(list)
@@ -174,7 +177,7 @@ def nearest_sense_predictions(
         if instance.sense not in rows:
             senses_of[instance.lemma].append(instance.sense)
         rows[instance.sense].append(k)
-    centroid = {s: train_x[r].mean(0) for s, r in rows.items()}
+    centroid = {s: train_x[r].astype(numpy.float64).mean(0) for s, r in rows.items()}
     predictions: list[Optional[str]] = []
     for vector, instance in zip(test_x, test):
         candidates = senses_of.get(instance.lemma)
@@ -182,6 +185,7 @@ def nearest_sense_predictions(
             predictions.append(fallback.get(instance.lemma))
             continue
         matrix = numpy.stack([centroid[s] for s in candidates])  # (n_senses, dim)
+        vector = vector.astype(numpy.float64)
         norms = numpy.linalg.norm(matrix, axis=1) * numpy.linalg.norm(vector)
         cosine = matrix @ vector / numpy.maximum(norms, 1e-12)  # (n_senses,)
         predictions.append(candidates[int(cosine.argmax())])

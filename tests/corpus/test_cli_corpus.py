@@ -87,7 +87,8 @@ def test_without_ray_the_command_names_the_extra(tmp_path, monkeypatch):
     result = run("embed-corpus", str(tmp_path / "in"), str(tmp_path / "out"), "--workers", "1")
     assert result.exit_code == 1
     assert result.output.strip() == (
-        "error: corpus commands run on Ray, which is not installed: pip install 'spacy-elmo[ray]'"
+        "error: corpus commands run on Ray, which is not installed: pip install 'ray>=2.60,<3' "
+        "(in a clone of spacy-elmo's source: pip install -e '.[ray]')"
     )
 
 

@@ -43,7 +43,9 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def tiny(allennlp_fixture):
     return BiLM.load(
-        None, options=allennlp_fixture / "options.json", weights=allennlp_fixture / "lm_weights.hdf5"
+        None,
+        options=allennlp_fixture / "options.json",
+        weights=allennlp_fixture / "lm_weights.hdf5",
     )
 
 
@@ -162,7 +164,8 @@ def test_without_ray_one_line_names_the_extra(monkeypatch):
     with pytest.raises(ImportError) as error:
         require_ray()
     assert str(error.value) == (
-        "corpus commands run on Ray, which is not installed: pip install 'spacy-elmo[ray]'"
+        "corpus commands run on Ray, which is not installed: pip install 'ray>=2.60,<3' (in a "
+        "clone of spacy-elmo's source: pip install -e '.[ray]')"
     )
 
 

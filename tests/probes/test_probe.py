@@ -202,6 +202,22 @@ def test_nearest_sense_centroid_agrees_with_numpy():
     assert mfs == {"bank.n": "bank.n.3", "run.v": "run.v.1"}  # a tie goes to WordNet's order
 
 
+def test_a_word_form_seen_under_two_senses_ties_to_the_sense_seen_first():
+    """Layer 0 gives every token of one word form the same vector: a sense with three training
+    copies of it and a sense with one are tied exactly, and the tie goes to the first sense seen
+    in training. (In float32, the mean of the three copies is not the vector again: for this
+    vector the rounding picked the second sense.)"""
+    vector = np.random.default_rng(15).standard_normal(1024).astype(np.float32)
+    assert not np.array_equal(np.stack([vector] * 3).mean(0), vector)  # float32 rounds the mean
+    instance = SenseInstance(("bank",), 0, "bank.n", "bank.n.1")
+    train = [instance] * 3 + [SenseInstance(("bank",), 0, "bank.n", "bank.n.2")]
+    for order in (train, train[::-1]):
+        predicted = nearest_sense_predictions(
+            np.stack([vector] * 4), order, vector[None], [instance], {}
+        )
+        assert predicted == [order[0].sense]
+
+
 def test_probe_command_end_to_end(tmp_path, bilm_dir):
     assets = write_assets(tmp_path / "assets")
     out = tmp_path / "out"
