@@ -16,7 +16,7 @@ from ..pretrain import PretrainConfig
 from ..pretrain.config import DEFAULT_MAX_STEPS
 from ..weights.json_files import read_json
 from . import _util as opt
-from ._util import command
+from .command import command
 
 DEFAULTS = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
 # Options that are not settings of the run: what to do with the run directory.

@@ -18,8 +18,9 @@ from typing import Callable
 import pytest
 import typer
 
-from spacy_elmo.cli import _util
+from spacy_elmo.cli import command as cli_command
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
+from spacy_elmo.util import signals
 
 from ..private_network import private_network
 
@@ -230,7 +231,7 @@ def _raised_in_an_extension(signal_error: BaseException) -> SystemError:
 @pytest.mark.parametrize(
     "error, want",
     [
-        (_raised_in_an_extension(_util._Terminated()), ("terminated", 143)),
+        (_raised_in_an_extension(signals.Terminated()), ("terminated", 143)),
         (_raised_in_an_extension(KeyboardInterrupt()), ("interrupted", 130)),
         (_raised_in_an_extension(ValueError("not a signal")), None),
         (RuntimeError("a fault"), None),
@@ -238,7 +239,7 @@ def _raised_in_an_extension(signal_error: BaseException) -> SystemError:
     ids=["SIGTERM", "SIGINT", "other-cause", "no-cause"],
 )
 def test_a_signal_raised_inside_an_extension_still_gives_its_exit_code(error, want):
-    assert _util._signal_behind(error) == want
+    assert signals.signal_behind(error) == want
 
 
 # ---------------------------------------------------------------- wherever the signal lands
@@ -303,7 +304,7 @@ def test_a_signal_that_lands_where_its_exception_is_swallowed_still_ends_the_com
 
     before = {number: signal.getsignal(number) for number in EXIT_CODES}
     with pytest.raises(typer.Exit) as ended:
-        _util.guard("test", work)()
+        cli_command.guard("test", work)()
     assert ended.value.exit_code == EXIT_CODES[number]
     assert steps == ["signalled"]
     err = capfd.readouterr().err
@@ -315,7 +316,7 @@ def test_a_signal_that_lands_where_its_exception_is_swallowed_still_ends_the_com
 def test_a_command_that_ends_unsignalled_leaves_the_handlers_as_they_were(interactive_sigint):
     before = {number: signal.getsignal(number) for number in EXIT_CODES}
     hook = sys.unraisablehook
-    assert _util.guard("test", lambda: "done")() == "done"
+    assert cli_command.guard("test", lambda: "done")() == "done"
     assert {number: signal.getsignal(number) for number in EXIT_CODES} == before
     assert sys.unraisablehook is hook
 
