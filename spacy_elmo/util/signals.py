@@ -177,7 +177,8 @@ def shielded() -> Iterator[None]:
 def handlers_kept() -> Iterator[None]:
     """While the block runs (`ray.init`), SIGINT and SIGTERM keep their handlers: an attempt to
     replace them (Ray's, which ends the process with `sys.exit(15)`, without the command's
-    cleanup and exit code) is ignored. Only on the main thread."""
+    cleanup and exit code) is ignored, and those set by C code (Ray's core worker: a report,
+    then abort) are replaced by them again when it ends. Only on the main thread."""
     if not _is_main_thread():
         yield
         return
@@ -188,11 +189,15 @@ def handlers_kept() -> Iterator[None]:
             return signal.getsignal(number)
         return replace(number, handler)
 
+    kept = {number: signal.getsignal(number) for number in STOPS}
     signal.signal = keep
     try:
         yield
     finally:
         signal.signal = replace
+        for number, handler in kept.items():  # over one set in C (Ray's core worker's)
+            if handler is not None:
+                signal.signal(number, handler)
 
 
 def _handle_pending_signals() -> None:
