@@ -333,7 +333,9 @@ def test_the_commands_report_a_name_that_is_not_utf8(tmp_path, model, inline):
 def _record(folder: Path, name: str = "a.hdf5", **changes) -> dict:
     (folder / name).write_bytes(b"12345")
     model = {"kind": "saved", "name": "m", "sha256": "m1"}
-    record = make_record(folder, Path(name), Path("/in/é.txt"), "s1", 3, model, {}, "o")
+    source = folder / "in" / "é.txt"  # named in the record, never read: absent
+    assert not source.exists()
+    record = make_record(folder, Path(name), source, "s1", 3, model, {}, "o")
     return {**record, **changes}
 
 
