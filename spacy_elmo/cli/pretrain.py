@@ -14,6 +14,7 @@ import typer
 
 from ..pretrain import PretrainConfig
 from ..pretrain.config import DEFAULT_MAX_STEPS
+from ..util.files import check_apart
 from ..weights.json_files import read_json
 from . import _util as opt
 from .command import command
@@ -126,6 +127,9 @@ def pretrain(
     from ..pretrain import pretrain as run_pretraining
 
     opt.device(gpu_id)  # no GPU: one clear error before any work
+    check_apart(output, [*inputs, *(dev or [])])
+    if init_from is not None and Path(init_from).exists():
+        check_apart(output, [init_from], "--init-from biLM")
     opt.import_code(code)
     level = logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
