@@ -47,6 +47,10 @@ LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2
 RAY_PROBE_LINE = re.compile(
     rb"^\[[^\]]*\] (network_util\.cc:\d+: |logging\.cc:\d+: Set ray log level)"
 )
+# What Ray's C++ code writes to standard error when it is shut down with shards running (the
+# command was interrupted): "[... E ...] task_manager.cc:1545: Failed to push error to driver
+# for task ...". Always dropped: the command says why it ended.
+RAY_SHUTDOWN_LINE = re.compile(rb"^\[[^\]]*\] task_manager\.cc:\d+: Failed to push error to driver")
 
 
 class Job(Protocol):
@@ -343,17 +347,19 @@ def _end_ray(ray, before: dict[int, int], reaper) -> None:
             if before.get(pid) != start and (reaper is None or pid != reaper.pid)
         }
         try:
-            ray.shutdown()
+            with _probe_lines_dropped(True, RAY_SHUTDOWN_LINE):
+                ray.shutdown()
         finally:
             end_processes(started)
             stop_reaper(reaper)
 
 
 @contextmanager
-def _probe_lines_dropped(quiet: bool) -> Iterator[None]:
+def _probe_lines_dropped(quiet: bool, lines: re.Pattern = RAY_PROBE_LINE) -> Iterator[None]:
     """With `quiet`, what is written to standard error (file descriptor 2, where Ray's C++ code
-    writes) is held back, and passed on without Ray's IP probe lines (RAY_PROBE_LINE) at the
-    end, however the block ends. (Ray's own processes log to their files, not to it.)"""
+    writes) is held back, and passed on without Ray's `lines` (by default its IP probe lines,
+    RAY_PROBE_LINE) at the end, however the block ends. (Ray's own processes log to their
+    files, not to it.)"""
     if not quiet:
         yield
         return
@@ -368,8 +374,8 @@ def _probe_lines_dropped(quiet: bool) -> Iterator[None]:
             os.dup2(kept, 2)
             os.close(kept)
             held.seek(0)
-            lines = held.read().splitlines(keepends=True)
-            passed = b"".join(line for line in lines if not RAY_PROBE_LINE.match(line))
+            written = held.read().splitlines(keepends=True)
+            passed = b"".join(line for line in written if not lines.match(line))
             if passed:
                 os.write(2, passed)
 

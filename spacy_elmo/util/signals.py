@@ -150,9 +150,12 @@ class StopOnSignal:
         with self.lock:
             if not self.active or self.received is None:
                 return
-            import _thread
+            if sys.version_info >= (3, 10):
+                import _thread
 
-            _thread.interrupt_main(self.received)  # runs `_raise` on the main thread
+                _thread.interrupt_main(self.received)  # runs `_raise` on the main thread
+            else:
+                signal.pthread_kill(threading.main_thread().ident, self.received)
 
 
 @contextmanager
