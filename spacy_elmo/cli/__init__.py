@@ -1,40 +1,43 @@
-"""The `spacy-elmo` command line: one module per command, each wiring a library function."""
+"""The `spacy-elmo` command line: one module per command, each wiring a library function.
 
-import typer
+`main` sets the signal handlers first, then imports the commands (torch and spaCy take seconds):
+Ctrl-C or SIGTERM at any moment prints one line and ends with 130 or 143 (util/signals.py).
+"""
 
-from .. import __version__
-from . import (  # noqa: F401 - each module registers its command on `app`
-    apply,
-    debug_model,
-    download,
-    embed,
-    embed_corpus,
-    init_config,
-    perplexity,
-    pretrain,
-    probe,
-)
-from ._util import app
+from __future__ import annotations
 
-
-def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"spacy-elmo {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _options(
-    version: bool = typer.Option(
-        False, "--version", callback=_print_version, is_eager=True,
-        help="Print the version of spacy-elmo and exit.",
-    ),
-) -> None:  # fmt: skip
-    """ELMo contextual word vectors for spaCy."""
+from typing import Any
 
 
 def main() -> None:
-    app(prog_name="spacy-elmo")
+    from ..util.signals import exit_on_signals
+
+    exit_on_signals()
+    _app()(prog_name="spacy-elmo")
+
+
+def _app() -> Any:
+    """The app with every command registered (each module registers its own)."""
+    from . import (  # noqa: F401 - each module registers its command on `app`
+        apply,
+        debug_model,
+        download,
+        embed,
+        embed_corpus,
+        init_config,
+        perplexity,
+        pretrain,
+        probe,
+    )
+    from .command import app
+
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["app", "main"]

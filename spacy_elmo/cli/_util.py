@@ -1,4 +1,4 @@
-"""What every `spacy-elmo` command shares: the app, one error handler, one option vocabulary.
+"""The option vocabulary that every `spacy-elmo` command shares, and the checks behind it.
 
 Options mean the same in every command (docs/cli.md):
 
@@ -18,228 +18,15 @@ Options mean the same in every command (docs/cli.md):
 
 from __future__ import annotations
 
-import configparser
-import functools
-import os
-import signal
-import sys
-import threading
-import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Optional
 
 import typer
 
-# Help is never cut at 80 columns.
-CONTEXT = {"max_content_width": 120, "help_option_names": ["-h", "--help"]}
-app = typer.Typer(
-    name="spacy-elmo",
-    help="ELMo contextual word vectors for spaCy.",
-    no_args_is_help=True,
-    context_settings=CONTEXT,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-# Set to see the traceback of an unexpected error instead of its one-line summary.
-TRACEBACK_VARIABLE = "SPACY_ELMO_TRACEBACK"
+# `command` lives in command.py; named here too for the modules that import it from here.
+from .command import command  # noqa: F401
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    """End the command with `error: message` on standard error."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code=code)
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """What a user's input can cause: bad values and files, missing packages, bad configs."""
-    from confection import ConfigValidationError
-
-    return (ValueError, OSError, ImportError, configparser.Error, ConfigValidationError)
-
-
-def _message(error: BaseException) -> str:
-    """The error on one line."""
-    text = str(error).strip() or type(error).__name__
-    if isinstance(error, OSError) and error.filename and error.strerror:
-        text = f"{error.filename}: {error.strerror}"
-    lines = [" ".join(line.split()) for line in text.splitlines()]
-    return "; ".join(line for line in lines if line)
-
-
-def command(name: str, **settings: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `function` as the command `name`; every error it raises ends in one line.
-
-    ValueError, OSError, ImportError and config errors are the user's to fix: `error: <what>`,
-    exit code 1. Anything else is a fault of spacy-elmo: one line naming it, exit code 2, and
-    the traceback when SPACY_ELMO_TRACEBACK=1. Ctrl-C and SIGTERM end the command with 130 and
-    143 after its temporary files are removed (they are written in `try` blocks that clean up),
-    wherever the signal lands (`_StopOnSignal`).
-    """
-
-    def register(function: Callable[..., Any]) -> Callable[..., Any]:
-        run = guard(name, function)
-        settings.setdefault("context_settings", {}).update(CONTEXT)
-        app.command(name, **settings)(run)
-        return function
-
-    return register
-
-
-def guard(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function` as the command `name` runs it: errors and signals end it as `command` says."""
-
-    @functools.wraps(function)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        stops = _StopOnSignal()
-        try:
-            with stops:
-                result = function(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit):
-            raise
-        except (KeyboardInterrupt, _Terminated) as error:
-            _end_by_signal(_signal_behind(error))
-        except _user_errors() as error:
-            _end_by_signal(stops.ended_by())
-            fail(_message(error))
-        except Exception as error:  # noqa: BLE001 - the one place that reports faults
-            # raised inside an extension's call (a SystemError), or after a signal
-            _end_by_signal(_signal_behind(error) or stops.ended_by())
-            if os.environ.get(TRACEBACK_VARIABLE) == "1":
-                raise
-            fail(
-                f"internal error in `spacy-elmo {name}` ({type(error).__name__}: "
-                f"{_message(error)}); set {TRACEBACK_VARIABLE}=1 for the traceback and "
-                "please report it",
-                code=2,
-            )
-        # A signal whose exception was swallowed where it landed: never an exit code of 0.
-        _end_by_signal(stops.ended_by())
-        return result
-
-    return run
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised where the command is so that its cleanup runs."""
-
-
-# What each signal raises where the command is, the line it prints and its exit code.
-_STOPS = {
-    signal.SIGINT: (KeyboardInterrupt, "interrupted", 130),
-    signal.SIGTERM: (_Terminated, "terminated", 143),
-}
-# How long after a swallowed signal exception the signal is delivered again.
-REDELIVERY_SECONDS = 0.05
-
-
-def _end_by_signal(ended: Optional[tuple[str, int]]) -> None:
-    """End the command with the signal's line and exit code, if a signal ended it."""
-    if ended is not None:
-        typer.echo(ended[0], err=True)
-        raise typer.Exit(code=ended[1])
-
-
-def _signal_behind(error: BaseException) -> Optional[tuple[str, int]]:
-    """("interrupted", 130) or ("terminated", 143) when `error` was caused by Ctrl-C or SIGTERM:
-    raised by the handler while a C extension ran (Ray's wait, say), it comes out as the cause of
-    a SystemError ("returned a result with an exception set")."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        for raised, line, code in _STOPS.values():
-            if isinstance(error, raised):
-                return line, code
-        error = error.__cause__ or error.__context__
-    return None
-
-
-class _StopOnSignal:
-    """While a command runs, SIGINT and SIGTERM raise KeyboardInterrupt and `_Terminated` where
-    the command is, so that its cleanup runs (SIGTERM's default would kill the process without
-    it), and are recorded.
-
-    Where the exception cannot propagate (the signal landed in a finalizer or a weakref
-    callback: Python prints "Exception ignored" and carries on), the signal is delivered again
-    a moment later, until it lands where it ends the command; and a recorded signal is the
-    command's exit code whatever happens after it (`ended_by`), so a command never ends with 0
-    after a signal, wherever it landed. A SIGINT that the process ignores (a background job) or
-    handles its own way is left alone.
-    """
-
-    def __init__(self) -> None:
-        self.received: Optional[int] = None
-        self.previous: dict[int, Any] = {}
-        self.active = False
-        self.lock = threading.Lock()
-
-    def __enter__(self) -> _StopOnSignal:
-        if not _is_main_thread():
-            return self
-        self.active = True
-        for number in _STOPS:
-            own = signal.getsignal(number) is not signal.default_int_handler
-            if number == signal.SIGINT and own:  # ignored, or the caller's own handler
-                continue
-            self.previous[number] = signal.signal(number, self._raise)
-        self.previous_hook = sys.unraisablehook
-        sys.unraisablehook = self._unraisable
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.previous:
-            return
-        with self.lock:  # no delivery after this: one already made is pending on the main thread
-            self.active = False
-        _handle_pending_signals()  # by `_raise`, now recording only
-        sys.unraisablehook = self.previous_hook
-        for number, handler in self.previous.items():
-            signal.signal(number, handler)
-
-    def ended_by(self) -> Optional[tuple[str, int]]:
-        """The line and exit code of the signal received while the command ran, if one was."""
-        return None if self.received is None else _STOPS[self.received][1:]
-
-    def _raise(self, signum: int, frame: object) -> None:
-        if self.received is None:
-            self.received = signum
-        if self.active:
-            raise _STOPS[signum][0]()
-
-    def _unraisable(self, unraisable: Any) -> None:
-        """A signal's exception swallowed where it landed: deliver the signal again (soon, not
-        here: this is still inside the finalizer), and say nothing of it."""
-        if self.received is not None and isinstance(
-            unraisable.exc_value, tuple(raised for raised, _, _ in _STOPS.values())
-        ):
-            timer = threading.Timer(REDELIVERY_SECONDS, self._deliver_again)
-            timer.daemon = True
-            timer.start()
-            return
-        self.previous_hook(unraisable)
-
-    def _deliver_again(self) -> None:
-        with self.lock:
-            if not self.active or self.received is None:
-                return
-            if sys.version_info >= (3, 10):
-                import _thread
-
-                _thread.interrupt_main(self.received)  # runs `_raise` on the main thread
-            else:
-                signal.pthread_kill(threading.main_thread().ident, self.received)
-
-
-def _handle_pending_signals() -> None:
-    """A Python-level call: the main thread runs the handlers of signals already received."""
-    time.sleep(0)
-
-
-def _is_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-# -------------------------------------------------------------------------- shared options
 def model_option(help_extra: str = "") -> Any:
     return typer.Option(
         "bundled",
@@ -426,12 +213,6 @@ def quiet_option(what: str = "No progress bar.") -> Any:
 
 def force_option(what: str = "an existing output") -> Any:
     return typer.Option(False, "--force", "-F", help=f"Replace {what}.")
-
-
-# -------------------------------------------------------------------------- shared wiring
-def tokenizer_name(lang: Optional[str], pipeline: Optional[str]) -> str:
-    """What reads raw text: the pipeline when one is named, else the language (en)."""
-    return pipeline if pipeline else lang or "en"
 
 
 def device(gpu_id: int) -> str:

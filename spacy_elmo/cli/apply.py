@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from . import _util as opt
-from ._util import command
+from .command import command
 from .corpus_options import cluster_from_options, corpus_options, report
 
 

@@ -6,13 +6,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 import typer
 
 from . import _util as opt
-from ._util import command
 from .bilm_source import check_one_bilm
+from .command import command
 
 
 @command("embed")
@@ -55,80 +56,63 @@ def embed(
     The output is written under a temporary name and renamed when complete. INPUT_FILE '-'
     reads standard input to its end first.
     """
-    arguments = _options(locals())  # the options, before any other name is bound here
-    check_one_bilm("model", ("options", "weights"), arguments)
+    # The options, read by name below: declared once, in this signature.
+    given = SimpleNamespace(**{k: v for k, v in locals().items() if k not in _FILES})
+    check_one_bilm("model", ("options", "weights"), vars(given))
     if str(input_file) == "-":
         with tempfile.TemporaryDirectory(prefix="spacy-elmo-stdin-") as folder:
             copy = Path(folder) / "stdin.txt"
             with open(copy, "wb") as stream:
                 shutil.copyfileobj(sys.stdin.buffer, stream)
-            return _embed(copy, "standard input", output_file, **arguments)
-    return _embed(input_file, str(input_file), output_file, **arguments)
+            return _embed(copy, "standard input", output_file, given)
+    return _embed(input_file, None, output_file, given)
 
 
-def _options(arguments: dict) -> dict:
-    return {k: v for k, v in arguments.items() if k not in ("input_file", "output_file")}
+_FILES = ("input_file", "output_file")
 
 
 def _embed(
-    input_file: Path,
-    input_name: str,
-    output_file: Path,
-    model: str,
-    options: Optional[Path],
-    weights: Optional[Path],
-    top: bool,
-    average: bool,
-    pretokenized: Optional[bool],
-    lang: Optional[str],
-    pipeline: Optional[str],
-    code: Optional[Path],
-    batch_size: int,
-    max_tokens: Optional[int],
-    float16: bool,
-    int8: bool,
-    bf16: bool,
-    compression: Optional[str],
-    stateful: bool,
-    threads: Optional[int],
-    gpu_id: int,
-    force: bool,
-    quiet: bool,
+    input_file: Path, input_name: Optional[str], output_file: Path, given: SimpleNamespace
 ) -> None:
+    """`embed` of `input_file` (called `input_name` in messages, where it is a copy of
+    standard input), with the options `given`."""
     from ..bilm import BiLM
     from ..bilm.quantize import quantize_from_flags, set_quantize
     from ..corpus.embed_file import embed_file, spacy_tokenizer, whitespace_tokenizer
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
-    if top and average:
+    if given.top and given.average:
         raise ValueError("choose at most one of --top and --average")
-    quantize = quantize_from_flags(int8, bf16, gpu_id >= 0, "--gpu-id")
-    device = opt.device(gpu_id)
-    opt.import_code(code)
-    source = resolve_source(model if options is None else None, options, weights)
-    opt.check_new_output(output_file, force, [input_file, *source.files()])
-    use_threads(threads, "--threads")
-    if opt.is_pretokenized(pretokenized, lang, pipeline, default=True):
+    quantize = quantize_from_flags(given.int8, given.bf16, given.gpu_id >= 0, "--gpu-id")
+    device = opt.device(given.gpu_id)
+    opt.import_code(given.code)
+    source = resolve_source(
+        given.model if given.options is None else None, given.options, given.weights
+    )
+    opt.check_new_output(output_file, given.force, [input_file, *source.files()])
+    use_threads(given.threads, "--threads")
+    if opt.is_pretokenized(given.pretokenized, given.lang, given.pipeline, default=True):
         tokenize = whitespace_tokenizer
-        if pretokenized is None:
+        if given.pretokenized is None:
             warn_if_raw(input_file, input_name)
     else:
-        tokenize = spacy_tokenizer(lang, pipeline)
-    bilm = BiLM.from_source(source, stateful=stateful).to(device)
+        tokenize = spacy_tokenizer(given.lang, given.pipeline)
+    bilm = BiLM.from_source(source, stateful=given.stateful).to(device)
     if quantize is not None:
         set_quantize(bilm, quantize)
     count = embed_file(
         bilm,
         input_file,
         output_file,
-        output_format="top" if top else "average" if average else "all",
-        batch_size=batch_size,
+        output_format="top" if given.top else "average" if given.average else "all",
+        batch_size=given.batch_size,
         tokenize=tokenize,
-        progress=not quiet,
-        float16=float16,
-        compression=compression,
-        **({"max_tokens": max_tokens} if max_tokens is not None else {}),
+        progress=not given.quiet,
+        float16=given.float16,
+        compression=given.compression,
+        input_name=input_name,
+        **({"max_tokens": given.max_tokens} if given.max_tokens is not None else {}),
     )
     typer.echo(f"wrote {count} sentences to {output_file}")
 
@@ -137,7 +121,7 @@ def warn_if_raw(path: Path, name: Optional[str] = None) -> None:
     """Warn once when pre-tokenised input looks like raw text (punctuation stuck to words)."""
     from ..corpus.embed_file import raw_looking_token
 
-    found = raw_looking_token(path)
+    found = raw_looking_token(path, name=name)
     if found is not None:
         number, token = found
         typer.echo(

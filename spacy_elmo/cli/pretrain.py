@@ -14,10 +14,11 @@ import typer
 
 from ..pretrain import PretrainConfig
 from ..pretrain.config import DEFAULT_MAX_STEPS
+from ..util.files import check_apart
 from ..weights.json_files import read_json
 from . import _util as opt
-from ._util import command
 from .bilm_source import check_one_bilm
+from .command import command
 
 DEFAULTS = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
 # Options that are not settings of the run: what to do with the run directory.
@@ -114,6 +115,9 @@ def pretrain(
     # --init-from continues that biLM with its own architecture, which --preset/--options name
     check_one_bilm("init_from", ("preset", "options"), locals(), "the architecture")
     opt.device(gpu_id)  # no GPU: one clear error before any work
+    check_apart(output, [*inputs, *(dev or [])])
+    if init_from is not None and Path(init_from).exists():
+        check_apart(output, [init_from], "--init-from biLM")
     opt.import_code(code)
     level = logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

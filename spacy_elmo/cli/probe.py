@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from . import _util as opt
-from ._util import command
 from .bilm_source import check_one_bilm
+from .command import command
 
 REPORT_FILES = ("probe.json", "probe.md", "probe.png")
 

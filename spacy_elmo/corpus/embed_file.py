@@ -34,14 +34,18 @@ class LineRange:
     count: int
 
 
-def read_lines(path: Path, lines: Optional[LineRange] = None) -> Iterator[str]:
+def read_lines(
+    path: Path, lines: Optional[LineRange] = None, name: Optional[str] = None
+) -> Iterator[str]:
     """Stream the lines of a UTF-8 text file; ValueError naming the file and line on bad bytes.
 
     A byte-order mark at the start of the file is dropped. With `lines`, only that range is
-    read, from its byte offset (no scan of the lines before it).
+    read, from its byte offset (no scan of the lines before it). `name`: what messages call
+    the file, where it is a copy of what the user gave ("standard input").
     """
+    where = name or f"input file {path}"
     if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist or is not a file")
+        raise FileNotFoundError(f"{where} does not exist or is not a file")
     first = lines.first if lines is not None else 0
     with path.open("rb") as handle:
         if lines is not None:
@@ -55,12 +59,11 @@ def read_lines(path: Path, lines: Optional[LineRange] = None) -> Iterator[str]:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as err:
                 raise ValueError(
-                    f"input file {path}, line {number}: not UTF-8 text ({err.reason} at byte "
-                    f"{err.start})"
+                    f"{where}, line {number}: not UTF-8 text ({err.reason} at byte {err.start})"
                 ) from None
             if "\x00" in text:  # valid UTF-8, but not text: a binary file
                 raise ValueError(
-                    f"input file {path}, line {number}: not UTF-8 text (a NUL byte at "
+                    f"{where}, line {number}: not UTF-8 text (a NUL byte at "
                     f"character {text.index(chr(0)) + 1})"
                 )
             yield text
@@ -79,10 +82,12 @@ _RAW_TOKEN = re.compile(
 _FINAL_PERIOD = re.compile(r"^[^.]*\w{2}\.$")
 
 
-def raw_looking_token(path: Path, max_lines: int = 1000) -> Optional[tuple[int, str]]:
+def raw_looking_token(
+    path: Path, max_lines: int = 1000, name: Optional[str] = None
+) -> Optional[tuple[int, str]]:
     """The first (line number, token) among the first `max_lines` lines of `path` that looks
     like untokenised text, or None."""
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(read_lines(path, name=name), start=1):
         if number > max_lines:
             break
         tokens = line.split()
@@ -118,6 +123,7 @@ def embed_file(
     float16: bool = False,
     compression: Optional[str] = None,
     lines: Optional[LineRange] = None,
+    input_name: Optional[str] = None,
 ) -> int:
     """Embed every line of `input_path` into `output_path`; return the number of lines.
 
@@ -127,6 +133,7 @@ def embed_file(
     `float16` stores half precision (relative error <= FLOAT16_RELATIVE_ERROR, half the size);
     `compression` ("gzip" level 4 or "lzf", lossless) compresses each dataset. With `lines`,
     only that range is embedded, its datasets keeping the lines' numbers in the whole file.
+    `input_name`: what messages call the input, where it is a copy ("standard input").
     The file is written under a temporary name and renamed when complete: an interrupted run
     leaves no partial output, and an earlier output stays as it was.
     """
@@ -141,7 +148,11 @@ def embed_file(
     dtype = storage.pop("dtype")
     input_path, output_path = Path(input_path), Path(output_path)
     check_output(output_path, [input_path])
-    total = lines.count if lines is not None else sum(1 for _ in read_lines(input_path))
+    total = (
+        lines.count
+        if lines is not None
+        else sum(1 for _ in read_lines(input_path, name=input_name))
+    )
     sentence_to_index: dict[str, str] = {}
     with atomic_path(output_path) as tmp:
         with (
@@ -149,7 +160,7 @@ def embed_file(
             tqdm(total=total, unit="line", disable=not progress, desc="embedding") as bar,
         ):
             index = lines.first if lines is not None else 0
-            for chunk in _chunks(read_lines(input_path, lines), chunk_lines):
+            for chunk in _chunks(read_lines(input_path, lines, input_name), chunk_lines):
                 windows = [_windows(tokenize(line), max_tokens) for line in chunk]
                 vectors = iter(
                     bilm.embed([w for line in windows for w in line], batch_size=batch_size)

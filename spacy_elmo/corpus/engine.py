@@ -17,11 +17,9 @@ import logging
 import os
 import re
 import resource
-import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -29,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 from ..util.extras import install_hint
-from .reaper import start_reaper, stop_reaper
+from ..util.signals import handlers_kept, shielded
+from .reaper import end_processes, own_processes, start_reaper, stop_reaper
 
 # A killed worker is restarted (each time: an overnight run may lose many), and the shard it was
 # running is retried this many times (a shard that kills every worker it meets then fails).
@@ -40,10 +39,18 @@ QUEUE_PER_WORKER = 1
 WAIT_SECONDS = 1.0
 # The local instance's shared-memory object store: only shard names and results pass through.
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2
-# What Ray's C++ code writes to standard error while it looks for this machine's IP address (it
-# tries to reach 8.8.8.8 first): "[... W ...] network_util.cc:330: Failed to determine local IP
-# via external connectivity to: ...". Dropped under --quiet.
-RAY_PROBE_LINE = re.compile(rb"^\[[^\]]*\] network_util\.cc:\d+: ")
+# What Ray's C++ code writes to standard error while it starts: while it looks for this
+# machine's IP address (it tries to reach 8.8.8.8 first), "[... W ...] network_util.cc:330:
+# Failed to determine local IP via external connectivity to: ...", and the log level it read
+# from RAY_BACKEND_LOG_LEVEL, "[... I ...] logging.cc:303: Set ray log level ...". Dropped under
+# --quiet.
+RAY_PROBE_LINE = re.compile(
+    rb"^\[[^\]]*\] (network_util\.cc:\d+: |logging\.cc:\d+: Set ray log level)"
+)
+# What Ray's C++ code writes to standard error when it is shut down with shards running (the
+# command was interrupted): "[... E ...] task_manager.cc:1545: Failed to push error to driver
+# for task ...". Always dropped: the command says why it ended.
+RAY_SHUTDOWN_LINE = re.compile(rb"^\[[^\]]*\] task_manager\.cc:\d+: Failed to push error to driver")
 
 
 class Job(Protocol):
@@ -185,14 +192,16 @@ def run_tasks(
         cpus = usable_cpus()[0]  # this machine's cores, fewer under a container's CPU quota
         threads = threads or max(1, cpus // (workers or cpus))
         workers = workers or max(1, cpus // threads)
-        reaper = start_reaper()
-        with _own_signal_handlers(), _probe_lines_dropped(not progress):
-            _init_local(ray, cpus=max(cpus, workers * threads))
-    else:
-        reaper = None
-        with _own_signal_handlers(), _probe_lines_dropped(not progress):
-            _init_join(ray, address)
+    before = own_processes()  # the driver's processes from before: not Ray's to end
+    reaper = None
     try:
+        with handlers_kept(), _probe_lines_dropped(not progress):
+            if local:
+                with shielded():  # a watchdog that is never left behind
+                    reaper = start_reaper()
+                _init_local(ray, cpus=max(cpus, workers * threads))
+            else:
+                _init_join(ray, address)
         resources = ray.cluster_resources()
         node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         if not local:
@@ -226,8 +235,7 @@ def run_tasks(
         stats.run_seconds = time.perf_counter() - start - stats.startup_seconds
     finally:
         closing = time.perf_counter()
-        ray.shutdown()
-        stop_reaper(reaper)
+        _end_ray(ray, before, reaper)
         stats.shutdown_seconds = time.perf_counter() - closing
     return stats
 
@@ -328,25 +336,30 @@ def _check_resources(resources, node_cpus, workers, threads, gpus, address) -> N
         )
 
 
-@contextmanager
-def _own_signal_handlers() -> Iterator[None]:
-    """Keep the command's SIGINT and SIGTERM handlers: `ray.init` installs its own, which end
-    the process without the command's cleanup and exit code."""
-    kept = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for number, handler in kept.items():
-                if handler is not None:
-                    signal.signal(number, handler)
+def _end_ray(ray, before: dict[int, int], reaper) -> None:
+    """Disconnect from Ray and end every process that its start left below this one (a local
+    instance's, or a start cut short by a signal), then the watchdog; a signal meanwhile waits
+    until they are gone (`shielded`), so that the command never exits before its processes."""
+    with shielded():
+        started = {
+            pid: start
+            for pid, start in own_processes().items()
+            if before.get(pid) != start and (reaper is None or pid != reaper.pid)
+        }
+        try:
+            with _probe_lines_dropped(True, RAY_SHUTDOWN_LINE):
+                ray.shutdown()
+        finally:
+            end_processes(started)
+            stop_reaper(reaper)
 
 
 @contextmanager
-def _probe_lines_dropped(quiet: bool) -> Iterator[None]:
+def _probe_lines_dropped(quiet: bool, lines: re.Pattern = RAY_PROBE_LINE) -> Iterator[None]:
     """With `quiet`, what is written to standard error (file descriptor 2, where Ray's C++ code
-    writes) is held back, and passed on without Ray's IP probe lines (RAY_PROBE_LINE) at the
-    end, however the block ends. (Ray's own processes log to their files, not to it.)"""
+    writes) is held back, and passed on without Ray's `lines` (by default its IP probe lines,
+    RAY_PROBE_LINE) at the end, however the block ends. (Ray's own processes log to their
+    files, not to it.)"""
     if not quiet:
         yield
         return
@@ -361,8 +374,8 @@ def _probe_lines_dropped(quiet: bool) -> Iterator[None]:
             os.dup2(kept, 2)
             os.close(kept)
             held.seek(0)
-            lines = held.read().splitlines(keepends=True)
-            passed = b"".join(line for line in lines if not RAY_PROBE_LINE.match(line))
+            written = held.read().splitlines(keepends=True)
+            passed = b"".join(line for line in written if not lines.match(line))
             if passed:
                 os.write(2, passed)
 

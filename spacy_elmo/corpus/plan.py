@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
+from ..util.files import place
 from .embed_file import LineRange
 
 TEXT_SUFFIXES = (".txt", ".jsonl")
@@ -184,10 +185,7 @@ def plan_inputs(
         raise ValueError(f"shard_lines must be a positive integer, got {shard_lines!r}")
     root, files = find_inputs(spec, suffixes)
     output_dir = Path(os.path.abspath(output_dir))
-    real_output = output_dir.resolve()
-    if Path(str(spec)).expanduser().is_dir() and (
-        real_output == root or root in real_output.parents
-    ):
+    if Path(str(spec)).expanduser().is_dir() and place(output_dir, root) in ("is", "inside"):
         raise ValueError(
             f"output folder {printable(output_dir)} is inside the input folder {printable(root)}"
         )
@@ -196,7 +194,7 @@ def plan_inputs(
     inputs = []
     for path in files:
         real = path.resolve()
-        if real == real_output or real_output in real.parents:
+        if place(path, output_dir) in ("is", "inside"):
             raise ValueError(
                 f"input {printable(path)} is inside the output folder {printable(output_dir)}"
             )
@@ -327,28 +325,22 @@ def check_apart(
     """Refuse an OUTPUT_DIR that is, is inside or contains `what`'s folder (the model's, the
     pipeline's), or that holds one of its files: writing there could overwrite them (an input
     named like a weights file), and would change the fingerprint that the manifest records, so
-    that no output were ever up to date. Links are followed both ways."""
-    where = {Path(os.path.abspath(output_dir)), Path(output_dir).resolve()}
+    that no output were ever up to date. Folders are known by what they are, however reached
+    (a link, a bind mount: `util.files.place`)."""
     shown = printable(output_dir)
     if folder is not None:
-        forms = {Path(os.path.abspath(folder)), Path(folder).resolve()}
-        for out in where:
-            for place in forms:
-                if out == place:
-                    problem = f"is {what}'s folder"
-                elif place in out.parents:
-                    problem = f"is inside {what}'s folder"
-                elif out in place.parents:
-                    problem = f"contains {what}'s folder"
-                else:
-                    continue
-                raise ValueError(
-                    f"output folder {shown} {problem} {printable(folder)}: outputs written "
-                    f"there would change or overwrite {what}; choose another output folder"
-                )
+        problem = {
+            "is": f"is {what}'s folder",
+            "inside": f"is inside {what}'s folder",
+            "contains": f"contains {what}'s folder",
+        }.get(place(output_dir, folder))
+        if problem is not None:
+            raise ValueError(
+                f"output folder {shown} {problem} {printable(folder)}: outputs written "
+                f"there would change or overwrite {what}; choose another output folder"
+            )
     for file in files:
-        forms = {Path(os.path.abspath(file)), Path(file).resolve()}
-        if any(out in place.parents for out in where for place in forms):
+        if place(file, output_dir) == "inside":
             raise ValueError(
                 f"output folder {shown} holds {what}'s file {printable(file)}: outputs written "
                 f"there could overwrite it; choose another output folder"

@@ -15,10 +15,13 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 POLL_SECONDS = 0.5
+# How long `end_processes` waits for the processes it killed to be gone.
+END_WAIT_SECONDS = 10.0
 
 
 def start_reaper() -> Optional[subprocess.Popen]:
@@ -54,6 +57,63 @@ def _stat(pid: int) -> Optional[tuple[int, int]]:
         return None
     fields = text[text.rindex(")") + 2 :].split()
     return int(fields[1]), int(fields[19])
+
+
+def _state(pid: int) -> Optional[tuple[str, int, int]]:
+    """(state letter, process group, start time) of a process, None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return fields[0], int(fields[2]), int(fields[19])
+
+
+def own_processes() -> dict[int, int]:
+    """pid -> start time of every process below this one, and of Ray's processes in its process
+    group (Ray starts its processes in the driver's group, where the raylet's children stay
+    when it is gone). Empty where there is no /proc to read."""
+    if not Path("/proc/self/stat").exists():
+        return {}
+    found = _descendants(os.getpid())
+    group = os.getpgid(0)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            state = _state(int(entry))
+            if state is not None and state[1] == group and _is_ray(int(entry)):
+                found.setdefault(int(entry), state[2])
+    return found
+
+
+def end_processes(processes: dict[int, int], wait: float = END_WAIT_SECONDS) -> list[int]:
+    """Kill (SIGKILL) each of `processes` (pid -> start time) still running and wait, at most
+    `wait` seconds, until each is gone (a zombie whose parent is not this process counts as
+    gone: it runs no more; this process's own are reaped). The pids still running after."""
+    left = {pid: start for pid, start in processes.items() if _running(pid, start)}
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + wait
+    while left:
+        for pid in list(left):
+            try:
+                os.waitpid(pid, os.WNOHANG)  # ours: reaped; another's: ChildProcessError
+            except ChildProcessError:
+                pass
+            if not _running(pid, left[pid]):
+                del left[pid]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    return sorted(left)
+
+
+def _running(pid: int, start: int) -> bool:
+    """Whether the process `pid` that started at `start` (not a reused pid) still runs."""
+    state = _state(pid)
+    return state is not None and state[2] == start and state[0] not in ("Z", "X")
 
 
 def _descendants(root: int) -> dict[int, int]:

@@ -49,6 +49,57 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def place(path: str | Path, other: str | Path) -> Optional[str]:
+    """Where `path` is on disk with respect to `other`: "is" (the same file or folder),
+    "inside" (in the folder `other`, at any depth), "contains" (the folder `path` holds
+    `other`), or None (apart).
+
+    Files and folders are known by what they are (device and inode, as `os.path.samefile`),
+    not by how they are named: a symlink, a `..` path or a bind mount reaching the same folder
+    is that folder. The folders above each are walked with their links resolved; a path that
+    does not exist yet is placed by the folders above it that do.
+    """
+    path, other = Path(path).absolute(), Path(other).absolute()  # ".." kept: after a link
+    path_id, other_id = _identity(path), _identity(other)
+    if path_id is not None and path_id == other_id:
+        return "is"
+    if path_id is None and other_id is None and path.resolve() == other.resolve():
+        return "is"  # neither exists yet: by name
+    if other_id is not None and other_id in _folders_above(path):
+        return "inside"
+    if path_id is not None and path_id in _folders_above(other):
+        return "contains"
+    return None
+
+
+def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "input") -> None:
+    """ValueError when the output folder `output` is, is inside or contains one of `others`
+    (inputs that writing it would overwrite, or that would be read back as its own output),
+    however each is reached (`place`)."""
+    for other in others:
+        where = place(output, other)
+        if where is not None:
+            problem = {"is": "is", "inside": "is inside", "contains": "contains"}[where]
+            raise ValueError(
+                f"output {output} {problem} the {what} {other}: choose another output folder"
+            )
+
+
+def _identity(path: Path) -> Optional[tuple[int, int]]:
+    """(device, inode) of what `path` names, links followed; None if it does not exist."""
+    try:
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _folders_above(path: Path) -> set[tuple[int, int]]:
+    """(device, inode) of every folder above `path`, its links and `..` resolved (a folder
+    reached through a bind mount has the identity of the mounted folder)."""
+    return {i for i in map(_identity, path.resolve().parents) if i is not None}
+
+
 def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:
     """Raise ValueError unless `output` can be written and is none of `inputs` (nor in them).
 
@@ -57,12 +108,10 @@ def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:
     output = Path(output)
     for item in inputs:
         item = Path(item)
-        same = output.resolve() == item.resolve()
-        if not same and output.exists() and item.exists():
-            same = os.path.samefile(output, item)
-        if same:
+        where = place(output, item)
+        if where == "is":
             raise ValueError(f"output {output} is the input {item}: writing it would destroy it")
-        if item.is_dir() and item.resolve() in output.resolve().parents:
+        if where == "inside":
             raise ValueError(f"output {output} is inside the input folder {item}")
     if output.is_dir():
         raise ValueError(f"output {output} is a directory, not a file")

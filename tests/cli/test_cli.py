@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
+
+from ..pipeline.pipeline_util import save_tiny_bilm
 
 LINES = ["The river bank overflowed .", "", "Don 't   stop !", "北京 😀"]
 
@@ -157,3 +160,40 @@ def test_embed_with_lang_tokenises_and_raw_looking_input_warns(setup):
     assert result.exit_code == 0 and "warning" not in result.stderr
     with h5py.File(tmp_path / "a.hdf5") as split, h5py.File(tmp_path / "b.hdf5") as tokenised:
         assert split["0"].shape[1] == 4 and tokenised["0"].shape[1] == 5  # "office" "."
+
+
+@pytest.mark.parametrize("case", ["inside-by-dotdot", "is-by-bind-mount", "init-from-by-link"])
+def test_pretrain_refuses_a_run_directory_over_its_inputs(tmp_path, case):
+    """The run directory is known by what it is: inside the corpus folder (named through a
+    link and `..`), the corpus folder itself (through a bind mount), or the biLM it adapts
+    (through a link): refused before anything is written."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the river bank .\n" * 20, encoding="utf-8")
+    args = ["--preset", "tiny", "--max-steps", "1", "--min-count", "1", "-q"]
+    prefix: tuple[str, ...] = ()
+    if case == "inside-by-dotdot":
+        (corpus / "sub").mkdir()
+        (tmp_path / "deep").symlink_to(corpus / "sub")
+        output, want = tmp_path / "deep" / ".." / "run", "is inside the input"
+    elif case == "is-by-bind-mount":
+        from ..util.bind_mount import bind_mounted
+
+        output, want = tmp_path / "mounted", "is the input"
+        prefix = bind_mounted(corpus, output)
+    else:
+        model = tmp_path / "bilm"
+        save_tiny_bilm(model)
+        (tmp_path / "link").symlink_to(model)
+        output, want = tmp_path / "link", "is the --init-from biLM"
+        args += ["--init-from", str(model)]
+        corpus = corpus / "a.txt"
+    before = sorted(tmp_path.rglob("*"))
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "spacy_elmo.cli", "pretrain", str(corpus), str(output),
+         *args],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: output {output} {want}"), result.stderr
+    assert sorted(tmp_path.rglob("*")) == before

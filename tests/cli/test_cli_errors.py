@@ -26,6 +26,7 @@ def places(tmp_path) -> dict[str, Path]:
     not_json.write_text("{not json")
     saved_no_head = tmp_path / "noweights"
     saved_no_head.mkdir()
+    assert not (tmp_path / "missing").exists()
     return dict(
         tmp=tmp_path, text=text, blocker=blocker, folder=folder, bad_config=bad_config,
         not_json=not_json, missing=tmp_path / "missing", empty_dir=saved_no_head,

@@ -94,14 +94,15 @@ def test_the_help_says_the_default_of_pretokenized_that_the_code_has(name, said,
 
 
 def test_init_config_imports_code_that_registers_a_language(tmp_path):
+    # "zx": a language no other test names (what --code registers stays for the process)
     code = tmp_path / "custom.py"
-    code.write_text(CODE.format(lang="zz"), encoding="utf-8")
-    without = invoke("init-config", tmp_path / "a.cfg", "-p", "ner", "--lang", "zz")
-    assert without.exit_code == 1 and "zz" in without.output
-    result = invoke("init-config", tmp_path / "b.cfg", "-p", "ner", "--lang", "zz", "-c", code)
+    code.write_text(CODE.format(lang="zx"), encoding="utf-8")
+    without = invoke("init-config", tmp_path / "a.cfg", "-p", "ner", "--lang", "zx")
+    assert without.exit_code == 1 and "zx" in without.output
+    result = invoke("init-config", tmp_path / "b.cfg", "-p", "ner", "--lang", "zx", "-c", code)
     assert result.exit_code == 0, result.output
     text = (tmp_path / "b.cfg").read_text(encoding="utf-8")
-    assert 'lang = "zz"' in text and 'pipeline = ["elmo", "ner"]' in text
+    assert 'lang = "zx"' in text and 'pipeline = ["elmo", "ner"]' in text
 
 
 def test_embed_tokenises_with_a_language_its_code_registers(tmp_path):
@@ -117,6 +118,7 @@ def test_embed_tokenises_with_a_language_its_code_registers(tmp_path):
 
 
 def test_a_missing_code_file_is_named(tmp_path):
+    assert not (tmp_path / "nowhere.py").exists()
     result = invoke("init-config", tmp_path / "a.cfg", "-c", tmp_path / "nowhere.py")
     assert result.exit_code == 1
     assert f"--code {tmp_path / 'nowhere.py'}: no such Python file" in result.output
@@ -230,6 +232,20 @@ def test_embed_dash_names_standard_input_in_its_warning(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "standard input line 1 has the token 'office.'" in result.stderr
+
+
+def test_a_bad_byte_read_from_standard_input_is_named_by_its_line(tmp_path):
+    """`embed -` copies standard input to a temporary file first; a bad byte is reported
+    against standard input and the line it is on, never the copy's path."""
+    options, weights = write_random_model(tmp_path / "model", tiny_options(), seed=4)
+    pair = ["--options", str(options), "--weights", str(weights), "-q"]
+    text = b"the river bank .\na second line\nbad \xff byte\n"
+    result = CliRunner().invoke(app, ["embed", "-", str(tmp_path / "a.hdf5"), *pair], input=text)
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        "error: standard input, line 3: not UTF-8 text (invalid start byte at byte 4)\n"
+    )
+    assert not (tmp_path / "a.hdf5").exists()
 
 
 def test_the_shipped_example_is_pretokenised_as_embed_reads_it():

@@ -5,6 +5,7 @@ it is reading its input)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,8 +19,9 @@ from typing import Callable
 import pytest
 import typer
 
-from spacy_elmo.cli import _util
+from spacy_elmo.cli import command as cli_command
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
+from spacy_elmo.util import signals
 
 from ..private_network import private_network
 
@@ -162,17 +164,51 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def run_and_signal(case: Case, work: Path, number: int, timeout: float = 120) -> tuple[int, str]:
+@dataclass
+class Ended:
+    """How a signalled command ended: its exit code, what it wrote, and the processes of its
+    process group (its own, Ray's) still running once it had exited."""
+
+    code: int
+    stdout: str
+    stderr: str
+    left: dict[int, str]
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def group_processes(group: int) -> dict[int, str]:
+    """pid -> command line of every running process (not a zombie) in the process group."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def run_and_signal(case: Case, work: Path, number: int, timeout: float = 120) -> Ended:
+    """Run the case's command in a process group of its own, signal it once it is ready, and
+    see what is left of its group once it has exited."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     process = subprocess.Popen(
         [*case.prefix, sys.executable, "-m", "spacy_elmo.cli", *case.args],
         cwd=work,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
         preexec_fn=_default_sigint,
+        start_new_session=True,  # its group: the command and what it starts (Ray's processes)
     )
     deadline = time.monotonic() + timeout
     try:
@@ -181,12 +217,16 @@ def run_and_signal(case: Case, work: Path, number: int, timeout: float = 120) ->
             time.sleep(0.02)
         assert process.poll() is None, "the command ended before it was signalled"
         process.send_signal(number)
-        output, _ = process.communicate(timeout=timeout)
+        stdout, stderr = process.communicate(timeout=timeout)
+        left = group_processes(process.pid)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    return process.returncode, output
+        for pid in group_processes(process.pid):  # never left running after the test
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    return Ended(process.returncode, stdout, stderr, left)
 
 
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -203,11 +243,60 @@ def run_and_signal(case: Case, work: Path, number: int, timeout: float = 120) ->
 )
 def test_a_signal_removes_the_temporary_files_and_exits_with_its_code(tmp_path, command, number):
     case = CASES[command](tmp_path)
-    code, output = run_and_signal(case, tmp_path, number)
-    assert code == EXIT_CODES[number], output[-3000:]
-    assert "Traceback" not in output, output[-3000:]
+    ended = run_and_signal(case, tmp_path, number)
+    assert ended.code == EXIT_CODES[number], ended.output[-3000:]
+    assert "Traceback" not in ended.output, ended.output[-3000:]
     assert temporary_files(tmp_path) == []
-    case.check(output)
+    assert ended.left == {}, ended.left
+    case.check(ended.output)
+
+
+def starting_up(seconds: float) -> Callable[[subprocess.Popen], bool]:
+    """Ready `seconds` after the process started: still importing (torch and spaCy take
+    seconds)."""
+    started = time.monotonic()
+    return lambda process: time.monotonic() - started >= seconds
+
+
+def ray_starting(process: subprocess.Popen) -> bool:
+    """Ready once Ray's first server process of the command is there (Ray is starting)."""
+    return any(
+        "gcs_server" in line or "raylet" in line for line in group_processes(process.pid).values()
+    )
+
+
+def ray_case(work: Path, ready: Callable[[subprocess.Popen], bool]) -> Case:
+    case = embed_corpus_case(work)
+    return Case(case.args, ready=ready, prefix=case.prefix)
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "importing",
+        pytest.param("ray-starting", marks=pytest.mark.slow),
+        pytest.param("ray-working", marks=pytest.mark.slow),
+    ],
+)
+def test_a_signal_at_any_moment_prints_one_line_exits_with_its_code_and_leaves_no_process(
+    tmp_path, moment, number
+):
+    """While the command imports torch and spaCy (before any of its own code runs), while Ray
+    starts its processes, while Ray's workers write: one line on standard error, the signal's
+    exit code, and no process of the run left once the command has exited."""
+    if moment == "importing":
+        case = Case(["embed", "input.txt", "out.hdf5", "--quiet"], ready=starting_up(0.3))
+        (tmp_path / "input.txt").write_text(LINE, encoding="utf-8")
+    elif moment == "ray-starting":
+        case = ray_case(tmp_path, ray_starting)
+    else:
+        case = embed_corpus_case(tmp_path)
+    ended = run_and_signal(case, tmp_path, number)
+    assert ended.code == EXIT_CODES[number], ended.output[-3000:]
+    assert ended.stderr == LINES[number] + "\n", ended.output[-3000:]
+    assert ended.left == {}, ended.left
+    assert temporary_files(tmp_path) == []
 
 
 pytestmark = pytest.mark.skipif(
@@ -230,7 +319,7 @@ def _raised_in_an_extension(signal_error: BaseException) -> SystemError:
 @pytest.mark.parametrize(
     "error, want",
     [
-        (_raised_in_an_extension(_util._Terminated()), ("terminated", 143)),
+        (_raised_in_an_extension(signals.Terminated()), ("terminated", 143)),
         (_raised_in_an_extension(KeyboardInterrupt()), ("interrupted", 130)),
         (_raised_in_an_extension(ValueError("not a signal")), None),
         (RuntimeError("a fault"), None),
@@ -238,7 +327,7 @@ def _raised_in_an_extension(signal_error: BaseException) -> SystemError:
     ids=["SIGTERM", "SIGINT", "other-cause", "no-cause"],
 )
 def test_a_signal_raised_inside_an_extension_still_gives_its_exit_code(error, want):
-    assert _util._signal_behind(error) == want
+    assert signals.signal_behind(error) == want
 
 
 # ---------------------------------------------------------------- wherever the signal lands
@@ -303,7 +392,7 @@ def test_a_signal_that_lands_where_its_exception_is_swallowed_still_ends_the_com
 
     before = {number: signal.getsignal(number) for number in EXIT_CODES}
     with pytest.raises(typer.Exit) as ended:
-        _util.guard("test", work)()
+        cli_command.guard("test", work)()
     assert ended.value.exit_code == EXIT_CODES[number]
     assert steps == ["signalled"]
     err = capfd.readouterr().err
@@ -315,7 +404,7 @@ def test_a_signal_that_lands_where_its_exception_is_swallowed_still_ends_the_com
 def test_a_command_that_ends_unsignalled_leaves_the_handlers_as_they_were(interactive_sigint):
     before = {number: signal.getsignal(number) for number in EXIT_CODES}
     hook = sys.unraisablehook
-    assert _util.guard("test", lambda: "done")() == "done"
+    assert cli_command.guard("test", lambda: "done")() == "done"
     assert {number: signal.getsignal(number) for number in EXIT_CODES} == before
     assert sys.unraisablehook is hook
 

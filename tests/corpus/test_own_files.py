@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -159,6 +161,7 @@ def _pair(tmp_path: Path, allennlp_fixture: Path) -> Path:
         ("inside", r"output folder .*bilm[/\\]out is inside the model's folder"),
         ("contains", r"output folder .*models contains the model's folder .*bilm"),
         ("link", r"output folder .*link is the model's folder"),
+        ("dotdot", r"output folder .*deep[/\\]\.\. is the model's folder"),
         ("holds_pair", r"output folder .*pair holds the model's file .*options\.json"),
         ("run", r"output folder .*run contains the model's folder .*run[/\\]model"),
         ("tokenizer", r"output folder .*pipeline is the pipeline's folder"),
@@ -181,6 +184,10 @@ def test_an_output_folder_over_the_models_files_is_refused(
     elif case == "link":
         output = tmp_path / "link"
         output.symlink_to(bilm)
+    elif case == "dotdot":  # by name the folder above the models; on disk the model's
+        (tmp_path / "deep").symlink_to(bilm / "sub")
+        (bilm / "sub").mkdir()
+        output = tmp_path / "deep" / ".."
     elif case == "holds_pair":
         output = _pair(tmp_path, allennlp_fixture)
         options = {
@@ -203,6 +210,29 @@ def test_an_output_folder_over_the_models_files_is_refused(
     with pytest.raises(ValueError, match=message):
         embed_corpus(inputs, output, progress=False, **options)
     assert tree(tmp_path) == before  # nothing written: no lock, no output, no manifest
+
+
+def test_an_output_folder_that_is_the_model_through_a_bind_mount_is_refused(tmp_path):
+    """The model's folder reached by a second path that no link or `..` explains: an input
+    named like its weights file would overwrite them."""
+    from ..util.bind_mount import bind_mounted
+
+    inputs = tmp_path / "in"
+    write(inputs / "model.txt", ["named like a saved model's weights"])
+    bilm = tmp_path / "bilm"
+    save_tiny_bilm(bilm)
+    mount = tmp_path / "mounted"
+    prefix = bind_mounted(bilm, mount)
+    before = tree(bilm)
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "spacy_elmo.cli", "embed-corpus", str(inputs),
+         str(mount), "--model", str(bilm), "--workers", "1", "--quiet"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: output folder {mount} is the model's folder")
+    assert tree(bilm) == before
 
 
 @pytest.mark.parametrize("case", ["is", "inside", "contains"])
@@ -333,7 +363,9 @@ def test_the_commands_report_a_name_that_is_not_utf8(tmp_path, model, inline):
 def _record(folder: Path, name: str = "a.hdf5", **changes) -> dict:
     (folder / name).write_bytes(b"12345")
     model = {"kind": "saved", "name": "m", "sha256": "m1"}
-    record = make_record(folder, Path(name), Path("/in/é.txt"), "s1", 3, model, {}, "o")
+    source = folder / "in" / "é.txt"  # named in the record, never read: absent
+    assert not source.exists()
+    record = make_record(folder, Path(name), source, "s1", 3, model, {}, "o")
     return {**record, **changes}
 
 

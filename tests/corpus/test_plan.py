@@ -197,7 +197,9 @@ def test_manifest_records_what_is_done(tmp_path):
     (tmp_path / "a.hdf5").write_bytes(b"12345")
     model = {"kind": "saved", "name": "m", "sha256": "m1"}
     options = {"float16": False}
-    record = make_record(tmp_path, Path("a.hdf5"), Path("/in/a.txt"), "s1", 3, model, options, "o")
+    source = tmp_path / "in" / "a.txt"  # named in the record, never read: absent
+    assert not source.exists()
+    record = make_record(tmp_path, Path("a.hdf5"), source, "s1", 3, model, options, "o")
     append_record(tmp_path, record)
     with open(tmp_path / MANIFEST_NAME, "a") as handle:
         handle.write('{"output": "b.hdf5", "inpu')  # a run killed while writing its record

@@ -130,12 +130,17 @@ PROBE_LINE = (
 
 class RayThatProbes:
     """Stands in for the `ray` module: its `init` writes Ray's IP probe line and another line
-    to file descriptor 2, as Ray's C++ code does, then finds no cluster."""
+    to file descriptor 2, as Ray's C++ code does, then finds no cluster; `shutdown` (the
+    cleanup after any start, failed or not) has nothing to end."""
 
     @staticmethod
     def init(**_):
         os.write(2, PROBE_LINE + b"another line from ray.init\n")
         raise ConnectionError("no cluster here")
+
+    @staticmethod
+    def shutdown():
+        pass
 
 
 @pytest.mark.parametrize("progress", [False, True], ids=["quiet", "with progress"])

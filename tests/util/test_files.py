@@ -113,3 +113,55 @@ def test_an_atomic_write_that_fails_leaves_the_old_file_and_no_temporary_file(tm
     write_text(path, "new\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
     assert path.read_text() == "new\n"
+
+
+# --------------------------------------------------------------------- a folder's place
+def test_place_knows_a_folder_by_what_it_is_not_by_its_name(tmp_path):
+    model = tmp_path / "models" / "bilm"
+    (model / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(model)
+    (tmp_path / "deep").symlink_to(model / "sub")
+    # by name: tmp_path/deep/.. is tmp_path; on disk it is the model's folder
+    aliases = {
+        "is": [model, tmp_path / "link", tmp_path / "deep" / "..", model / "sub" / ".."],
+        "inside": [model / "out", tmp_path / "link" / "new" / "out", tmp_path / "deep"],
+        "contains": [model.parent, tmp_path / "link" / "..", tmp_path],
+        None: [tmp_path / "models" / "other", tmp_path / "deep" / "../../other"],
+    }
+    for want, paths in aliases.items():
+        for path in paths:
+            assert files.place(path, model) == want, path
+
+
+PLACE_THROUGH_MOUNT = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("files", sys.argv[1])
+files = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(files)
+model, mount = sys.argv[2], sys.argv[3]
+print(files.place(mount, model), files.place(mount + "/out", model), files.place(model, mount))
+"""
+
+
+def test_place_sees_through_a_bind_mount(tmp_path):
+    from .bind_mount import bind_mounted
+
+    model = tmp_path / "model"
+    model.mkdir()
+    mount = tmp_path / "elsewhere"
+    prefix = bind_mounted(model, mount)
+    result = subprocess.run(
+        [
+            *prefix,
+            sys.executable,
+            "-c",
+            PLACE_THROUGH_MOUNT,
+            files.__file__,
+            str(model),
+            str(mount),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["is", "inside", "is"]
