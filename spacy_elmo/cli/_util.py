@@ -23,9 +23,6 @@ from typing import Any, Optional
 
 import typer
 
-# `command` lives in command.py; named here too for the modules that import it from here.
-from .command import command  # noqa: F401
-
 
 def model_option(help_extra: str = "") -> Any:
     return typer.Option(

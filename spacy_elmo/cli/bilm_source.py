@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-from ._util import fail
+from .command import fail
 
 # Where a value came from when the user gave it (by name: typer may bring its own copy of
 # click's ParameterSource).

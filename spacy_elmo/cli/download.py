@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from . import _util as opt
-from ._util import command
+from .command import command
 
 
 @command("download")
