@@ -58,8 +58,8 @@ Inference, where autograd does not record:
   torch's CPU tanh is an accurate SLEEF kernel several times as slow as its sigmoid, and with
   it tanh took more time than the sigmoid and the cell update together. Within 2e-7 of
   torch.tanh; the AllenNLP fixture's outputs stay within 1e-6 of TensorFlow's.
-* The step loop in TorchScript (`run_compiled_steps`, float32 with the batched kernels, int8
-  and bfloat16): the same kernels in the same order as `lstm.run_cells`' Python loop, bit for
+* The step loop in TorchScript (`run_compiled_steps`, float32 with the batched kernels, and
+  bfloat16): the same kernels in the same order as `lstm.run_cells`' Python loop, bit for
   bit, as one call that releases the GIL, so that the `elmo` component's `overlap` can run the biLM
   beside the tagger and NER in another thread. SPACY_ELMO_PYTHON_STEPS=1 keeps the Python loop.
 * The output written in place: `BiLM.forward` puts every packed output row straight into its
@@ -329,18 +329,14 @@ COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 
 class CompiledSteps(NamedTuple):
     """The arguments of the TorchScript step loop (`run_compiled_steps`) for the products of a
-    step of k cells in `precision` ("float32", "int8" or "bfloat16"): per cell the input kernel
-    (in, out) (float32: (4D, in)) and its per-output scale (int8) or an empty tensor; the
-    recurrent and projection kernels, one (k, in, out) stack (float32, bfloat16) or k (in, out)
-    int8 kernels, and their (k, 1, out) scales (int8) or an empty tensor."""
+    step of k cells in `precision` ("float32" or "bfloat16"): per cell the input kernel
+    (float32: (4D, in), bfloat16: (in, out)); the recurrent and projection kernels, each one
+    (k, in, out) stack."""
 
     precision: str
     input_kernels: list[torch.Tensor]
-    input_scales: list[torch.Tensor]
-    recurrent: list[torch.Tensor]
-    recurrent_scales: torch.Tensor
-    projection: list[torch.Tensor]
-    projection_scales: torch.Tensor
+    recurrent: torch.Tensor
+    projection: torch.Tensor
 
 
 def float32_steps(
@@ -357,15 +353,12 @@ def float32_steps(
         return None
     if ONEDNN and any(w.numel() >= ONEDNN_MIN_ELEMENTS for w in inputs):
         return None
-    none = recurrent.new_empty((0,))
-    return CompiledSteps(
-        "float32", inputs, [none] * len(inputs), [recurrent], none, [stacked[1]], none
-    )
+    return CompiledSteps("float32", inputs, recurrent, stacked[1])
 
 
 def steps_release_gil(bilm: nn.Module) -> bool:
     """Whether a biLM's LSTM steps at inference run in `run_compiled_steps`, without the GIL:
-    on the CPU with projections, in int8 or bfloat16, or in float32 where the per-step kernels are
+    on the CPU with projections, in bfloat16, or in float32 where the per-step kernels are
     multiplied for both directions at once (the bundled and small models)."""
     cell = bilm.forward_lstm.layers[0]
     weight = cell.recurrent_weight
@@ -373,7 +366,7 @@ def steps_release_gil(bilm: nn.Module) -> bool:
         return False
     if weight.device.type != "cpu":
         return False
-    if getattr(bilm, "quantize", None) in ("int8", "bf16"):
+    if getattr(bilm, "quantize", None) == "bf16":
         return True
     return (
         weight.dtype == torch.float32
@@ -404,12 +397,9 @@ def run_compiled_steps(
     return _compiled_steps()(
         list(inputs),
         steps.input_kernels,
-        steps.input_scales,
         list(biases),
         steps.recurrent,
-        steps.recurrent_scales,
         steps.projection,
-        steps.projection_scales,
         steps.precision,
         h,
         c,
@@ -435,13 +425,6 @@ def _compiled_steps():
     return _COMPILED[0]
 
 
-def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`quantize.quantize_rows` (its TINY_SCALE and INT8_MAX written out for TorchScript)."""
-    scale = x.abs().amax(dim=-1, keepdim=True)
-    scale = scale.clamp_min_(1e-12).div_(127.0)
-    return torch.div(x, scale).round_().to(torch.int8), scale
-
-
 def bf16_product(x: torch.Tensor, kernel: torch.Tensor, multiple: int = 16) -> torch.Tensor:
     """x (rows, in) or (k, rows, in) float32, rounded to bfloat16, times a bfloat16 kernel
     (in, out) or (k, in, out): (rows, out) or (k, rows, out) in bfloat16 (oneDNN sums in
@@ -459,32 +442,19 @@ def bf16_product(x: torch.Tensor, kernel: torch.Tensor, multiple: int = 16) -> t
     return torch.mm(padded, kernel).narrow(-2, 0, rows)
 
 
-def _step_products(
-    x: torch.Tensor, kernels: list[torch.Tensor], scales: torch.Tensor, precision: str
-) -> torch.Tensor:
-    """x (k, rows, in) times each cell's kernel: (k, rows, out) float32."""
-    if precision == "float32":
-        return torch.bmm(x, kernels[0])
+def _step_product(x: torch.Tensor, kernel: torch.Tensor, precision: str) -> torch.Tensor:
+    """x (k, rows, in) times the (k, in, out) kernels: (k, rows, out) float32."""
     if precision == "bfloat16":
-        return bf16_product(x, kernels[0]).to(torch.float32)
-    values, scale = _quantize_rows(x)
-    product = torch.empty(
-        (values.shape[0], values.shape[1], kernels[0].shape[1]), dtype=torch.int32
-    )
-    for d in range(len(kernels)):
-        torch._int_mm(values[d], kernels[d], out=product[d])
-    return torch.mul(product, scale).mul_(scales)
+        return bf16_product(x, kernel).to(torch.float32)
+    return torch.bmm(x, kernel)
 
 
 def _step_loop(
     inputs: list[torch.Tensor],
     input_kernels: list[torch.Tensor],
-    input_scales: list[torch.Tensor],
     biases: list[torch.Tensor],
-    recurrent: list[torch.Tensor],
-    recurrent_scales: torch.Tensor,
-    projection: list[torch.Tensor],
-    projection_scales: torch.Tensor,
+    recurrent: torch.Tensor,
+    projection: torch.Tensor,
     precision: str,
     h: torch.Tensor,
     c: torch.Tensor,
@@ -494,8 +464,8 @@ def _step_loop(
     block_rows: int,
     tanh_min_elements: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The ops of lstm.run_cells with lstm.Float32Products, quantize.Int8Products or
-    # quantize.Bf16Products and of cell_update and tanh above, in the same order (TorchScript:
+    # The ops of lstm.run_cells with lstm.Float32Products or quantize.Bf16Products and of
+    # cell_update and tanh above, in the same order (TorchScript:
     # no calls into the rest of the package).
     k = h.shape[0]
     cell_dim = c.shape[2]
@@ -521,19 +491,15 @@ def _step_loop(
             gates = h.new_empty((k, block_end - block_start, width))
             for d in range(k):
                 x = inputs[d][block_start:block_end]
-                if precision == "int8":
-                    values, scale = _quantize_rows(x)
-                    product = torch._int_mm(values, input_kernels[d])
-                    torch.mul(product, scale, out=gates[d]).mul_(input_scales[d]).add_(biases[d])
-                elif precision == "bfloat16":
+                if precision == "bfloat16":
                     gates[d].copy_(bf16_product(x, input_kernels[d])).add_(biases[d])
                 else:
                     torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
         rows = gates[:, offset - block_start : offset - block_start + active]
         if precision == "float32":
-            z = torch.baddbmm(rows, h, recurrent[0])
+            z = torch.baddbmm(rows, h, recurrent)
         else:
-            z = _step_products(h, recurrent, recurrent_scales, precision).add_(rows)
+            z = _step_product(h, recurrent, precision).add_(rows)
         j = z[:, :, cell_dim : 2 * cell_dim]
         via_sigmoid = j.numel() >= tanh_min_elements
         tanh_j = j
@@ -557,9 +523,9 @@ def _step_loop(
             m_t = torch.tanh(c_t).mul_(o)
         h_t = output[:, offset : offset + active]
         if precision == "float32":
-            torch.bmm(m_t, projection[0], out=h_t)
+            torch.bmm(m_t, projection, out=h_t)
         else:
-            h_t.copy_(_step_products(m_t, projection, projection_scales, precision))
+            h_t.copy_(_step_product(m_t, projection, precision))
         if proj_clip is not None:
             h_t.clamp_(-proj_clip, proj_clip)
         offset += active

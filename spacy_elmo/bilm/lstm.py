@@ -12,7 +12,7 @@ of a step, and where updates happen in place, is decided in `fast_paths.py`.
 
 The step's three matrix products (input, recurrent, projection) are pluggable: a cell's
 `products` makes them for the cells stepped together, in float32 by default
-(`Float32Products`); `quantize.py` supplies int8 ones to the same loop.
+(`Float32Products`); `quantize.py` supplies bfloat16 ones to the same loop.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class LstmCellWithProjection(nn.Module):
     """One TF LSTMCell(num_proj, cell_clip, proj_clip, forget_bias=1) over packed sequences."""
 
     # The products of its steps (with those of the cells stepped with it, as `run_cells` asks
-    # the first cell): float32, or int8 ones that `quantize.set_quantize` puts here.
+    # the first cell): float32, or bfloat16 ones that `quantize.set_quantize` puts here.
     products: MakeProducts = Float32Products
 
     def __init__(

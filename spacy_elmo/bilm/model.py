@@ -70,7 +70,7 @@ class BiLM(nn.Module):
     into the same row of the next call, as AllenNLP and bilm-tf do (docs/MODEL.md §8).
     """
 
-    # "int8" where the products run in int8 at inference (`quantize.set_quantize`), else None.
+    # "bf16" where the LSTM products run in bfloat16 (`quantize.set_quantize`), else None.
     quantize: str | None = None
 
     def __init__(

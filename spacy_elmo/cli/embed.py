@@ -38,7 +38,6 @@ def embed(
         show_default=False,
     ),
     float16: bool = opt.float16_option(),
-    int8: bool = opt.int8_option(),
     bf16: bool = opt.bf16_option(),
     compression: Optional[str] = opt.compression_option(),
     stateful: bool = typer.Option(
@@ -84,7 +83,6 @@ def _embed(
     batch_size: int,
     max_tokens: Optional[int],
     float16: bool,
-    int8: bool,
     bf16: bool,
     compression: Optional[str],
     stateful: bool,
@@ -101,7 +99,7 @@ def _embed(
 
     if top and average:
         raise ValueError("choose at most one of --top and --average")
-    quantize = quantize_from_flags(int8, bf16, gpu_id >= 0, "--gpu-id")
+    quantize = quantize_from_flags(bf16, gpu_id >= 0, "--gpu-id")
     device = opt.device(gpu_id)
     opt.import_code(code)
     source = resolve_source(model if options is None else None, options, weights)

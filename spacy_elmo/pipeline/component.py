@@ -108,12 +108,10 @@ def make_elmo(
     `.similarity` use ELMo (spaCy's user hooks): `vector_layer` "top" (the top layer h_L),
     "average" (the mean of the layers) or "mix" (`token._.elmo`); a span's or doc's vector is
     the mean of its tokens' vectors, similarity their cosine.
-    quantize: "int8" runs the biLM's matrix products in int8 where it runs without autograd
-    (prediction, a frozen biLM in training; CPU only; errors and speed: docs/performance.md;
-    where torch's CPU kernels stop below AVX-512 it is about ten times slower than float32, and
-    says so once with an `Int8SpeedWarning`); "bf16" runs the LSTM's products in bfloat16 (the
-    same places; faster on CPUs with AMX or AVX-512 BF16, slower elsewhere, where it warns
-    once); null or "none": float32.
+    quantize: "bf16" runs the LSTM's products in bfloat16 where the biLM runs without autograd
+    (prediction, a frozen biLM in training; CPU only; faster on CPUs with AMX or AVX-512 BF16,
+    slower elsewhere, where it warns once; errors and speed: docs/performance.md); null or
+    "none": float32.
     overlap: `nlp.pipe` runs the biLM on the next batch in a background thread while the
     components after this one work on the batch before (on the CPU with two torch threads or
     more, the biLM on one thread fewer; `overlap.py`); "process": in a child process instead,

@@ -8,7 +8,7 @@ TorchScript call that releases the GIL (`bilm.fast_paths.run_compiled_steps`); t
 loop would take it back a dozen times a step.
 
 Where it applies: the biLM on the CPU with its LSTM steps in the compiled loop
-(`fast_paths.steps_release_gil`: in int8 or bfloat16, or in float32 for the bundled and small
+(`fast_paths.steps_release_gil`: in bfloat16, or in float32 for the bundled and small
 models; the larger models' per-direction float32 steps run in Python and are left in turn),
 torch set to two threads or more. The background thread runs the biLM on one thread fewer than
 torch's setting, leaving a core to the calling thread (the biLM on all of them beside it ran slower
