@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         nlp = pipelines[name]
         torch.set_num_threads(threads)
         if name == "elmo":
-            elmo.cfg["overlap"], elmo.cfg["quantize"] = overlap, quantize
+            elmo.cfg["overlap"], elmo.quantize = overlap, quantize
         if overlap == "process":  # the child started (again: a new quantize) before the clock
             list(nlp.pipe(Doc(nlp.vocab, words=words) for words in sentences[:8]))
         docs = [Doc(nlp.vocab, words=words) for words in sentences]

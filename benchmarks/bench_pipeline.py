@@ -315,7 +315,7 @@ def measure(model: str, args) -> dict:
     sentence_ms = latencies(sentence_doc, sentences[: args.latency_sentences])
     document_ms = latencies(document_doc, documents)
     # the biLM's own process (overlap = "process"), if it has one
-    worker = getattr(nlp.get_pipe("elmo"), "_bilm_process", None) if nlp.has_pipe("elmo") else None
+    worker = nlp.get_pipe("elmo").started_bilm_process if nlp.has_pipe("elmo") else None
     child_peak = rss_mb(worker.process.pid, "VmHWM") if worker is not None else 0.0
     return {
         "load_seconds": load_seconds,

@@ -75,12 +75,12 @@ def test_overlap_applies_on_the_cpu_with_two_threads_or_more(bilm_dir, threads, 
     torch.set_num_threads(2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Bf16SpeedWarning)
-        elmo.cfg["quantize"] = "bf16"  # bfloat16 steps run in the compiled loop too
+        elmo.quantize = "bf16"  # bfloat16 steps run in the compiled loop too
         assert overlap_applies(elmo)
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)  # steps in Python: in turn
     assert not overlap_applies(elmo)
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", True)
-    elmo.cfg["quantize"] = None
+    elmo.quantize = None
     assert overlap_applies(elmo)
     elmo.cfg["overlap"] = False
     assert not overlap_applies(elmo)
