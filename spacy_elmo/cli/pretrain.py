@@ -14,7 +14,7 @@ import typer
 
 from ..pretrain import PretrainConfig
 from ..pretrain.config import DEFAULT_MAX_STEPS
-from ..weights.json_files import read_json
+from ..util.json_files import read_json
 from . import _util as opt
 from ._util import command
 
