@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import fast_paths
+from . import compiled_steps, fast_paths
 from .fused import fused_cells
 
 # Gate blocks of width D, in the order of the bilm-tf weights: input, candidate, forget, output.
@@ -63,7 +63,7 @@ class Products(Protocol):
         """Whether the cell update may overwrite the gates z (nothing records it for autograd)."""
         ...
 
-    def compiled_steps(self) -> fast_paths.CompiledSteps | None:
+    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
         """The arguments of the TorchScript step loop for these products, or None where the
         Python loop runs them (optional: products without it run in the Python loop)."""
         ...
@@ -110,7 +110,7 @@ class Float32Products:
     def in_place(self, z: torch.Tensor) -> bool:
         return fast_paths.at_inference(z)
 
-    def compiled_steps(self) -> fast_paths.CompiledSteps | None:
+    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
         return fast_paths.float32_steps(self.cells, self.stacked)
 
 

@@ -29,7 +29,7 @@ from typing import Optional, Sequence, TypeVar
 import torch
 from torch import nn
 
-from . import fast_paths
+from . import compiled_steps, fast_paths
 from .lstm import Float32Products, LstmCellWithProjection, Products
 
 BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
@@ -170,8 +170,9 @@ class Bf16Cell:
 class Bf16Products:
     """The products of a step of k LSTM cells (`lstm.Products`) in bfloat16, without autograd:
     the input rows, the state h and the cell output m are rounded to bfloat16 and multiplied
-    with bfloat16 kernels (oneDNN: AMX or AVX-512 BF16, float32 sums; `fast_paths.bf16_product`),
-    each product rounded to bfloat16 and added to the rest in float32."""
+    with bfloat16 kernels (oneDNN: AMX or AVX-512 BF16, float32 sums;
+    `compiled_steps.bf16_product`), each product rounded to bfloat16 and added to the rest in
+    float32."""
 
     def __init__(self, kernels: Bf16Cell, cells: Sequence[LstmCellWithProjection]) -> None:
         self.input_kernels = list(kernels.input.stack([cell.input_weight for cell in cells]))
@@ -188,24 +189,24 @@ class Bf16Products:
         first = inputs[0]
         gates = first.new_empty((len(inputs), first.shape[0], self.input_kernels[0].shape[1]))
         for d, (x, kernel, bias) in enumerate(zip(inputs, self.input_kernels, biases)):
-            gates[d].copy_(fast_paths.bf16_product(x, kernel)).add_(bias)
+            gates[d].copy_(compiled_steps.bf16_product(x, kernel)).add_(bias)
         return gates  # (k, rows, 4D)
 
     def recurrent_gates(self, h: torch.Tensor, gates: torch.Tensor, rows: slice) -> torch.Tensor:
-        z = fast_paths.bf16_product(h, self.recurrent).to(torch.float32)
+        z = compiled_steps.bf16_product(h, self.recurrent).to(torch.float32)
         return z.add_(gates[:, rows])  # (k, active, 4D)
 
     def projection(self, m: torch.Tensor) -> torch.Tensor:
-        product = fast_paths.bf16_product(m, self.projection_kernels)
+        product = compiled_steps.bf16_product(m, self.projection_kernels)
         return product.to(torch.float32)  # (k, active, P)
 
     def in_place(self, z: torch.Tensor) -> bool:
         return True  # never under autograd (`Bf16Cell`), with the fast paths on or off
 
-    def compiled_steps(self) -> Optional[fast_paths.CompiledSteps]:
+    def compiled_steps(self) -> Optional[compiled_steps.CompiledSteps]:
         compiled = fast_paths.ENABLED and fast_paths.COMPILED_STEPS
         if not compiled or self.projection_kernels is None:
             return None
-        return fast_paths.CompiledSteps(
+        return compiled_steps.CompiledSteps(
             "bfloat16", self.input_kernels, self.recurrent, self.projection_kernels
         )
