@@ -130,3 +130,13 @@ def test_no_cycle_between_packages():
         "spacy_elmo.bilm.model": {"spacy_elmo.bilm.options"},
     }
     assert cycles(package_graph(loop)) == [["bilm", "description", "weights"]]
+
+
+def test_the_model_reads_no_weights_but_through_its_loading_module():
+    """The biLM's maths (bilm/model.py, lstm.py, char_cnn.py, the fast paths) imports no weight
+    reader: `bilm/loading.py`, the constructors and writers `BiLM` inherits, is the one module
+    of bilm/ above the readers."""
+    graph = import_graph()
+    for name, edges in graph.items():
+        if name.startswith("spacy_elmo.bilm") and name != "spacy_elmo.bilm.loading":
+            assert not {e for e in edges if e.startswith("spacy_elmo.weights")}, name
