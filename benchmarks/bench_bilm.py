@@ -54,9 +54,8 @@ BUNDLED_DIR = REPO / "spacy_elmo" / "data" / "en_elmo_bundled"
 ARCHS = ("small", "medium", "original")
 IMPLS = ("spacy-elmo", "allennlp")
 # "spacy-elmo-cpu": this project on the CPU whatever --device says (the reference on a GPU
-# machine where AllenNLP cannot be installed). "spacy-elmo-int8": its products in int8
-# (`bilm/quantize.py`, CPU), e.g. `--impls spacy-elmo-int8,spacy-elmo` for int8 against float32.
-ALL_IMPLS = IMPLS + ("spacy-elmo-cpu", "spacy-elmo-int8")
+# machine where AllenNLP cannot be installed).
+ALL_IMPLS = IMPLS + ("spacy-elmo-cpu",)
 TOLERANCE = 1e-5
 
 
@@ -156,7 +155,7 @@ def import_impl(impl: str):
     """The implementation's modules (imported before the memory baseline is taken)."""
     import h5py  # noqa: F401  (both read the weights with it: its libraries are no model's)
 
-    if impl in ("spacy-elmo", "spacy-elmo-cpu", "spacy-elmo-int8"):
+    if impl in ("spacy-elmo", "spacy-elmo-cpu"):
         from spacy_elmo import BiLM
 
         return BiLM
@@ -177,8 +176,7 @@ class Runner:
         import torch
 
         self.sort = sort
-        int8 = impl == "spacy-elmo-int8"
-        if impl in ("spacy-elmo-cpu", "spacy-elmo-int8"):
+        if impl == "spacy-elmo-cpu":
             impl, device = "spacy-elmo", "cpu"
         self.impl, self.device = impl, torch.device(device)
         if self.device.type == "cuda":
@@ -188,10 +186,6 @@ class Runner:
         if impl == "spacy-elmo":
             BiLM = import_impl(impl)
             self.model = BiLM.from_allennlp(options_file, weight_file).eval().to(self.device)
-            if int8:
-                from spacy_elmo.bilm.quantize import quantize_int8
-
-                quantize_int8(self.model)
         elif impl == "allennlp":
             _ElmoBiLm, self._batch_to_ids, self._remove = import_impl(impl)
             self.model = _ElmoBiLm(options_file, weight_file, requires_grad=False).eval()
@@ -661,7 +655,7 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     print(f"wrote {output.with_suffix('.md')} and {output.with_suffix('.json')}")
     small = report["results"].get("small", {}).get("max_abs_diff")
-    if small and "spacy-elmo-int8" not in impls and max(small["b32"], small["b1"]) > TOLERANCE:
+    if small and max(small["b32"], small["b1"]) > TOLERANCE:
         raise SystemExit(
             f"small: max abs difference {max(small['b32'], small['b1']):.2e} > {TOLERANCE:g}"
         )
@@ -745,7 +739,7 @@ def run_impl(
         "batch1_sentences": min(args.batch1_sentences, n),
         "threads": args.threads,
         "repeats": args.repeats,
-        "device": "cpu" if impl in ("spacy-elmo-cpu", "spacy-elmo-int8") else args.device,
+        "device": "cpu" if impl == "spacy-elmo-cpu" else args.device,
         "outputs": str(outputs),
         "options_file": weights["options_file"],
         "weight_file": weights["weight_file"],

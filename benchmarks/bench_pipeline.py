@@ -29,12 +29,12 @@ point per pipeline and training size (docs/f1_vs_speed.png). Usage:
 
     python -m benchmarks.bench_pipeline                      # about 7 minutes on 2 cores
     python -m benchmarks.bench_pipeline --plot-only          # F1 column and plot, from the JSONs
-    python -m benchmarks.bench_pipeline --int8 --pipelines elmo --quick   # int8 beside float32
+    python -m benchmarks.bench_pipeline --bf16 --pipelines elmo --quick   # bf16 beside float32
 
-With --int8 (--bf16), every pipeline with an `elmo` component is measured once more, in the same
-rounds, as "NAME int8" ("NAME bf16"): loaded with `components.elmo.quantize = "int8"` ("bf16";
-the biLM's products in int8 or bfloat16, `spacy_elmo/bilm/quantize.py`). With --in-turn, each of
-them once more as "NAME in turn" (and "NAME int8 in turn"): loaded with
+With --bf16, every pipeline with an `elmo` component is measured once more, in the same
+rounds, as "NAME bf16": loaded with `components.elmo.quantize = "bf16"` (the biLM's LSTM
+products in bfloat16, `spacy_elmo/bilm/quantize.py`). With --in-turn, each of
+them once more as "NAME in turn" (and "NAME bf16 in turn"): loaded with
 `components.elmo.overlap = false`, the biLM run in turn with the other components
 instead of one batch ahead in a background thread (the default,
 `spacy_elmo/pipeline/overlap.py`). With --process, each of them once more as "NAME process":
@@ -99,9 +99,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--documents", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--batch-sentences", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument(
-        "--int8", action="store_true", help="also each elmo pipeline with quantize = int8"
-    )
-    parser.add_argument(
         "--bf16", action="store_true", help="also each elmo pipeline with quantize = bf16"
     )
     parser.add_argument("--child", nargs=2, metavar=("NAME", "PATH"), help=argparse.SUPPRESS)
@@ -164,13 +161,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"run --pipeline {name} --size {args.size} --seed {args.seed}` trains it"
             )
             print(f"[{name}] not measured: {report['missing'][name]}", flush=True)
-    # (label, pipeline, config overrides): with --int8 and --bf16, each elmo pipeline again as
-    # "NAME int8", "NAME bf16"; with --in-turn, each elmo variant again as "... in turn"; with
+    # (label, pipeline, config overrides): with --bf16, each elmo pipeline again as
+    # "NAME bf16"; with --in-turn, each elmo variant again as "... in turn"; with
     # --process, each as "... process"
     runs = [(name, name, {}) for name in present]
     with_elmo = [run for run in runs if "elmo" in run[1]]
     plain_elmo = list(with_elmo)
-    for mode in ("int8", "bf16"):
+    for mode in ("bf16",):
         if getattr(args, mode):
             quantize = {"components.elmo.quantize": mode}
             with_elmo += [(f"{name} {mode}", name, quantize) for name, _, _ in plain_elmo]
@@ -218,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_child(name: str, model: Path, args, overrides: dict | None = None) -> dict:
     """One pipeline measured in a fresh process with `threads` threads everywhere, loaded with
-    the config `overrides` (e.g. {"components.elmo.quantize": "int8"})."""
+    the config `overrides` (e.g. {"components.elmo.quantize": "bf16"})."""
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS"):
         env[var] = str(args.threads)
@@ -318,7 +315,7 @@ def measure(model: str, args) -> dict:
     sentence_ms = latencies(sentence_doc, sentences[: args.latency_sentences])
     document_ms = latencies(document_doc, documents)
     # the biLM's own process (overlap = "process"), if it has one
-    worker = getattr(nlp.get_pipe("elmo"), "_bilm_process", None) if nlp.has_pipe("elmo") else None
+    worker = nlp.get_pipe("elmo").started_bilm_process if nlp.has_pipe("elmo") else None
     child_peak = rss_mb(worker.process.pid, "VmHWM") if worker is not None else 0.0
     return {
         "load_seconds": load_seconds,

@@ -92,3 +92,51 @@ def test_weight_readers_use_only_the_models_description():
         if name.startswith("spacy_elmo.weights"):
             model = {e for e in edges if e.startswith("spacy_elmo.bilm")}
             assert model <= {"spacy_elmo.bilm.options", "spacy_elmo.bilm.chars"}, name
+
+
+# The biLM's description, which both the model and the weight readers import: it is the bottom
+# layer and imports nothing of either (its JSON comes through spacy_elmo.util.json_files).
+DESCRIPTION = {"spacy_elmo.bilm.options", "spacy_elmo.bilm.chars"}
+
+
+def test_the_models_description_imports_no_weight_reader_and_no_model_module():
+    graph = import_graph()
+    for name in DESCRIPTION:
+        inside = {e for e in graph[name] if e.startswith(("spacy_elmo.weights", "spacy_elmo.bilm"))}
+        assert inside <= DESCRIPTION, (name, inside)
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Package -> the packages it imports; the description counts as a package of its own."""
+
+    def package(module: str) -> str:
+        if module in DESCRIPTION:
+            return "description"
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else parts[0]
+
+    packages: dict[str, set[str]] = {}
+    for name, edges in graph.items():
+        packages.setdefault(package(name), set()).update(package(e) for e in edges)
+    return {name: edges - {name} for name, edges in packages.items()}
+
+
+def test_no_cycle_between_packages():
+    assert cycles(package_graph(import_graph())) == []
+    assert cycles(package_graph({"spacy_elmo.bilm.options": {"spacy_elmo.weights.x"}})) == []
+    loop = {
+        "spacy_elmo.bilm.options": {"spacy_elmo.weights.x"},
+        "spacy_elmo.weights.x": {"spacy_elmo.bilm.model"},
+        "spacy_elmo.bilm.model": {"spacy_elmo.bilm.options"},
+    }
+    assert cycles(package_graph(loop)) == [["bilm", "description", "weights"]]
+
+
+def test_the_model_reads_no_weights_but_through_its_loading_module():
+    """The biLM's maths (bilm/model.py, lstm.py, char_cnn.py, the fast paths) imports no weight
+    reader: `bilm/loading.py`, the constructors and writers `BiLM` inherits, is the one module
+    of bilm/ above the readers."""
+    graph = import_graph()
+    for name, edges in graph.items():
+        if name.startswith("spacy_elmo.bilm") and name != "spacy_elmo.bilm.loading":
+            assert not {e for e in edges if e.startswith("spacy_elmo.weights")}, name

@@ -1,12 +1,9 @@
-"""Test scores of trained elmo pipelines with the biLM in float32 and in int8 or bfloat16 at
-inference.
+"""Test scores of trained elmo pipelines with the biLM in float32 and in bfloat16 at inference.
 
-    python -m workflow.evaluate_quantize training/evidence_v6/elmo_all_s0 ... \
-        --json results/teacher/int8.json --markdown results/teacher/int8.md
     python -m workflow.evaluate_quantize training/evidence/elmo_1000_s0 ... --modes bf16 \
         --json results/bf16/evaluate.json --markdown results/bf16/evaluate.md
 
-Each run folder's model-best is loaded as trained and once per mode of --modes (default int8)
+Each run folder's model-best is loaded as trained and once per mode of --modes (default bf16)
 with `components.elmo.quantize` set to it, and scored on the test set with gold tokens (as
 `spacy evaluate --gold-preproc` scores it); the float32 score is checked against the run's own
 run.json where there is one.
@@ -21,7 +18,7 @@ from pathlib import Path
 
 from spacy_elmo.util.files import write_text
 
-QUANTIZE_MODES = ("int8", "bf16")
+QUANTIZE_MODES = ("bf16",)
 
 
 def score(model: Path, test: Path, quantize: str | None) -> dict:
@@ -49,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--markdown", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--modes", nargs="+", choices=QUANTIZE_MODES, default=["int8"])
+    parser.add_argument("--modes", nargs="+", choices=QUANTIZE_MODES, default=["bf16"])
     args = parser.parse_args(argv)
     import torch
 

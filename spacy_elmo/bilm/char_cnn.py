@@ -20,8 +20,6 @@ class Highway(nn.Module):
     Both branches share one GEMM: `weight` stacks [W_transform^T; W_carry^T] (always ReLU).
     """
 
-    int8 = None  # `quantize.Int8Linear` where the biLM runs its products in int8 (quantize.py)
-
     def __init__(self, width: int) -> None:
         super().__init__()
         self.width = width
@@ -29,10 +27,7 @@ class Highway(nn.Module):
         self.bias = nn.Parameter(torch.empty(2 * width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.int8 is not None and not fast_paths.records_autograd(x, self.weight):
-            both = self.int8(x, self.weight, self.bias)
-        else:
-            both = F.linear(x, self.weight, self.bias)
+        both = F.linear(x, self.weight, self.bias)
         transform, carry = both.chunk(2, dim=-1)  # (n, F) each
         gate = torch.sigmoid(carry)
         return gate * torch.relu(transform) + (1 - gate) * x
@@ -41,8 +36,6 @@ class Highway(nn.Module):
 class CharCNN(nn.Module):
     """Maps (n, 50) character ids to (n, P) token vectors ((n, 51) with a word id last, for
     ELMoForManyLangs models with a word embedding)."""
-
-    projection_int8 = None  # `quantize.Int8Linear` for the projection in int8 (quantize.py)
 
     def __init__(self, options: BiLMOptions) -> None:
         super().__init__()
@@ -95,17 +88,8 @@ class CharCNN(nn.Module):
             if words is not None:  # (n, word_dim + F), the word vector first
                 features = torch.cat([words[start : start + len(block)], features], dim=-1)
             start += len(block)
-            outputs.append(self._project(features))  # (n, P)
+            outputs.append(self.projection(features))  # (n, P)
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
-
-    def _project(self, features: torch.Tensor) -> torch.Tensor:
-        """(n, F) -> (n, P) token vectors: the projection, in int8 where so switched."""
-        projection = self.projection
-        if self.projection_int8 is not None and not fast_paths.records_autograd(
-            features, projection.weight
-        ):
-            return self.projection_int8(features, projection.weight, projection.bias)
-        return projection(features)
 
     def _features(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(n, 50) character ids -> (n, F) max-pooled filter activations."""

@@ -58,8 +58,8 @@ Inference, where autograd does not record:
   torch's CPU tanh is an accurate SLEEF kernel several times as slow as its sigmoid, and with
   it tanh took more time than the sigmoid and the cell update together. Within 2e-7 of
   torch.tanh; the AllenNLP fixture's outputs stay within 1e-6 of TensorFlow's.
-* The step loop in TorchScript (`run_compiled_steps`, float32 with the batched kernels, int8
-  and bfloat16): the same kernels in the same order as `lstm.run_cells`' Python loop, bit for
+* The step loop in TorchScript (`run_compiled_steps`, float32 with the batched kernels, and
+  bfloat16): the same kernels in the same order as `lstm.run_cells`' Python loop, bit for
   bit, as one call that releases the GIL, so that the `elmo` component's `overlap` can run the biLM
   beside the tagger and NER in another thread. SPACY_ELMO_PYTHON_STEPS=1 keeps the Python loop.
 * The output written in place: `BiLM.forward` puts every packed output row straight into its
@@ -71,14 +71,16 @@ Inference, where autograd does not record:
 from __future__ import annotations
 
 import os
-import warnings
-from typing import NamedTuple, Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
+
+from . import compiled_steps
+from .compiled_steps import CompiledSteps, cell_update_in_place
 
 
 def _environment_flag(name: str) -> bool:
@@ -275,23 +277,17 @@ def lay_out(stacks: Sequence[nn.Module]) -> None:
 def cell_update(
     z: torch.Tensor, c: torch.Tensor, cell_clip: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The LSTM cell update (lstm.py) without autograd: one sigmoid over all four gate blocks of z
-    (..., 4D), in bilm-tf order (input, candidate, forget, output), and the products in place,
-    over z. Where `tanh_via_sigmoid` applies, the candidate's tanh comes from that one sigmoid
-    too: tanh(j) = 2 sigmoid(2j) - 1."""
-    cell_dim = z.shape[-1] // 4
-    j = z[..., cell_dim : 2 * cell_dim]
-    if tanh_via_sigmoid(j):
-        j.mul_(2)
-        i, s, f, o = z.sigmoid_().chunk(4, dim=-1)
-        c_t = f.mul_(c).addcmul_(i, s, value=2).sub_(i)  # f c + i (2 s - 1)
-    else:
-        tanh_j = torch.tanh(j)
-        i, _, f, o = z.sigmoid_().chunk(4, dim=-1)
-        c_t = f.mul_(c).addcmul_(i, tanh_j)
-    if cell_clip is not None:
-        c_t.clamp_(-cell_clip, cell_clip)
-    return c_t, tanh(c_t).mul_(o)
+    """The LSTM cell update (lstm.py) without autograd, in place over z (..., 4D):
+    `compiled_steps.cell_update_in_place`, the one that the compiled step loop runs, with tanh
+    through the sigmoid where `tanh_via_sigmoid` applies."""
+    return cell_update_in_place(z, c, cell_clip, _tanh_min_elements(z))
+
+
+def _tanh_min_elements(x: torch.Tensor) -> int:
+    """From how many elements on `cell_update_in_place` takes tanh through the sigmoid for x."""
+    if ENABLED and x.device.type == "cpu":
+        return TANH_VIA_SIGMOID_MIN_ELEMENTS
+    return NEVER_VIA_SIGMOID
 
 
 # torch's CPU tanh (SLEEF's accurate kernel) takes 4 to 10 times as long as its sigmoid for the
@@ -300,6 +296,7 @@ def cell_update(
 # faster (18.6 against 24.3 us at 16,384; equal near 8,192; tanh wins below, where each kernel's
 # fixed cost counts). Within 2e-7 of torch.tanh in float32 (tests/bilm/test_fast_paths.py).
 TANH_VIA_SIGMOID_MIN_ELEMENTS = 8192
+NEVER_VIA_SIGMOID = 1 << 62
 
 
 def tanh_via_sigmoid(x: torch.Tensor) -> bool:
@@ -327,22 +324,6 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
 COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 
 
-class CompiledSteps(NamedTuple):
-    """The arguments of the TorchScript step loop (`run_compiled_steps`) for the products of a
-    step of k cells in `precision` ("float32", "int8" or "bfloat16"): per cell the input kernel
-    (in, out) (float32: (4D, in)) and its per-output scale (int8) or an empty tensor; the
-    recurrent and projection kernels, one (k, in, out) stack (float32, bfloat16) or k (in, out)
-    int8 kernels, and their (k, 1, out) scales (int8) or an empty tensor."""
-
-    precision: str
-    input_kernels: list[torch.Tensor]
-    input_scales: list[torch.Tensor]
-    recurrent: list[torch.Tensor]
-    recurrent_scales: torch.Tensor
-    projection: list[torch.Tensor]
-    projection_scales: torch.Tensor
-
-
 def float32_steps(
     cells: Sequence[nn.Module], stacked: tuple[torch.Tensor, torch.Tensor | None] | None
 ) -> CompiledSteps | None:
@@ -357,15 +338,12 @@ def float32_steps(
         return None
     if ONEDNN and any(w.numel() >= ONEDNN_MIN_ELEMENTS for w in inputs):
         return None
-    none = recurrent.new_empty((0,))
-    return CompiledSteps(
-        "float32", inputs, [none] * len(inputs), [recurrent], none, [stacked[1]], none
-    )
+    return CompiledSteps("float32", inputs, recurrent, stacked[1])
 
 
 def steps_release_gil(bilm: nn.Module) -> bool:
     """Whether a biLM's LSTM steps at inference run in `run_compiled_steps`, without the GIL:
-    on the CPU with projections, in int8 or bfloat16, or in float32 where the per-step kernels are
+    on the CPU with projections, in bfloat16, or in float32 where the per-step kernels are
     multiplied for both directions at once (the bundled and small models)."""
     cell = bilm.forward_lstm.layers[0]
     weight = cell.recurrent_weight
@@ -373,7 +351,7 @@ def steps_release_gil(bilm: nn.Module) -> bool:
         return False
     if weight.device.type != "cpu":
         return False
-    if getattr(bilm, "quantize", None) in ("int8", "bf16"):
+    if getattr(bilm, "quantize", None) == "bf16":
         return True
     return (
         weight.dtype == torch.float32
@@ -393,24 +371,13 @@ def run_compiled_steps(
     proj_clip: float | None,
     block_rows: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call: packed
-    output (k, N, P) and final h (k, rows, P) and c (k, rows, D).
-
-    The same kernels in the same order as the Python loop with the same products, so the same
-    numbers, bit for bit; what changes is that the whole loop runs in one call that releases the
-    GIL (the Python loop takes it back for each of a dozen small ops per step), so another
-    Python thread (the tagger and NER after the `elmo` component in `nlp.pipe`) runs beside it.
-    """
-    return _compiled_steps()(
-        list(inputs),
-        steps.input_kernels,
-        steps.input_scales,
-        list(biases),
-        steps.recurrent,
-        steps.recurrent_scales,
-        steps.projection,
-        steps.projection_scales,
-        steps.precision,
+    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call that
+    releases the GIL (`compiled_steps.run`): packed output (k, N, P) and final h (k, rows, P)
+    and c (k, rows, D)."""
+    return compiled_steps.run(
+        steps,
+        inputs,
+        biases,
         h,
         c,
         batch_sizes,
@@ -419,156 +386,6 @@ def run_compiled_steps(
         block_rows,
         TANH_VIA_SIGMOID_MIN_ELEMENTS,
     )
-
-
-_COMPILED: list = []
-
-
-def _compiled_steps():
-    """The TorchScript step loop, compiled on first use (about 0.2 s). TorchScript is
-    deprecated in favour of `torch.compile`, which needs a C++ compiler at run time; a loop in
-    TorchScript needs none, and is the one way torch offers to run it without the GIL."""
-    if not _COMPILED:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
-            _COMPILED.append(torch.jit.script(_step_loop))
-    return _COMPILED[0]
-
-
-def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`quantize.quantize_rows` (its TINY_SCALE and INT8_MAX written out for TorchScript)."""
-    scale = x.abs().amax(dim=-1, keepdim=True)
-    scale = scale.clamp_min_(1e-12).div_(127.0)
-    return torch.div(x, scale).round_().to(torch.int8), scale
-
-
-def bf16_product(x: torch.Tensor, kernel: torch.Tensor, multiple: int = 16) -> torch.Tensor:
-    """x (rows, in) or (k, rows, in) float32, rounded to bfloat16, times a bfloat16 kernel
-    (in, out) or (k, in, out): (rows, out) or (k, rows, out) in bfloat16 (oneDNN sums in
-    float32), with x's rows padded by zero rows to a multiple of `multiple`. oneDNN builds (and
-    caches) a kernel for every shape it multiplies, about 1.3 ms and 1 MB each on AMX, and an
-    LSTM step's rows take every value from 1 to the batch's sentences; padded, a few shapes
-    serve them all."""
-    rows = x.shape[-2]
-    shape = list(x.shape)
-    shape[-2] = (rows + multiple - 1) // multiple * multiple
-    padded = torch.zeros(shape, dtype=torch.bfloat16)
-    padded.narrow(-2, 0, rows).copy_(x)
-    if x.dim() == 3:
-        return torch.bmm(padded, kernel).narrow(-2, 0, rows)
-    return torch.mm(padded, kernel).narrow(-2, 0, rows)
-
-
-def _step_products(
-    x: torch.Tensor, kernels: list[torch.Tensor], scales: torch.Tensor, precision: str
-) -> torch.Tensor:
-    """x (k, rows, in) times each cell's kernel: (k, rows, out) float32."""
-    if precision == "float32":
-        return torch.bmm(x, kernels[0])
-    if precision == "bfloat16":
-        return bf16_product(x, kernels[0]).to(torch.float32)
-    values, scale = _quantize_rows(x)
-    product = torch.empty(
-        (values.shape[0], values.shape[1], kernels[0].shape[1]), dtype=torch.int32
-    )
-    for d in range(len(kernels)):
-        torch._int_mm(values[d], kernels[d], out=product[d])
-    return torch.mul(product, scale).mul_(scales)
-
-
-def _step_loop(
-    inputs: list[torch.Tensor],
-    input_kernels: list[torch.Tensor],
-    input_scales: list[torch.Tensor],
-    biases: list[torch.Tensor],
-    recurrent: list[torch.Tensor],
-    recurrent_scales: torch.Tensor,
-    projection: list[torch.Tensor],
-    projection_scales: torch.Tensor,
-    precision: str,
-    h: torch.Tensor,
-    c: torch.Tensor,
-    batch_sizes: list[int],
-    cell_clip: Optional[float],
-    proj_clip: Optional[float],
-    block_rows: int,
-    tanh_min_elements: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The ops of lstm.run_cells with lstm.Float32Products, quantize.Int8Products or
-    # quantize.Bf16Products and of cell_update and tanh above, in the same order (TorchScript:
-    # no calls into the rest of the package).
-    k = h.shape[0]
-    cell_dim = c.shape[2]
-    width = 4 * cell_dim
-    output = h.new_empty((k, inputs[0].shape[0], h.shape[2]))
-    final_h, final_c = h.clone(), c.clone()
-    h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
-    gates = h.new_empty((0,))
-    block_start = 0
-    block_end = 0
-    offset = 0
-    n_steps = len(batch_sizes)
-    for step in range(n_steps):
-        active = batch_sizes[step]
-        if offset == block_end:  # the input gates of the next block of whole timesteps
-            block_start = offset
-            block_end = offset + active
-            for later in range(step + 1, n_steps):
-                if block_end - offset + batch_sizes[later] > block_rows:
-                    break
-                block_end += batch_sizes[later]
-            gates = h.new_empty((0,))
-            gates = h.new_empty((k, block_end - block_start, width))
-            for d in range(k):
-                x = inputs[d][block_start:block_end]
-                if precision == "int8":
-                    values, scale = _quantize_rows(x)
-                    product = torch._int_mm(values, input_kernels[d])
-                    torch.mul(product, scale, out=gates[d]).mul_(input_scales[d]).add_(biases[d])
-                elif precision == "bfloat16":
-                    gates[d].copy_(bf16_product(x, input_kernels[d])).add_(biases[d])
-                else:
-                    torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
-        rows = gates[:, offset - block_start : offset - block_start + active]
-        if precision == "float32":
-            z = torch.baddbmm(rows, h, recurrent[0])
-        else:
-            z = _step_products(h, recurrent, recurrent_scales, precision).add_(rows)
-        j = z[:, :, cell_dim : 2 * cell_dim]
-        via_sigmoid = j.numel() >= tanh_min_elements
-        tanh_j = j
-        if via_sigmoid:
-            j.mul_(2)
-        else:
-            tanh_j = torch.tanh(j)
-        gate = z.sigmoid_()
-        i = gate[:, :, :cell_dim]
-        f = gate[:, :, 2 * cell_dim : 3 * cell_dim]
-        o = gate[:, :, 3 * cell_dim :]
-        if via_sigmoid:  # f c + i (2 sigmoid(2 j) - 1)
-            c_t = f.mul_(c).addcmul_(i, gate[:, :, cell_dim : 2 * cell_dim], value=2).sub_(i)
-        else:
-            c_t = f.mul_(c).addcmul_(i, tanh_j)
-        if cell_clip is not None:
-            c_t.clamp_(-cell_clip, cell_clip)
-        if c_t.numel() >= tanh_min_elements:
-            m_t = torch.mul(c_t, 2).sigmoid_().mul_(2).sub_(1).mul_(o)
-        else:
-            m_t = torch.tanh(c_t).mul_(o)
-        h_t = output[:, offset : offset + active]
-        if precision == "float32":
-            torch.bmm(m_t, projection[0], out=h_t)
-        else:
-            h_t.copy_(_step_products(m_t, projection, projection_scales, precision))
-        if proj_clip is not None:
-            h_t.clamp_(-proj_clip, proj_clip)
-        offset += active
-        following = batch_sizes[step + 1] if step + 1 < n_steps else 0
-        if following < active:
-            final_h[:, following:active] = h_t[:, following:]
-            final_c[:, following:active] = c_t[:, following:]
-        h, c = h_t[:, :following], c_t[:, :following]
-    return output, final_h, final_c
 
 
 # ---------------------------------------------------------------------- output

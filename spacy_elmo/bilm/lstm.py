@@ -12,7 +12,7 @@ of a step, and where updates happen in place, is decided in `fast_paths.py`.
 
 The step's three matrix products (input, recurrent, projection) are pluggable: a cell's
 `products` makes them for the cells stepped together, in float32 by default
-(`Float32Products`); `quantize.py` supplies int8 ones to the same loop.
+(`Float32Products`); `quantize.py` supplies bfloat16 ones to the same loop.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import fast_paths
+from . import compiled_steps, fast_paths
 from .fused import fused_cells
 
 # Gate blocks of width D, in the order of the bilm-tf weights: input, candidate, forget, output.
@@ -63,7 +63,7 @@ class Products(Protocol):
         """Whether the cell update may overwrite the gates z (nothing records it for autograd)."""
         ...
 
-    def compiled_steps(self) -> fast_paths.CompiledSteps | None:
+    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
         """The arguments of the TorchScript step loop for these products, or None where the
         Python loop runs them (optional: products without it run in the Python loop)."""
         ...
@@ -110,7 +110,7 @@ class Float32Products:
     def in_place(self, z: torch.Tensor) -> bool:
         return fast_paths.at_inference(z)
 
-    def compiled_steps(self) -> fast_paths.CompiledSteps | None:
+    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
         return fast_paths.float32_steps(self.cells, self.stacked)
 
 
@@ -122,7 +122,7 @@ class LstmCellWithProjection(nn.Module):
     """One TF LSTMCell(num_proj, cell_clip, proj_clip, forget_bias=1) over packed sequences."""
 
     # The products of its steps (with those of the cells stepped with it, as `run_cells` asks
-    # the first cell): float32, or int8 ones that `quantize.set_quantize` puts here.
+    # the first cell): float32, or bfloat16 ones that `quantize.set_quantize` puts here.
     products: MakeProducts = Float32Products
 
     def __init__(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy
@@ -13,13 +12,11 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ..weights.elmoformanylangs import EfmlLexicon, read_elmoformanylangs
-from ..weights.layouts import read_allennlp, read_saved, write_allennlp, write_saved
-from ..weights.sources import BiLMSource, resolve_source
 from . import fast_paths
 from .cache import RowCache
 from .char_cnn import CharCNN
 from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
+from .loading import BiLMFiles
 from .lstm import LstmStack, State, run_stacks
 from .options import BiLMOptions
 
@@ -62,7 +59,7 @@ class BiLMActivations:
     lengths: torch.Tensor  # (batch,) tokens per sentence, boundaries excluded
 
 
-class BiLM(nn.Module):
+class BiLM(BiLMFiles, nn.Module):
     """ELMo's bidirectional language model, numerically equal to bilm-tf / AllenNLP.
 
     With `stateful=False` (the default) every sentence starts from a zero LSTM state, so its
@@ -70,7 +67,7 @@ class BiLM(nn.Module):
     into the same row of the next call, as AllenNLP and bilm-tf do (docs/MODEL.md §8).
     """
 
-    # "int8" where the products run in int8 at inference (`quantize.set_quantize`), else None.
+    # "bf16" where the LSTM products run in bfloat16 (`quantize.set_quantize`), else None.
     quantize: str | None = None
 
     def __init__(
@@ -108,32 +105,14 @@ class BiLM(nn.Module):
         self.backward_lstm = LstmStack(**stack_args)
         self._carried_states: dict[str, list[State]] = {}
         # How tokens become ids: None is ELMo's UTF-8 byte mapping (`chars.py`); an
-        # ELMoForManyLangs model carries its dictionaries (`efml.EfmlLexicon`).
-        self.lexicon: EfmlLexicon | None = None
+        # ELMoForManyLangs model carries its dictionaries (`weights.elmoformanylangs.EfmlLexicon`).
+        self.lexicon = None
         if initialise:
             fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
 
-    # ------------------------------------------------------------------ construction and I/O
-    @classmethod
-    def from_allennlp(
-        cls, options_file: str | Path, weight_file: str | Path, stateful: bool = False
-    ) -> BiLM:
-        """Load the published bilm-tf/AllenNLP files (options.json + weights hdf5)."""
-        options, state_dict = read_allennlp(options_file, weight_file)
-        return cls._from_state(options, state_dict, stateful)
-
-    @classmethod
-    def from_elmoformanylangs(cls, model_dir: str | Path, stateful: bool = False) -> BiLM:
-        """Load an ELMoForManyLangs model directory (config.json, architecture JSON, char.dic,
-        word.dic, token_embedder.pkl, encoder.pkl); the .pkl files are read without running
-        code (`weights/elmoformanylangs.py`)."""
-        options, state_dict, lexicon = read_elmoformanylangs(model_dir)
-        bilm = cls._from_state(options, state_dict, stateful)
-        bilm.set_lexicon(lexicon)
-        return bilm
-
-    def set_lexicon(self, lexicon: EfmlLexicon) -> None:
+    # ------------------------------------------------------------------ tokens to ids
+    def set_lexicon(self, lexicon) -> None:
         """Use an ELMoForManyLangs model's dictionaries to turn tokens into ids."""
         if self.options.char_vocabulary != "dictionary":
             raise ValueError("a lexicon is for a biLM with 'char_vocabulary': 'dictionary'")
@@ -163,77 +142,6 @@ class BiLM(nn.Module):
                 "this biLM reads characters through a dictionary but has none: load it with "
                 "BiLM.from_elmoformanylangs or BiLM.load, or call set_lexicon"
             )
-
-    def to_allennlp(self, options_file: str | Path, weight_file: str | Path) -> None:
-        """Write options.json and the weights hdf5 in the bilm-tf layout."""
-        if self.options.char_vocabulary != "bytes":
-            raise ValueError(
-                "an ELMoForManyLangs biLM (character dictionary, word embedding) has no "
-                "bilm-tf hdf5 layout; save it with BiLM.save"
-            )
-        write_allennlp(self.options, self.state_dict(), options_file, weight_file)
-
-    def save(self, directory: str | Path) -> None:
-        """Save as JSON options plus safetensors weights (no pickle); an ELMoForManyLangs
-        model's dictionaries go to `lexicon.json`."""
-        if self.lexicon is not None:
-            self.lexicon.save(directory)
-        elif self.options.char_vocabulary != "bytes":
-            self._check_byte_model()
-        write_saved(self.options, self.state_dict(), directory)
-
-    @classmethod
-    def load(
-        cls,
-        source: str | Path | None = "bundled",
-        stateful: bool = False,
-        options: str | Path | None = None,
-        weights: str | Path | None = None,
-    ) -> BiLM:
-        """Load a biLM however it is named: 'bundled', a published name, a directory written by
-        `save`, a `spacy-elmo pretrain` run directory, a bilm-tf/AllenNLP folder, an
-        ELMoForManyLangs directory, or `options` + `weights` files (`weights.resolve_source`)."""
-        return cls.from_source(resolve_source(source, options, weights), stateful=stateful)
-
-    @classmethod
-    def from_source(cls, source: BiLMSource, stateful: bool = False) -> BiLM:
-        """Read a resolved source with its format's reader and checks."""
-        if source.kind == "allennlp":
-            return cls.from_allennlp(source.options_file, source.weights_file, stateful=stateful)
-        if source.kind == "elmoformanylangs":
-            return cls.from_elmoformanylangs(source.path, stateful=stateful)
-        return cls.load_saved(source.path, stateful=stateful)
-
-    @classmethod
-    def bundled(cls, stateful: bool = False) -> BiLM:
-        """The English biLM that ships in the package."""
-        return cls.load("bundled", stateful=stateful)
-
-    @classmethod
-    def load_saved(cls, directory: str | Path, stateful: bool = False) -> BiLM:
-        """Load a directory written by `save` (no other kind of source)."""
-        options, state_dict = read_saved(directory, cls.state_shapes)
-        bilm = cls._from_state(options, state_dict, stateful)
-        if options.char_vocabulary == "dictionary":
-            bilm.set_lexicon(EfmlLexicon.load(directory))
-        return bilm
-
-    @classmethod
-    def state_shapes(cls, options: BiLMOptions) -> dict[str, tuple[int, ...]]:
-        """The shape of every tensor in the state dict of a BiLM with `options`."""
-        shapes = cls(options, initialise=False).state_dict()  # the large tensors stay untouched
-        return {key: tuple(value.shape) for key, value in shapes.items()}
-
-    @classmethod
-    def _from_state(
-        cls, options: BiLMOptions, state_dict: dict[str, torch.Tensor], stateful: bool
-    ) -> BiLM:
-        """A float32 BiLM whose parameters are the given tensors (no second copy of them)."""
-        bilm = cls(options, stateful=stateful, initialise=False)
-        state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
-        bilm.load_state_dict(state_dict, assign=True)
-        fast_paths.lay_out((bilm.forward_lstm, bilm.backward_lstm))
-        return bilm
 
     @torch.no_grad()
     def reset_parameters(self) -> None:

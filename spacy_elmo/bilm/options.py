@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..weights.json_files import read_json
+from ..util.json_files import read_json
 from .chars import MAX_CHARS_PER_TOKEN, N_CHARACTERS
 
 ACTIVATIONS = ("relu", "tanh")

@@ -163,16 +163,6 @@ def batch_size_option(default: int = 64, unit: str = "sentences") -> Any:
     return typer.Option(default, "--batch-size", "-b", min=1, help=f"{unit.capitalize()} a batch.")
 
 
-def int8_option() -> Any:
-    return typer.Option(
-        False,
-        "--int8",
-        help="Run the biLM's matrix products in int8 (CPU only; the bundled biLM's vectors "
-        "differ from float32 by about 2% of their norm; on a CPU without AVX-512 it is about "
-        "ten times slower than float32: docs/performance.md#int8-on-the-cpu).",
-    )
-
-
 def bf16_option() -> Any:
     return typer.Option(
         False,

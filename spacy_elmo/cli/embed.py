@@ -40,7 +40,6 @@ def embed(
         show_default=False,
     ),
     float16: bool = opt.float16_option(),
-    int8: bool = opt.int8_option(),
     bf16: bool = opt.bf16_option(),
     compression: Optional[str] = opt.compression_option(),
     stateful: bool = typer.Option(
@@ -84,7 +83,7 @@ def _embed(
 
     if given.top and given.average:
         raise ValueError("choose at most one of --top and --average")
-    quantize = quantize_from_flags(given.int8, given.bf16, given.gpu_id >= 0, "--gpu-id")
+    quantize = quantize_from_flags(given.bf16, given.gpu_id >= 0, "--gpu-id")
     device = opt.device(given.gpu_id)
     opt.import_code(given.code)
     source = resolve_source(

@@ -35,7 +35,6 @@ def embed_corpus(
     ),
     batch_size: int = opt.batch_size_option(),
     float16: bool = opt.float16_option(),
-    int8: bool = opt.int8_option(),
     bf16: bool = opt.bf16_option(),
     compression: Optional[str] = opt.compression_option(),
     shard_lines: int = typer.Option(
@@ -69,7 +68,6 @@ def embed_corpus(
         max_tokens=max_tokens,
         batch_size=batch_size,
         float16=float16,
-        int8=int8,
         bf16=bf16,
         code=code,
         compression=compression,

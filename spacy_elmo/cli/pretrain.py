@@ -15,7 +15,7 @@ import typer
 from ..pretrain import PretrainConfig
 from ..pretrain.config import DEFAULT_MAX_STEPS
 from ..util.files import check_apart
-from ..weights.json_files import read_json
+from ..util.json_files import read_json
 from . import _util as opt
 from .bilm_source import check_one_bilm
 from .command import command

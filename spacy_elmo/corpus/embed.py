@@ -32,7 +32,6 @@ class EmbedJob:
     float16: bool = False
     compression: Optional[str] = None
     gpu: bool = False
-    int8: bool = False  # the biLM's products in int8 (`bilm.quantize`)
     bf16: bool = False  # the biLM's LSTM products in bfloat16 (`bilm.quantize`)
     unit = "sentences"  # what one input line is (the progress bar's unit)
     code: Optional[str] = None  # a Python file each worker imports first (`--code`)
@@ -87,8 +86,8 @@ class EmbedJob:
 
     @property
     def quantize(self) -> Optional[str]:
-        """The biLM's `quantize` setting: "int8", "bf16" or None (float32)."""
-        return "int8" if self.int8 else "bf16" if self.bf16 else None
+        """The biLM's `quantize` setting: "bf16" or None (float32)."""
+        return "bf16" if self.bf16 else None
 
     def options(self) -> dict[str, Any]:
         """What changes the outputs (recorded in the manifest; a change redoes them)."""
@@ -147,7 +146,6 @@ def embed_corpus(
     float16: bool = False,
     compression: Optional[str] = None,
     shard_lines: int = DEFAULT_SHARD_LINES,
-    int8: bool = False,
     bf16: bool = False,
     code: Optional[str | Path] = None,
     cluster: Cluster = Cluster(),
@@ -171,7 +169,7 @@ def embed_corpus(
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     dataset_options(float16, compression)  # checks the storage options
-    quantize_from_flags(int8, bf16, cluster.gpus_per_worker > 0, "--gpus-per-worker")
+    quantize_from_flags(bf16, cluster.gpus_per_worker > 0, "--gpus-per-worker")
     output_dir = Path(output_dir)
     source = resolve_source(model if options_file is None else None, options_file, weights_file)
     check_apart(output_dir, "the model", source.path, source.files())
@@ -192,7 +190,6 @@ def embed_corpus(
         float16=float16,
         compression=compression,
         gpu=cluster.gpus_per_worker > 0,
-        int8=int8,
         bf16=bf16,
         code=None if code is None else str(Path(code).resolve()),  # where every worker finds it
     )

@@ -166,17 +166,15 @@ def _same_value(key: str, configured: Any, given: Any) -> bool:
     return configured == given
 
 
+def default_bilm() -> BiLM:
+    """The biLM of a model given no weights: the English biLM that ships in the package."""
+    return BiLM.load("bundled")
+
+
 def ensure_weights(model: Model) -> None:
-    """Load the default weights (`attrs["default_weights"]`) if none were loaded yet."""
-    if model.attrs["weights_loaded"]:
-        return
-    load_default = model.attrs.get("default_weights")
-    if load_default is None:
-        raise ValueError(
-            "the elmo model has no weights: initialize the pipeline with a weights loader "
-            "([initialize.components.elmo.weights], e.g. spacy_elmo.AllenNLPWeights.v1)"
-        )
-    set_weights(model, load_default(), source="the default (bundled) biLM")
+    """Load the default weights (`default_bilm`) if none were loaded yet."""
+    if not model.attrs["weights_loaded"]:
+        set_weights(model, default_bilm(), source="the default (bundled) biLM")
 
 
 def set_weights(model: Model, bilm: BiLM, source: str) -> None:

@@ -14,7 +14,6 @@ from ..layers.leading_columns import leading_columns
 from ..layers.listener import ElmoLayersListener
 from ..layers.own_dropout import own_dropout
 from ..layers.scalar_mix import scalar_mix
-from .loaders import bundled_bilm
 
 MODEL = "spacy_elmo.ElmoModel.v1"
 LISTENER = "spacy_elmo.ElmoListener.v1"
@@ -92,7 +91,6 @@ def ElmoModel(
         split_sentences=True,  # the owner's setting replaces it (set_unit_rule)
         sentence_punct=None,
     )
-    model.attrs["default_weights"] = bundled_bilm
     model.attrs["replace_listener"] = _replace_listener
     set_unit_rule(model, split_sentences=True, sentence_punct=None)
     return model

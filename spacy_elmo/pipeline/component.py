@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 import numpy
+import torch
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
@@ -51,7 +52,9 @@ from ..layers.elmo_model import (
 from ..layers.listener import ElmoLayersListener, set_listener_dims
 from ..layers.scalar_mix import check_one_per_layer
 from ..util.threads import warn_if_oversubscribed
+from . import bilm_process
 from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
+from .bilm_process import BiLMProcess
 from .extensions import (
     VECTOR_LAYERS,
     install_extensions,
@@ -59,7 +62,7 @@ from .extensions import (
     mix_layers,
     set_vector_hooks,
 )
-from .overlap import check_overlap, overlap_way, overlapped_pipe, process_pipe
+from .overlap import PROCESS_AHEAD, check_overlap, overlap_way, overlapped_pipe, process_pipe
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
 # from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
@@ -114,12 +117,10 @@ def make_elmo(
     `.similarity` use ELMo (spaCy's user hooks): `vector_layer` "top" (the top layer h_L),
     "average" (the mean of the layers) or "mix" (`token._.elmo`); a span's or doc's vector is
     the mean of its tokens' vectors, similarity their cosine.
-    quantize: "int8" runs the biLM's matrix products in int8 where it runs without autograd
-    (prediction, a frozen biLM in training; CPU only; errors and speed: docs/performance.md;
-    where torch's CPU kernels stop below AVX-512 it is about ten times slower than float32, and
-    says so once with an `Int8SpeedWarning`); "bf16" runs the LSTM's products in bfloat16 (the
-    same places; faster on CPUs with AMX or AVX-512 BF16, slower elsewhere, where it warns
-    once); null or "none": float32.
+    quantize: "bf16" runs the LSTM's products in bfloat16 where the biLM runs without autograd
+    (prediction, a frozen biLM in training; CPU only; faster on CPUs with AMX or AVX-512 BF16,
+    slower elsewhere, where it warns once; errors and speed: docs/performance.md); null or
+    "none": float32.
     overlap: `nlp.pipe` runs the biLM on the next batch in a background thread while the
     components after this one work on the batch before (on the CPU with two torch threads or
     more, the biLM on one thread fewer; `overlap.py`); "process": in a child process instead,
@@ -193,6 +194,58 @@ class Elmo(TrainablePipe):
         if model.maybe_get_dim("n_layers") is not None:
             n_layers = model.get_dim("n_layers")
             self._mix_coefficients = mix_coefficients(mix_weights, gamma, n_layers)
+        self._bilm_process: Optional[BiLMProcess] = None
+        self._apply_quantize()
+
+    # ------------------------------------------------------------------ the biLM
+    @property
+    def quantize(self) -> Optional[str]:
+        """The precision of the biLM's LSTM products at inference: "bf16", or None for float32
+        (the `quantize` setting). Setting it switches the biLM from its next call on and is
+        saved with the pipeline; the component puts it on the biLM whenever the setting or the
+        biLM changes (here, at `initialize`, when loading), never per batch."""
+        return check_quantize(self.cfg["quantize"])
+
+    @quantize.setter
+    def quantize(self, value: Optional[str]) -> None:
+        check_quantize(value, f"quantize of the '{self.name}' component")
+        self.cfg["quantize"] = value
+        self._apply_quantize()
+
+    def _apply_quantize(self) -> None:
+        """The biLM in the `quantize` setting (once it has an architecture)."""
+        bilm = get_bilm(self.model)
+        if bilm.options is not None:  # not a PendingBiLM
+            set_quantize(bilm, self.quantize)
+
+    def ensure_weights(self) -> None:
+        """Load the default (bundled) biLM if no weights were loaded yet (a pipeline used
+        without `initialize`), in the `quantize` setting."""
+        if not self.model.attrs["weights_loaded"]:
+            ensure_weights(self.model)
+            self._apply_quantize()
+
+    @property
+    def started_bilm_process(self) -> Optional[BiLMProcess]:
+        """The biLM's child process of `overlap = "process"`, if one was started."""
+        return self._bilm_process
+
+    def bilm_process(self) -> BiLMProcess:
+        """The biLM's child process (`bilm_process.py`), started (again) unless it runs this
+        model with these settings and this many threads (torch's setting less one); a running
+        child takes new weights or settings without a restart."""
+        threads = torch.get_num_threads() - 1
+        worker = self._bilm_process
+        key = bilm_process.model_key(self.model, self.quantize, threads)
+        if worker is not None:
+            if worker.alive and worker.key == key:
+                return worker
+            if worker.alive:  # new weights (fine-tuning) or settings: the child takes them
+                worker.load(self.model, self.quantize, threads)
+                return worker
+            worker.close()
+        self._bilm_process = BiLMProcess(self.model, self.quantize, threads, PROCESS_AHEAD + 1)
+        return self._bilm_process
 
     @property
     def mix_coefficients(self) -> numpy.ndarray:
@@ -253,13 +306,8 @@ class Elmo(TrainablePipe):
             yield from super().pipe(stream, batch_size=batch_size)
 
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
-        ensure_weights(self.model)  # a pipeline used without `initialize`: the bundled biLM
-        self._set_quantize()
+        self.ensure_weights()  # a pipeline used without `initialize`: the bundled biLM
         return self.model.predict(list(docs))
-
-    def _set_quantize(self) -> None:
-        """The biLM in the `quantize` setting (the biLM may have been replaced since)."""
-        set_quantize(get_bilm(self.model), self.cfg["quantize"])
 
     def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
         coefficients = self.model.ops.asarray(self.mix_coefficients)
@@ -287,8 +335,7 @@ class Elmo(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         losses.setdefault(self.name, 0.0)
         set_dropout_rate(self.model, drop)
-        ensure_weights(self.model)
-        self._set_quantize()
+        self.ensure_weights()
         layers, backprop_layers = self.model.begin_update(docs)
         ops = self.model.ops
         d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]
@@ -332,6 +379,7 @@ class Elmo(TrainablePipe):
             set_weights(self.model, weights(), source)
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
         self.model.initialize(X=doc_sample)
+        self._apply_quantize()  # the biLM may be new
         width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
         for listener in self.listeners:
             set_listener_dims(listener, width, n_layers)
@@ -416,6 +464,7 @@ class Elmo(TrainablePipe):
             sentence_punct=self.cfg["sentence_punct"],
         )
         self.model.attrs["cache"].clear()
+        self._apply_quantize()  # the loaded biLM, in the configured precision
 
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         settings = self._settings()

@@ -67,8 +67,3 @@ def elmoformanylangs_weights(path: Path) -> Callable[[], BiLM]:
     """An ELMoForManyLangs model directory (HIT-SCIR, 44 languages): config.json, the
     architecture JSON, char.dic, word.dic, token_embedder.pkl and encoder.pkl."""
     return _loader(str(path), path, efml_only=True)
-
-
-def bundled_bilm(stateful: bool = False) -> BiLM:
-    """The English biLM that ships in the package."""
-    return BiLM.bundled(stateful=stateful)

@@ -8,7 +8,7 @@ TorchScript call that releases the GIL (`bilm.fast_paths.run_compiled_steps`); t
 loop would take it back a dozen times a step.
 
 Where it applies: the biLM on the CPU with its LSTM steps in the compiled loop
-(`fast_paths.steps_release_gil`: in int8 or bfloat16, or in float32 for the bundled and small
+(`fast_paths.steps_release_gil`: in bfloat16, or in float32 for the bundled and small
 models; the larger models' per-direction float32 steps run in Python and are left in turn),
 torch set to two threads or more. The background thread runs the biLM on one thread fewer than
 torch's setting, leaving a core to the calling thread (the biLM on all of them beside it ran slower
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, Iterator, List, Optional, Union
+from typing import Any, Iterable, Iterator, List, Optional
 
 import torch
 from spacy.pipeline import TrainablePipe
@@ -42,10 +42,9 @@ from spacy.util import minibatch
 from thinc.api import NumpyOps
 
 from ..bilm import fast_paths
-from ..layers.elmo_model import ensure_weights, get_bilm, model_units
+from ..layers.elmo_model import get_bilm, model_units
 from ..util.threads import restore_threads, use_threads
 from . import bilm_process
-from .bilm_process import BiLMProcess
 
 PROCESS_AHEAD = 2  # batches sent to the biLM's process before the first one is taken back
 
@@ -65,12 +64,11 @@ def check_overlap(value: Any, where: str = "overlap") -> Optional[str]:
 def overlap_way(component: TrainablePipe) -> Optional[str]:
     """How `component.pipe` runs the biLM ahead: "thread", "process", or None (in turn), by
     its `overlap` setting and where it runs (see the module's docstring); loads the default
-    weights and sets `quantize` first if that has not happened yet."""
+    weights first if that has not happened yet."""
     way = check_overlap(component.cfg.get("overlap", False), f"overlap of '{component.name}'")
     if not (way and isinstance(component.model.ops, NumpyOps) and torch.get_num_threads() >= 2):
         return None
-    ensure_weights(component.model)
-    component._set_quantize()
+    component.ensure_weights()
     if way == "process" and bilm_process.SUPPORTED:
         return way
     return "thread" if fast_paths.steps_release_gil(get_bilm(component.model)) else None
@@ -125,7 +123,7 @@ def process_pipe(component: TrainablePipe, stream: Iterable[Doc], batch_size: in
     """As `overlapped_pipe`, the biLM in the component's child process (`bilm_process.py`),
     PROCESS_AHEAD batches ahead: this process cuts each batch into units and sends them, and
     annotates the docs when their layers come back."""
-    worker = _process_of(component)
+    worker = component.bilm_process()
     error_handler = component.get_error_handler()
     model = component.model
     pending: deque = deque()  # (docs, the error of cutting them into units, or None)
@@ -157,21 +155,3 @@ def process_pipe(component: TrainablePipe, stream: Iterable[Doc], batch_size: in
             yield from finish()
     finally:
         worker.discard()  # replies of batches nobody will take (stopped early)
-
-
-def _process_of(component: TrainablePipe) -> BiLMProcess:
-    """The component's biLM process, started (again) unless it has one for this model, these
-    settings and this many threads."""
-    threads = torch.get_num_threads() - 1
-    quantize = component.cfg["quantize"]
-    worker: Union[BiLMProcess, None] = getattr(component, "_bilm_process", None)
-    key = bilm_process.model_key(component.model, quantize, threads)
-    if worker is not None:
-        if worker.alive and worker.key == key:
-            return worker
-        if worker.alive:  # new weights (fine-tuning) or settings: the running child takes them
-            worker.load(component.model, quantize, threads)
-            return worker
-        worker.close()
-    component._bilm_process = BiLMProcess(component.model, quantize, threads, PROCESS_AHEAD + 1)
-    return component._bilm_process

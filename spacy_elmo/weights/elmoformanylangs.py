@@ -37,7 +37,7 @@ import torch
 from ..bilm.chars import MAX_CHARS_PER_TOKEN, check_sentences
 from ..bilm.options import BiLMOptions
 from ..util.files import atomic_path
-from .json_files import MAX_LEXICON_BYTES, MissingFileError, read_json
+from ..util.json_files import MAX_LEXICON_BYTES, MissingFileError, read_json
 from .tensors import check_weights, read_torch_file
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import torch
 
 from ..bilm.options import BiLMOptions
 from ..util.files import atomic_path
+from ..util.json_files import MissingFileError, read_json
 from .elmoformanylangs import missing_files, missing_files_error
-from .json_files import MissingFileError, read_json
 from .tensors import check_dtype, check_weights, read_safetensors, write_safetensors
 
 CONFIG_NAME = "config.json"

@@ -1,5 +1,4 @@
-"""`--int8` and `--bf16` of `spacy-elmo embed` and `embed-corpus`: the vectors of the int8 and
-bfloat16 biLMs."""
+"""`--bf16` of `spacy-elmo embed` and `embed-corpus`: the vectors of the bfloat16 biLM."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from spacy_elmo.corpus.embed import EmbedJob, embed_corpus
 from spacy_elmo.corpus.engine import Cluster
 
 LINES = ["The river bank overflowed .", "Don 't stop !", "A much longer line of words here ."]
-MODES = ["int8", "bf16"]
+MODES = ["bf16"]
 
 
 def read(path) -> list[np.ndarray]:
@@ -49,15 +48,6 @@ def test_embed_quantised_refuses_a_gpu(setup, mode):
     result = CliRunner().invoke(app, [str(a) for a in args] + [f"--{mode}", "--gpu-id", "0"])
     assert result.exit_code != 0
     assert f"--{mode} runs on the CPU only" in str(result.exception) + result.output
-
-
-def test_embed_takes_one_of_int8_and_bf16(setup):
-    tmp_path, options, weights, text = setup
-    args = ["embed", text, tmp_path / "o.hdf5", "--options", options, "--weights", weights]
-    result = CliRunner().invoke(app, [str(a) for a in args] + ["--int8", "--bf16"])
-    assert result.exit_code != 0
-    assert "at most one of --int8 and --bf16" in str(result.exception) + result.output
-    assert not (tmp_path / "o.hdf5").exists()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -10,7 +10,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 
 from spacy_elmo import BiLM
-from spacy_elmo.pipeline import architectures
+from spacy_elmo.layers import elmo_model
 from spacy_elmo.pipeline.architectures import ElmoModel
 
 from ..pipeline.pipeline_util import TINY_MODEL_CONFIG
@@ -34,9 +34,10 @@ def docs(vocab) -> list[Doc]:
     return [Doc(vocab, words=words) for words in WORDS]
 
 
-def test_weights_are_loaded_at_initialize_not_in_the_forward_pass(bilm_dir):
+def test_weights_are_loaded_at_initialize_not_in_the_forward_pass(bilm_dir, monkeypatch):
     model = ElmoModel(**TINY_MODEL_CONFIG)
-    loader = model.attrs["default_weights"] = CountingLoader(bilm_dir)
+    loader = CountingLoader(bilm_dir)
+    monkeypatch.setattr(elmo_model, "default_bilm", loader)
     batch = docs(spacy.blank("en").vocab)
     with pytest.raises(ValueError, match="no weights yet: initialize it first"):
         model.predict(batch)
@@ -54,10 +55,10 @@ def test_weights_are_loaded_at_initialize_not_in_the_forward_pass(bilm_dir):
     assert loader.calls == 1
 
 
-def test_a_forward_pass_changes_no_attribute_but_the_cache(bilm_dir):
+def test_a_forward_pass_changes_no_attribute_but_the_cache(bilm_dir, monkeypatch):
     """Nothing is counted or loaded in a forward pass, so nothing new is serialised."""
     model = ElmoModel(**TINY_MODEL_CONFIG)
-    model.attrs["default_weights"] = CountingLoader(bilm_dir)
+    monkeypatch.setattr(elmo_model, "default_bilm", CountingLoader(bilm_dir))
     model.initialize()
     before = {key: value for key, value in model.attrs.items() if key != "cache"}
     serialised = model.to_dict()["attrs"]
@@ -73,7 +74,7 @@ def test_the_component_without_initialize_loads_the_default_weights_once(bilm_di
     """`nlp.add_pipe("elmo")` then `nlp(text)` (or `nlp.update`) without `nlp.initialize()`:
     the component loads the default weights (the bundled biLM; here a counting stand-in)."""
     loader = CountingLoader(bilm_dir)
-    monkeypatch.setattr(architectures, "bundled_bilm", loader)
+    monkeypatch.setattr(elmo_model, "default_bilm", loader)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     words = ["the", "river", "bank"]

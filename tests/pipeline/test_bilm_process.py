@@ -44,7 +44,7 @@ def nlp(bilm_dir):
     nlp = tiny_nlp(bilm_dir, overlap="process")
     nlp.initialize()
     yield nlp
-    worker = getattr(nlp.get_pipe("elmo"), "_bilm_process", None)
+    worker = nlp.get_pipe("elmo").started_bilm_process
     if worker is not None:
         worker.close()
 
@@ -78,14 +78,14 @@ def test_process_pipe_equals_the_component_in_turn(nlp, threads):
     assert overlap_way(elmo) == "process"
     expected = in_turn(nlp, threads=1)
     docs = list(nlp.pipe(TEXTS, batch_size=4))
-    worker = elmo._bilm_process
+    worker = elmo.started_bilm_process
     assert worker.process.pid != os.getpid() and worker.alive and worker.in_flight == 0
     assert_same_layers(docs, expected)
     assert docs[1]._.elmo_layers.shape[1] == 0  # the empty doc
     assert not docs[3]._.elmo_layers.any()  # whitespace tokens: zero vectors
     assert torch.get_num_threads() == threads  # the caller's setting is not touched
     again = list(nlp.pipe(TEXTS, batch_size=4))  # the same child, kept
-    assert elmo._bilm_process is worker
+    assert elmo.started_bilm_process is worker
     assert_same_layers(again, expected)
 
 
@@ -94,7 +94,7 @@ def test_a_changed_model_or_setting_reaches_the_running_process(nlp, threads):
     thread count are loaded into the running child: no restart, the layers of the new model."""
     elmo = nlp.get_pipe("elmo")
     list(nlp.pipe(TEXTS[:2]))
-    first = elmo._bilm_process
+    first = elmo.started_bilm_process
     pid = first.process.pid
     bilm = get_bilm(elmo.model)
     with torch.no_grad():
@@ -108,7 +108,7 @@ def test_a_changed_model_or_setting_reaches_the_running_process(nlp, threads):
     assert_same_layers(list(nlp.pipe(TEXTS, batch_size=4)), expected)
     torch.set_num_threads(3)  # the child would run on 2
     list(nlp.pipe(TEXTS[:2]))
-    assert elmo._bilm_process is first and first.alive and first.process.pid == pid
+    assert elmo.started_bilm_process is first and first.alive and first.process.pid == pid
     assert first.key[-1] == 2
 
 
@@ -159,12 +159,12 @@ def test_an_error_in_the_child_comes_back_with_its_batch(nlp, threads):
 def test_a_child_that_dies_is_reported_and_replaced(nlp, threads):
     elmo = nlp.get_pipe("elmo")
     list(nlp.pipe(TEXTS[:2]))
-    dead = elmo._bilm_process
+    dead = elmo.started_bilm_process
     os.kill(dead.process.pid, signal.SIGKILL)
     with pytest.raises(BiLMProcessError, match=r"went away \(exit status -9\)"):
         list(nlp.pipe(TEXTS, batch_size=4))
     docs = list(nlp.pipe(TEXTS, batch_size=4))  # a new child
-    assert elmo._bilm_process is not dead
+    assert elmo.started_bilm_process is not dead
     assert_same_layers(docs, in_turn(nlp, threads=1))
 
 
@@ -172,15 +172,15 @@ def test_stopping_early_leaves_no_reply_behind(nlp, threads):
     elmo = nlp.get_pipe("elmo")
     docs = nlp.pipe(TEXTS, batch_size=4)
     first = [next(docs) for _ in range(5)]  # batches 3 and 4 are in flight
-    assert elmo._bilm_process.in_flight > 0
+    assert elmo.started_bilm_process.in_flight > 0
     docs.close()
-    worker = elmo._bilm_process
+    worker = elmo.started_bilm_process
     assert worker.in_flight == 0 and worker.alive
     expected = in_turn(nlp, threads=1)
     for doc, layers in zip(first, expected):
         np.testing.assert_array_equal(doc._.elmo_layers, layers)
     assert_same_layers(list(nlp.pipe(TEXTS, batch_size=4)), expected)
-    assert elmo._bilm_process is worker
+    assert elmo.started_bilm_process is worker
 
 
 def test_where_the_process_applies_and_bad_settings(bilm_dir, threads):
@@ -208,7 +208,7 @@ def test_the_child_ends_with_its_parent(bilm_dir, tmp_path):
         nlp = tiny_nlp(__import__("pathlib").Path({str(bilm_dir)!r}), overlap="process")
         nlp.initialize()
         list(nlp.pipe(["Anna left ."]))
-        print(nlp.get_pipe("elmo")._bilm_process.process.pid, flush=True)
+        print(nlp.get_pipe("elmo").started_bilm_process.process.pid, flush=True)
         os._exit(0)  # no clean-up: the child must see its pipe end
         """
     )

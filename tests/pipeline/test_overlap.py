@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from spacy_elmo.bilm import fast_paths
-from spacy_elmo.bilm.quantize import Int8SpeedWarning
+from spacy_elmo.bilm.quantize import Bf16SpeedWarning
 from spacy_elmo.pipeline.overlap import overlap_applies
 
 from .pipeline_util import tiny_nlp
@@ -73,16 +73,14 @@ def test_overlap_applies_on_the_cpu_with_two_threads_or_more(bilm_dir, threads, 
     torch.set_num_threads(1)  # e.g. each process of nlp.pipe(n_process=N)
     assert not overlap_applies(elmo)
     torch.set_num_threads(2)
-    elmo.cfg["quantize"] = "int8"  # int8 steps run in the compiled loop too
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Int8SpeedWarning)
-        assert overlap_applies(elmo)
-        elmo.cfg["quantize"] = "bf16"  # and bfloat16 ones
+        warnings.simplefilter("ignore", Bf16SpeedWarning)
+        elmo.quantize = "bf16"  # bfloat16 steps run in the compiled loop too
         assert overlap_applies(elmo)
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)  # steps in Python: in turn
     assert not overlap_applies(elmo)
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", True)
-    elmo.cfg["quantize"] = None
+    elmo.quantize = None
     assert overlap_applies(elmo)
     elmo.cfg["overlap"] = False
     assert not overlap_applies(elmo)

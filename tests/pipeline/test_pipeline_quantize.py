@@ -1,4 +1,4 @@
-"""The `elmo` component's `quantize` setting: int8 and bfloat16 layers close to float32's,
+"""The `elmo` component's `quantize` setting: bfloat16 layers close to float32's,
 kept through the config and nlp.to_disk / spacy.load, and switched on for a saved float32
 pipeline."""
 
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import spacy
 
-from spacy_elmo.bilm.quantize import Int8SpeedWarning, set_quantize
+from spacy_elmo.bilm.quantize import Bf16SpeedWarning, set_quantize
 from spacy_elmo.layers.elmo_model import get_bilm
 
 from .pipeline_util import tiny_nlp
 
-MODES = ["int8", "bf16"]
+MODES = ["bf16"]
 TEXTS = ["Anna visited Paris in May .", "The bank left a river behind , said Ben ."]
 
 
@@ -32,9 +32,9 @@ def float32_layers(bilm_dir):
 
 @pytest.fixture(autouse=True)
 def _no_speed_warning():
-    """The CPU may lack fast int8 or bfloat16 kernels: slower there, the same numbers."""
+    """The CPU may lack fast bfloat16 kernels: slower there, the same numbers."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Int8SpeedWarning)
+        warnings.simplefilter("ignore", Bf16SpeedWarning)
         yield
 
 
@@ -79,22 +79,22 @@ def test_setting_round_trips_through_to_disk(bilm_dir, tmp_path, float32_layers,
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
-def test_int8_switched_on_for_a_saved_float32_pipeline(bilm_dir, tmp_path, float32_layers):
+def test_bf16_switched_on_for_a_saved_float32_pipeline(bilm_dir, tmp_path, float32_layers):
     nlp = tiny_nlp(bilm_dir)
     nlp.initialize()
     nlp.to_disk(tmp_path / "float32")
-    int8_nlp = tiny_nlp(bilm_dir, quantize="int8")
-    int8_nlp.initialize()
-    expected = layers(int8_nlp)
-    loaded = spacy.load(tmp_path / "float32", config={"components.elmo.quantize": "int8"})
-    assert loaded.get_pipe("elmo").cfg["quantize"] == "int8"
+    bf16_nlp = tiny_nlp(bilm_dir, quantize="bf16")
+    bf16_nlp.initialize()
+    expected = layers(bf16_nlp)
+    loaded = spacy.load(tmp_path / "float32", config={"components.elmo.quantize": "bf16"})
+    assert loaded.get_pipe("elmo").cfg["quantize"] == "bf16"
     for got, want in zip(layers(loaded), expected):
         np.testing.assert_array_equal(got, want)
     # or on a loaded pipeline, from its next call on
     again = spacy.load(tmp_path / "float32")
     for got, want in zip(layers(again), float32_layers):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-    again.get_pipe("elmo").cfg["quantize"] = "int8"
+    again.get_pipe("elmo").quantize = "bf16"
     for got, want in zip(layers(again), expected):
         np.testing.assert_array_equal(got, want)
 
@@ -102,3 +102,28 @@ def test_int8_switched_on_for_a_saved_float32_pipeline(bilm_dir, tmp_path, float
 def test_unknown_setting_is_refused(bilm_dir):
     with pytest.raises(ValueError, match="quantize of the 'elmo' component must be one of"):
         tiny_nlp(bilm_dir, quantize="int4")
+
+
+@pytest.mark.parametrize("value", ["int8", "int4"])
+def test_unsupported_precision_is_refused_with_the_supported_ones(bilm_dir, value):
+    with pytest.raises(ValueError, match=f"must be one of 'none', 'bf16' or null, got '{value}'"):
+        tiny_nlp(bilm_dir, quantize=value)
+
+
+def test_the_setting_is_on_the_bilm_as_soon_as_it_or_the_bilm_changes(bilm_dir, tmp_path):
+    """The component puts `quantize` on the biLM when the setting changes, at `initialize` and
+    at load, before any prediction (no batch re-applies it)."""
+    nlp = tiny_nlp(bilm_dir, quantize="bf16")
+    nlp.initialize()
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.quantize == "bf16" and get_bilm(elmo.model).quantize == "bf16"
+    elmo.quantize = "none"
+    assert elmo.quantize is None and elmo.cfg["quantize"] == "none"
+    assert get_bilm(elmo.model).quantize is None
+    elmo.quantize = "bf16"
+    nlp.to_disk(tmp_path / "p")
+    loaded = spacy.load(tmp_path / "p")
+    assert get_bilm(loaded.get_pipe("elmo").model).quantize == "bf16"
+    with pytest.raises(ValueError, match="quantize of the 'elmo' component must be one of"):
+        elmo.quantize = "int8"
+    assert elmo.quantize == "bf16"

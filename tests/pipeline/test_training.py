@@ -234,7 +234,7 @@ def test_a_pipeline_whose_bilm_process_started_copies_and_pickles(bilm_dir, data
         texts = [eg.reference.text for eg in examples[:6]]
         want = [doc._.elmo_layers for doc in nlp.pipe(texts, batch_size=2)]
         for copied in (copy.deepcopy(nlp), pickle.loads(pickle.dumps(nlp))):
-            assert getattr(copied.get_pipe("elmo"), "_bilm_process", None) is None
+            assert copied.get_pipe("elmo").started_bilm_process is None
             got = [doc._.elmo_layers for doc in copied.pipe(texts, batch_size=2)]
             for a, b in zip(got, want):
                 np.testing.assert_array_equal(a, b)

@@ -28,8 +28,8 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
+from spacy_elmo.util.json_files import MissingFileError
 from spacy_elmo.weights import published
-from spacy_elmo.weights.json_files import MissingFileError
 from spacy_elmo.weights.published import ChecksumError, DownloadError, download
 from spacy_elmo.weights.sources import resolve_source
 

@@ -237,7 +237,8 @@ def test_elmo_model_trains_from_a_config_that_names_it(tmp_path: Path):
     import torch
     from spacy.util import registry
 
-    from spacy_elmo.pipeline.loaders import BUNDLED_MODEL, bundled_bilm
+    from spacy_elmo import BiLM
+    from spacy_elmo.pipeline.loaders import BUNDLED_MODEL
 
     spec = runs.make_spec("vectors+elmo", 1000, 2, root=tmp_path, elmo_model=BUNDLED_MODEL)
     assert spec.train_command()[4] == str(tmp_path / "vectors+elmo_1000_s2" / "config.cfg")
@@ -251,7 +252,7 @@ def test_elmo_model_trains_from_a_config_that_names_it(tmp_path: Path):
     assert written == base  # nothing else changes
     # spaCy's registry resolves the block into the loader of that biLM
     load = registry.resolve({"w": weights})["w"]
-    loaded, reference = load().state_dict(), bundled_bilm().state_dict()
+    loaded, reference = load().state_dict(), BiLM.bundled().state_dict()
     assert loaded.keys() == reference.keys()
     assert all(torch.equal(loaded[k], reference[k]) for k in reference)
     # without elmo_model the pipeline's own config, and no copy is written

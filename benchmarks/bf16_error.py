@@ -1,24 +1,25 @@
-"""How far the int8 or bfloat16 biLM (`spacy_elmo/bilm/quantize.py`) is from float32, layer by
+"""How far the bfloat16 biLM (`spacy_elmo/bilm/quantize.py`) is from float32, layer by
 layer.
 
 Two models and texts: the AllenNLP fixture model on its 30 sentences, and the bundled biLM on
 the first --sentences sentences of CoNLL-2003 test (gold tokens; examples/sentences.txt split
 on spaces when the CoNLL files are absent). Zero LSTM state, batches of 32. Per layer: the
 max and mean absolute error against float32 over all tokens and dimensions, the relative
-error ||int8 - float32|| / ||float32||, the lowest cosine between a token's int8 and float32
+error ||bf16 - float32|| / ||float32||, the lowest cosine between a token's bf16 and float32
 vectors, and the largest |value| (the projection clip bounds layer 1). Usage:
 
-    python -m benchmarks.int8_error
-    python -m benchmarks.int8_error --fixture PATH   # the fixture folder (options.json, ...)
-    python -m benchmarks.int8_error --speed          # and the bundled biLM's speed, both ways
-    python -m benchmarks.int8_error --mode bf16      # bfloat16 instead of int8
+    python -m benchmarks.bf16_error
+    python -m benchmarks.bf16_error --fixture PATH   # the fixture folder (options.json, ...)
+    python -m benchmarks.bf16_error --speed          # and the bundled biLM's speed, both ways
 
 --speed: the bundled biLM on the first 128 of those sentences in batches of 32 and on the first
-16 one at a time, float32 and int8 alternating in one process over --rounds rounds (token
+16 one at a time, float32 and bf16 alternating in one process over --rounds rounds (token
 cache off), as words per wall-clock second and per CPU second of the process (the latter is
 less disturbed by other jobs on the machine); the fastest round of each counts.
 
-Writes benchmarks/results/int8_error_cpu.{md,json} (--mode bf16: bf16_error_cpu).
+Writes benchmarks/results/bf16_error_cpu.{md,json}. (Until commit
+96efca9ce3d7a588ac2d13270bb43d47b7462293 this was benchmarks/int8_error.py, which measured
+int8 too: benchmarks/results/int8_error_cpu.md, docs/research/int8.md.)
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from benchmarks.common import CONLL, machine_info, write_results
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
-MODES = ("int8", "bf16")
+MODES = ("bf16",)
 
 
 def errors(float32: list[np.ndarray], quantised: list[np.ndarray]) -> list[dict]:
@@ -118,7 +119,7 @@ def conll_sentences(n: int) -> tuple[str, list[list[str]]]:
 
 def markdown(report: dict) -> str:
     m = report["machine"]
-    mode = report.get("mode", "int8")
+    mode = report.get("mode", "bf16")
     lines = [
         f"# {mode} against float32: the biLM's layers",
         "",
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fixture", type=Path, default=None, help="AllenNLP fixture folder")
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--mode", choices=MODES, default="int8")
+    parser.add_argument("--mode", choices=MODES, default="bf16")
     parser.add_argument("--output", type=Path, default=None, help="default: results/MODE_error_cpu")
     parser.add_argument("--speed", action="store_true", help="also time float32 and --mode")
     parser.add_argument("--rounds", type=int, default=4)
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     report = {
         "machine": machine_info("spacy-elmo"),
-        "command": "python -m benchmarks.int8_error "
+        "command": "python -m benchmarks.bf16_error "
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "mode": args.mode,
         "cases": cases,

@@ -1,0 +1,203 @@
+"""The LSTM step loop in TorchScript, and the one in-place cell update (a fast path of
+`lstm.run_cells`; why, and when it runs: `fast_paths.py`).
+
+`cell_update_in_place` is the cell's maths at inference, written over the gate
+pre-activations: both the Python step loop (through `fast_paths.cell_update`) and the compiled
+loop below run it. `run` is `lstm.run_cells`' loop for k cells stepped together as one
+TorchScript call: the same kernels in the same order as the Python loop with the same
+products, so the same numbers, bit for bit; what changes is that the whole loop runs in one
+call that releases the GIL (the Python loop takes it back for each of a dozen small ops per
+step), so another Python thread (the tagger and NER after the `elmo` component in `nlp.pipe`)
+runs beside it. TorchScript is deprecated in favour of `torch.compile`, which needs a C++
+compiler at run time; a loop in TorchScript needs none, and is the one way torch offers to run
+it without the GIL.
+
+This module imports nothing of the package: `fast_paths.py` decides when it applies.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+import torch
+
+
+def cell_update_in_place(
+    z: torch.Tensor, c: torch.Tensor, cell_clip: Optional[float], tanh_min_elements: int
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The LSTM cell update without autograd (docs/MODEL.md §6; the reference, recorded op by
+    op, is `lstm._cell_update`): from the gate pre-activations z (..., 4D) in bilm-tf order
+    (input, candidate, forget, output) and the cell state c (..., D), the new cell state
+    c_t = clip(sigmoid(f) c + sigmoid(i) tanh(j)) and m_t = sigmoid(o) tanh(c_t). One sigmoid
+    over all four blocks, the products in place over z; from `tanh_min_elements` elements on,
+    tanh(x) = 2 sigmoid(2x) - 1 (the candidate's from that one sigmoid)."""
+    cell_dim = z.shape[-1] // 4
+    j = z.narrow(-1, cell_dim, cell_dim)
+    via_sigmoid = j.numel() >= tanh_min_elements
+    tanh_j = j
+    if via_sigmoid:
+        j.mul_(2)
+    else:
+        tanh_j = torch.tanh(j)
+    gate = z.sigmoid_()
+    i = gate.narrow(-1, 0, cell_dim)
+    f = gate.narrow(-1, 2 * cell_dim, cell_dim)
+    o = gate.narrow(-1, 3 * cell_dim, cell_dim)
+    if via_sigmoid:  # f c + i (2 sigmoid(2 j) - 1)
+        c_t = f.mul_(c).addcmul_(i, gate.narrow(-1, cell_dim, cell_dim), value=2).sub_(i)
+    else:
+        c_t = f.mul_(c).addcmul_(i, tanh_j)
+    if cell_clip is not None:
+        c_t.clamp_(-cell_clip, cell_clip)
+    if c_t.numel() >= tanh_min_elements:
+        m_t = torch.mul(c_t, 2).sigmoid_().mul_(2).sub_(1).mul_(o)
+    else:
+        m_t = torch.tanh(c_t).mul_(o)
+    return c_t, m_t
+
+
+class CompiledSteps(NamedTuple):
+    """The arguments of the TorchScript step loop (`run_compiled_steps`) for the products of a
+    step of k cells in `precision` ("float32" or "bfloat16"): per cell the input kernel
+    (float32: (4D, in), bfloat16: (in, out)); the recurrent and projection kernels, each one
+    (k, in, out) stack."""
+
+    precision: str
+    input_kernels: list[torch.Tensor]
+    recurrent: torch.Tensor
+    projection: torch.Tensor
+
+
+def run(
+    steps: CompiledSteps,
+    inputs: Sequence[torch.Tensor],
+    biases: Sequence[torch.Tensor],
+    h: torch.Tensor,
+    c: torch.Tensor,
+    batch_sizes: list[int],
+    cell_clip: float | None,
+    proj_clip: float | None,
+    block_rows: int,
+    tanh_min_elements: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call: packed
+    output (k, N, P) and final h (k, rows, P) and c (k, rows, D)."""
+    return _compiled()(
+        list(inputs),
+        steps.input_kernels,
+        list(biases),
+        steps.recurrent,
+        steps.projection,
+        steps.precision,
+        h,
+        c,
+        batch_sizes,
+        cell_clip,
+        proj_clip,
+        block_rows,
+        tanh_min_elements,
+    )
+
+
+_COMPILED: list = []
+
+
+def _compiled():
+    """The TorchScript step loop, compiled on first use (about 0.2 s)."""
+    if not _COMPILED:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
+            _COMPILED.append(torch.jit.script(_step_loop))
+    return _COMPILED[0]
+
+
+def bf16_product(x: torch.Tensor, kernel: torch.Tensor, multiple: int = 16) -> torch.Tensor:
+    """x (rows, in) or (k, rows, in) float32, rounded to bfloat16, times a bfloat16 kernel
+    (in, out) or (k, in, out): (rows, out) or (k, rows, out) in bfloat16 (oneDNN sums in
+    float32), with x's rows padded by zero rows to a multiple of `multiple`. oneDNN builds (and
+    caches) a kernel for every shape it multiplies, about 1.3 ms and 1 MB each on AMX, and an
+    LSTM step's rows take every value from 1 to the batch's sentences; padded, a few shapes
+    serve them all."""
+    rows = x.shape[-2]
+    shape = list(x.shape)
+    shape[-2] = (rows + multiple - 1) // multiple * multiple
+    padded = torch.zeros(shape, dtype=torch.bfloat16)
+    padded.narrow(-2, 0, rows).copy_(x)
+    if x.dim() == 3:
+        return torch.bmm(padded, kernel).narrow(-2, 0, rows)
+    return torch.mm(padded, kernel).narrow(-2, 0, rows)
+
+
+def _step_product(x: torch.Tensor, kernel: torch.Tensor, precision: str) -> torch.Tensor:
+    """x (k, rows, in) times the (k, in, out) kernels: (k, rows, out) float32."""
+    if precision == "bfloat16":
+        return bf16_product(x, kernel).to(torch.float32)
+    return torch.bmm(x, kernel)
+
+
+def _step_loop(
+    inputs: list[torch.Tensor],
+    input_kernels: list[torch.Tensor],
+    biases: list[torch.Tensor],
+    recurrent: torch.Tensor,
+    projection: torch.Tensor,
+    precision: str,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    batch_sizes: list[int],
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+    block_rows: int,
+    tanh_min_elements: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # The ops of lstm.run_cells with lstm.Float32Products or quantize.Bf16Products, in the
+    # same order (TorchScript: no calls into the rest of the package).
+    k = h.shape[0]
+    cell_dim = c.shape[2]
+    width = 4 * cell_dim
+    output = h.new_empty((k, inputs[0].shape[0], h.shape[2]))
+    final_h, final_c = h.clone(), c.clone()
+    h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
+    gates = h.new_empty((0,))
+    block_start = 0
+    block_end = 0
+    offset = 0
+    n_steps = len(batch_sizes)
+    for step in range(n_steps):
+        active = batch_sizes[step]
+        if offset == block_end:  # the input gates of the next block of whole timesteps
+            block_start = offset
+            block_end = offset + active
+            for later in range(step + 1, n_steps):
+                if block_end - offset + batch_sizes[later] > block_rows:
+                    break
+                block_end += batch_sizes[later]
+            gates = h.new_empty((0,))
+            gates = h.new_empty((k, block_end - block_start, width))
+            for d in range(k):
+                x = inputs[d][block_start:block_end]
+                if precision == "bfloat16":
+                    gates[d].copy_(bf16_product(x, input_kernels[d])).add_(biases[d])
+                else:
+                    torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
+        rows = gates[:, offset - block_start : offset - block_start + active]
+        if precision == "float32":
+            z = torch.baddbmm(rows, h, recurrent)
+        else:
+            z = _step_product(h, recurrent, precision).add_(rows)
+        c_t, m_t = cell_update_in_place(z, c, cell_clip, tanh_min_elements)
+        h_t = output[:, offset : offset + active]
+        if precision == "float32":
+            torch.bmm(m_t, projection, out=h_t)
+        else:
+            h_t.copy_(_step_product(m_t, projection, precision))
+        if proj_clip is not None:
+            h_t.clamp_(-proj_clip, proj_clip)
+        offset += active
+        following = batch_sizes[step + 1] if step + 1 < n_steps else 0
+        if following < active:
+            final_h[:, following:active] = h_t[:, following:]
+            final_c[:, following:active] = c_t[:, following:]
+        h, c = h_t[:, :following], c_t[:, :following]
+    return output, final_h, final_c

@@ -1,0 +1,111 @@
+"""How a biLM is read and written: the `BiLM` constructors and writers of every weights format
+(the readers themselves are in `spacy_elmo.weights`; this is the one module of the package that
+calls them). `model.BiLM` inherits them: `BiLM.from_allennlp`, `BiLM.load`, `BiLM.save`, ..."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+
+from ..weights.elmoformanylangs import EfmlLexicon, read_elmoformanylangs
+from ..weights.layouts import read_allennlp, read_saved, write_allennlp, write_saved
+from ..weights.sources import BiLMSource, resolve_source
+from . import fast_paths
+from .options import BiLMOptions
+
+Loaded = TypeVar("Loaded", bound="BiLMFiles")  # the class a constructor is called on: `BiLM`
+
+
+class BiLMFiles:
+    """The file side of `model.BiLM` (a mixin: `cls` is the BiLM class)."""
+
+    @classmethod
+    def from_allennlp(
+        cls, options_file: str | Path, weight_file: str | Path, stateful: bool = False
+    ) -> Loaded:
+        """Load the published bilm-tf/AllenNLP files (options.json + weights hdf5)."""
+        options, state_dict = read_allennlp(options_file, weight_file)
+        return cls._from_state(options, state_dict, stateful)
+
+    @classmethod
+    def from_elmoformanylangs(cls, model_dir: str | Path, stateful: bool = False) -> Loaded:
+        """Load an ELMoForManyLangs model directory (config.json, architecture JSON, char.dic,
+        word.dic, token_embedder.pkl, encoder.pkl); the .pkl files are read without running
+        code (`weights/elmoformanylangs.py`)."""
+        options, state_dict, lexicon = read_elmoformanylangs(model_dir)
+        bilm = cls._from_state(options, state_dict, stateful)
+        bilm.set_lexicon(lexicon)
+        return bilm
+
+    def to_allennlp(self, options_file: str | Path, weight_file: str | Path) -> None:
+        """Write options.json and the weights hdf5 in the bilm-tf layout."""
+        if self.options.char_vocabulary != "bytes":
+            raise ValueError(
+                "an ELMoForManyLangs biLM (character dictionary, word embedding) has no "
+                "bilm-tf hdf5 layout; save it with BiLM.save"
+            )
+        write_allennlp(self.options, self.state_dict(), options_file, weight_file)
+
+    def save(self, directory: str | Path) -> None:
+        """Save as JSON options plus safetensors weights (no pickle); an ELMoForManyLangs
+        model's dictionaries go to `lexicon.json`."""
+        if self.lexicon is not None:
+            self.lexicon.save(directory)
+        elif self.options.char_vocabulary != "bytes":
+            self._check_byte_model()
+        write_saved(self.options, self.state_dict(), directory)
+
+    @classmethod
+    def load(
+        cls,
+        source: str | Path | None = "bundled",
+        stateful: bool = False,
+        options: str | Path | None = None,
+        weights: str | Path | None = None,
+    ) -> Loaded:
+        """Load a biLM however it is named: 'bundled', a published name, a directory written by
+        `save`, a `spacy-elmo pretrain` run directory, a bilm-tf/AllenNLP folder, an
+        ELMoForManyLangs directory, or `options` + `weights` files (`weights.resolve_source`)."""
+        return cls.from_source(resolve_source(source, options, weights), stateful=stateful)
+
+    @classmethod
+    def from_source(cls, source: BiLMSource, stateful: bool = False) -> Loaded:
+        """Read a resolved source with its format's reader and checks."""
+        if source.kind == "allennlp":
+            return cls.from_allennlp(source.options_file, source.weights_file, stateful=stateful)
+        if source.kind == "elmoformanylangs":
+            return cls.from_elmoformanylangs(source.path, stateful=stateful)
+        return cls.load_saved(source.path, stateful=stateful)
+
+    @classmethod
+    def bundled(cls, stateful: bool = False) -> Loaded:
+        """The English biLM that ships in the package."""
+        return cls.load("bundled", stateful=stateful)
+
+    @classmethod
+    def load_saved(cls, directory: str | Path, stateful: bool = False) -> Loaded:
+        """Load a directory written by `save` (no other kind of source)."""
+        options, state_dict = read_saved(directory, cls.state_shapes)
+        bilm = cls._from_state(options, state_dict, stateful)
+        if options.char_vocabulary == "dictionary":
+            bilm.set_lexicon(EfmlLexicon.load(directory))
+        return bilm
+
+    @classmethod
+    def state_shapes(cls, options: BiLMOptions) -> dict[str, tuple[int, ...]]:
+        """The shape of every tensor in the state dict of a BiLM with `options`."""
+        shapes = cls(options, initialise=False).state_dict()  # the large tensors stay untouched
+        return {key: tuple(value.shape) for key, value in shapes.items()}
+
+    @classmethod
+    def _from_state(
+        cls, options: BiLMOptions, state_dict: dict[str, torch.Tensor], stateful: bool
+    ) -> Loaded:
+        """A float32 BiLM whose parameters are the given tensors (no second copy of them)."""
+        bilm = cls(options, stateful=stateful, initialise=False)
+        state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
+        bilm.load_state_dict(state_dict, assign=True)
+        fast_paths.lay_out((bilm.forward_lstm, bilm.backward_lstm))
+        return bilm
