@@ -30,7 +30,7 @@ Training, where autograd records:
 
 Inference, where autograd does not record:
 
-* Token cache: a `BiLM` keeps the char-CNN vectors of the tokens it saw last (`model.py`).
+* Token cache: a `BiLM` keeps the char-CNN vectors of the tokens it saw last (`token_cache.py`).
 * Channels-last char convolutions, on the CPU: a 2-d convolution of height 1 in the
   channels-last layout, whose output oneDNN writes in place, where `conv1d` writes a blocked
   layout and reorders it into a second buffer of the same size. The same kernel's sums.
