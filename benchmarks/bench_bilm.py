@@ -204,7 +204,7 @@ class Runner:
     def clear_caches(self) -> None:
         """Forget what earlier calls left behind (spacy-elmo's token vectors)."""
         if self.impl == "spacy-elmo":
-            self.model._token_cache.clear()
+            self.model.token_cache.clear()
 
     def sync(self) -> None:
         import torch

@@ -7,7 +7,7 @@ characters of a string, the length of a bytes key, the sum over a tuple's items;
 not kept alive for free.
 
 `RowCache` keeps equal-width vectors as the rows of one tensor: the biLM's char-CNN vectors of
-the tokens it saw last (`model.py`). Storing a row copies it into a free or evicted row of
+the tokens it saw last (`token_cache.py`). Storing a row copies it into a free or evicted row of
 that tensor, so a process that keeps meeting new tokens allocates nothing per token once the
 cache is full. (One small tensor per token, each replaced when evicted, scatters long-lived
 allocations over the C heap between short-lived ones: in a service embedding new words all

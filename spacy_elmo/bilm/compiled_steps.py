@@ -151,7 +151,7 @@ def _step_loop(
     block_rows: int,
     tanh_min_elements: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The ops of lstm.run_cells with lstm.Float32Products or quantize.Bf16Products, in the
+    # The ops of lstm.run_cells with products.Float32Products or quantize.Bf16Products, in the
     # same order (TorchScript: no calls into the rest of the package).
     k = h.shape[0]
     cell_dim = c.shape[2]

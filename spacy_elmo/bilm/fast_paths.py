@@ -30,7 +30,7 @@ Training, where autograd records:
 
 Inference, where autograd does not record:
 
-* Token cache: a `BiLM` keeps the char-CNN vectors of the tokens it saw last (`model.py`).
+* Token cache: a `BiLM` keeps the char-CNN vectors of the tokens it saw last (`token_cache.py`).
 * Channels-last char convolutions, on the CPU: a 2-d convolution of height 1 in the
   channels-last layout, whose output oneDNN writes in place, where `conv1d` writes a blocked
   layout and reorders it into a second buffer of the same size. The same kernel's sums.
@@ -327,7 +327,7 @@ COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 def float32_steps(
     cells: Sequence[nn.Module], stacked: tuple[torch.Tensor, torch.Tensor | None] | None
 ) -> CompiledSteps | None:
-    """The compiled loop's arguments for `lstm.Float32Products` with the batched per-step
+    """The compiled loop's arguments for `products.Float32Products` with the batched per-step
     kernels `stacked` of float32 cells on the CPU, or None where the loop does not apply (no
     batched kernels, no projection, or an input product that goes to oneDNN)."""
     if not (ENABLED and COMPILED_STEPS) or stacked is None or stacked[1] is None:

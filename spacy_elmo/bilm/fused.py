@@ -15,9 +15,10 @@ without gradient.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
+from torch import nn
 
 from . import fast_paths
 
@@ -65,6 +66,35 @@ def fused_cells(
         proj_clip,
     )
     return output, final_h, final_c
+
+
+def run_cells(
+    cells: Sequence[nn.Module],
+    inputs: Sequence[torch.Tensor],
+    batch_sizes: list[int],
+    states: Sequence[tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """`lstm.run_cells` with autograd, as one node (`fused_cells`): k cells
+    (`lstm.LstmCellWithProjection`) over packed inputs with the same `batch_sizes`, from one
+    (h, c) state each; each cell's packed output and final state."""
+    first = cells[0]
+
+    def stacked(name: str) -> torch.Tensor:
+        return torch.stack([getattr(cell, name) for cell in cells])
+
+    output, final_h, final_c = fused_cells(
+        torch.stack(list(inputs)),
+        torch.stack([state[0] for state in states]),
+        torch.stack([state[1] for state in states]),
+        stacked("input_weight"),
+        stacked("recurrent_weight"),
+        torch.stack([cell.bias + cell.forget_bias for cell in cells]),
+        stacked("projection_weight") if first.projection_weight is not None else None,
+        batch_sizes,
+        first.cell_clip,
+        first.proj_clip,
+    )
+    return list(output.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
 
 
 def _step_offsets(batch_sizes: list[int]) -> list[int]:

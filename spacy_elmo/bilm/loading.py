@@ -1,13 +1,16 @@
-"""How a biLM is read and written: the `BiLM` constructors and writers of every weights format
+"""Where a biLM's weights come from: the `BiLM` constructors and writers of every weights format
 (the readers themselves are in `spacy_elmo.weights`; this is the one module of the package that
-calls them). `model.BiLM` inherits them: `BiLM.from_allennlp`, `BiLM.load`, `BiLM.save`, ..."""
+calls them), and the random initialisation. `model.BiLM` inherits them: `BiLM.from_allennlp`,
+`BiLM.load`, `BiLM.save`, `BiLM.reset_parameters`, ..."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TypeVar
 
 import torch
+from torch import nn
 
 from ..weights.elmoformanylangs import EfmlLexicon, read_elmoformanylangs
 from ..weights.layouts import read_allennlp, read_saved, write_allennlp, write_saved
@@ -19,7 +22,8 @@ Loaded = TypeVar("Loaded", bound="BiLMFiles")  # the class a constructor is call
 
 
 class BiLMFiles:
-    """The file side of `model.BiLM` (a mixin: `cls` is the BiLM class)."""
+    """The file side of `model.BiLM`, and its random weights (a mixin: `cls` is the BiLM
+    class)."""
 
     @classmethod
     def from_allennlp(
@@ -109,3 +113,35 @@ class BiLMFiles:
         bilm.load_state_dict(state_dict, assign=True)
         fast_paths.lay_out((bilm.forward_lstm, bilm.backward_lstm))
         return bilm
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Random initialisation in the spirit of bilm-tf's training defaults."""
+        cnn = self.char_cnn
+        nn.init.uniform_(cnn.char_embedding.weight, -1.0, 1.0)
+        cnn.char_embedding.weight[0].zero_()
+        for conv in cnn.convolutions:
+            width = conv.kernel_size[0]
+            std = math.sqrt(1.0 / (width * self.options.char_embedding_dim))
+            nn.init.normal_(conv.weight, std=std)
+            conv.bias.zero_()
+        width = self.options.n_filters
+        for highway in cnn.highways:
+            nn.init.normal_(highway.weight, std=math.sqrt(1.0 / width))
+            highway.bias[:width].zero_()  # transform
+            highway.bias[width:].fill_(-2.0)  # carry gate: start close to the identity
+        if cnn.word_embedding is not None:
+            nn.init.uniform_(cnn.word_embedding.weight, -0.25, 0.25)
+            cnn.word_embedding.weight[0].zero_()
+        if isinstance(cnn.projection, nn.Linear):
+            nn.init.normal_(cnn.projection.weight, std=math.sqrt(1.0 / width))
+            cnn.projection.bias.zero_()
+        for stack in (self.forward_lstm, self.backward_lstm):
+            for cell in stack.layers:
+                bound = 1.0 / math.sqrt(cell.cell_dim)
+                for weight in (cell.input_weight, cell.recurrent_weight, cell.projection_weight):
+                    if weight is not None:
+                        # Drawn in the (out, in) order whatever the layout (some weights are
+                        # transposed views), so that a seed's weights do not depend on it.
+                        weight.copy_(torch.empty(weight.shape).uniform_(-bound, bound))
+                cell.bias.zero_()

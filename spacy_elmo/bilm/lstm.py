@@ -1,121 +1,40 @@
 """LSTM with projection and clipping, TF LSTMCell semantics (docs/MODEL.md §6).
 
-Each direction of the biLM is a stack of these cells run over packed sequences: one GEMM for
-the input projections of all timesteps, then one recurrent GEMM per timestep over the rows
-that are still active (rows are sorted by length, so the active rows are a prefix).
+Each direction of the biLM is a stack of these cells over packed sequences (rows sorted by
+length, so the rows still active at a timestep are a prefix): the input products of a block of
+timesteps at once, then one recurrent product per timestep. The forward and backward stacks
+see the same lengths, so `run_stacks` steps both together, layer by layer: `run_cells` with k = 2
+cells, whose gate nonlinearities run in one kernel each.
 
-The forward and backward stacks see the same lengths, so their packed sequences have the same
-`batch_sizes`: `run_stacks` steps both directions together, layer by layer, with the gate
-nonlinearities of both directions in one kernel each. That halves the number of small kernels
-per timestep, which is what a batch of one sentence is made of. Which kernels run the products
-of a step, and where updates happen in place, is decided in `fast_paths.py`.
-
-The step's three matrix products (input, recurrent, projection) are pluggable: a cell's
-`products` makes them for the cells stepped together, in float32 by default
-(`Float32Products`); `quantize.py` supplies bfloat16 ones to the same loop.
+The step is written once, here (`run_cells`' loop and `_cell_update`). Its three matrix
+products come from the cells' `products` (`products.py`: float32, or bfloat16 through
+`quantize.py`). The fast paths beside it, chosen in `run_cells` and tested against it: in-place
+updates and the TorchScript loop (`fast_paths.py`, `compiled_steps.py`), the fused training node
+(`fused.py`).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence, Union
+from typing import Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import compiled_steps, fast_paths
-from .fused import fused_cells
+from . import fast_paths, fused
+from .products import Float32Products, MakeProducts
 
 # Gate blocks of width D, in the order of the bilm-tf weights: input, candidate, forget, output.
 INPUT_GATE, CANDIDATE, FORGET_GATE, OUTPUT_GATE = range(4)
 FORGET_BIAS = 1.0  # TF adds this at run time; it is not stored in the weights file
 
 State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
-Gates = Union[torch.Tensor, Sequence[torch.Tensor]]  # (k, rows, 4D), or k x (rows, 4D)
 
 # The input projections are computed for blocks of whole timesteps of at most this many packed
 # rows (at least one timestep), not for the whole batch at once: still a large GEMM, and 16 MB
 # per direction for the original model, where a batch of 32 sentences of 40 tokens would hold
 # 84 MB per direction.
 GATE_BLOCK_ROWS = 256
-
-
-class Products(Protocol):
-    """The matrix products of one step of the k cells that `run_cells` steps together: cell d's
-    gates z = x W_input^T + b + h W_recurrent^T and its output m W_projection^T (the weights
-    (out, in) of `LstmCellWithProjection`, b its bias with the forget bias)."""
-
-    def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
-        """inputs[d] (rows, in) W_input^T + biases[d] for a block of packed rows, each (rows,
-        4D), in the form that `recurrent_gates` reads."""
-        ...
-
-    def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
-        """z (k, active, 4D): h (k, active, hidden) W_recurrent^T plus the `rows` (active of
-        them) of the block's input gates."""
-        ...
-
-    def projection(self, m: torch.Tensor) -> torch.Tensor:
-        """m (k, active, D) W_projection^T: (k, active, P), before the projection clip."""
-        ...
-
-    def in_place(self, z: torch.Tensor) -> bool:
-        """Whether the cell update may overwrite the gates z (nothing records it for autograd)."""
-        ...
-
-    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
-        """The arguments of the TorchScript step loop for these products, or None where the
-        Python loop runs them (optional: products without it run in the Python loop)."""
-        ...
-
-
-class Float32Products:
-    """The products in float32, the cells' default: one batched GEMM for the k cells where
-    `fast_paths.stacked_kernels` applies, else one product per cell (`fast_paths.linear`)."""
-
-    def __init__(
-        self, cells: Sequence[LstmCellWithProjection], inputs: Sequence[torch.Tensor]
-    ) -> None:
-        self.cells = cells
-        # The per-step kernels of all k cells for one batched GEMM, or None.
-        self.stacked = fast_paths.stacked_kernels(cells, inputs[0])
-
-    def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
-        if self.stacked is not None:
-            return fast_paths.stacked_linear(
-                inputs, [cell.input_weight for cell in self.cells], biases
-            )
-        return [
-            fast_paths.linear(x, cell.input_weight, bias)
-            for cell, x, bias in zip(self.cells, inputs, biases)
-        ]  # k x (rows, 4D)
-
-    def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
-        if self.stacked is not None:
-            return torch.baddbmm(gates[:, rows], h, self.stacked[0])
-        return torch.stack(
-            [
-                fast_paths.linear(h[d], cell.recurrent_weight, None, block[rows])
-                for d, (cell, block) in enumerate(zip(self.cells, gates))
-            ]
-        )  # (k, active, 4D)
-
-    def projection(self, m: torch.Tensor) -> torch.Tensor:
-        if self.stacked is not None:
-            return torch.bmm(m, self.stacked[1])
-        return torch.stack(
-            [fast_paths.linear(m[d], cell.projection_weight) for d, cell in enumerate(self.cells)]
-        )  # (k, active, P)
-
-    def in_place(self, z: torch.Tensor) -> bool:
-        return fast_paths.at_inference(z)
-
-    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
-        return fast_paths.float32_steps(self.cells, self.stacked)
-
-
-# A cell's `products`: makes the products of a step from the cells and their packed inputs.
-MakeProducts = Callable[[Sequence["LstmCellWithProjection"], Sequence[torch.Tensor]], Products]
 
 
 class LstmCellWithProjection(nn.Module):
@@ -176,8 +95,8 @@ def run_cells(
     """
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    if fast_paths.fused_training(*inputs, modules=cells):
-        return _run_cells_fused(cells, inputs, batch_sizes, states)
+    if fast_paths.fused_training(*inputs, modules=cells):  # autograd: one node (fused.py)
+        return fused.run_cells(cells, inputs, batch_sizes, states)
     products = first.products(cells, inputs)
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
@@ -197,7 +116,7 @@ def run_cells(
     block_end = offset = 0  # packed rows: end of the block of input gates, start of this step
     for step, active in enumerate(batch_sizes):
         if offset == block_end:
-            # The input projections of the next block of timesteps, one GEMM per direction.
+            # The input projections of the next block of timesteps, (k, rows, 4D).
             block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
             gates_from_input = None  # freed before the next block is allocated
             gates_from_input = products.input_gates(
@@ -205,7 +124,7 @@ def run_cells(
             )
         start = offset - block_start  # this step's rows in the block
         z = products.recurrent_gates(h, gates_from_input, slice(start, start + active))
-        c_t, m_t = _cell_update(z, c, cell_clip, products.in_place(z))
+        c_t, m_t = _cell_update(z, c, cell_clip, products.in_place(z))  # (k, active, D) each
         if first.projection_weight is None:
             h_t = m_t  # TF applies proj_clip only together with the projection
         else:
@@ -221,33 +140,6 @@ def run_cells(
         h, c = h_t[:, :following], c_t[:, :following]
     packed = torch.cat(outputs, dim=1)  # (k, N, hidden)
     return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
-
-
-def _run_cells_fused(
-    cells: Sequence[LstmCellWithProjection],
-    inputs: Sequence[torch.Tensor],
-    batch_sizes: list[int],
-    states: Sequence[State],
-) -> tuple[list[torch.Tensor], list[State]]:
-    """`run_cells` with autograd, as one node (`fused.fused_cells`)."""
-    first = cells[0]
-
-    def stacked(name: str) -> torch.Tensor:
-        return torch.stack([getattr(cell, name) for cell in cells])
-
-    output, final_h, final_c = fused_cells(
-        torch.stack(list(inputs)),
-        torch.stack([state[0] for state in states]),
-        torch.stack([state[1] for state in states]),
-        stacked("input_weight"),
-        stacked("recurrent_weight"),
-        torch.stack([cell.bias + cell.forget_bias for cell in cells]),
-        stacked("projection_weight") if first.projection_weight is not None else None,
-        batch_sizes,
-        first.cell_clip,
-        first.proj_clip,
-    )
-    return list(output.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
 
 
 def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -13,16 +11,15 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import fast_paths
-from .cache import RowCache
 from .char_cnn import CharCNN
-from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids, check_sentences
+from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
+from .embedding import embed_sentences
 from .loading import BiLMFiles
 from .lstm import LstmStack, State, run_stacks
 from .options import BiLMOptions
+from .token_cache import TOKEN_CACHE_SIZE, TokenCache
 
 DIRECTIONS = ("forward", "backward")
-TOKEN_CACHE_SIZE = 20000  # distinct tokens whose char-CNN vectors are kept at inference
-TOKEN_CACHE_BYTES = 64 * 2**20  # and at most this many bytes of them (keys and vectors)
 
 
 @dataclass
@@ -84,11 +81,8 @@ class BiLM(BiLMFiles, nn.Module):
         super().__init__()
         self.options = options
         self.stateful = stateful
-        # Without autograd the char-CNN vector of a token is looked up here when it was computed
-        # before with the same weights (keyed by the 50 char ids; LRU, `token_cache_size` rows).
-        self._token_cache_lock = threading.Lock()  # `embed` may run from several threads
-        self._token_cache_key: tuple = ()
-        self.token_cache_size = token_cache_size
+        # At inference the char-CNN vectors of the tokens seen last (a fast path).
+        self.token_cache = TokenCache(token_cache_size)
         # Counts the writes into the weights that torch's version counters miss (`weights_changed`)
         self.weights_generation = 0
         self.char_cnn = CharCNN(options)
@@ -107,73 +101,137 @@ class BiLM(BiLMFiles, nn.Module):
         # How tokens become ids: None is ELMo's UTF-8 byte mapping (`chars.py`); an
         # ELMoForManyLangs model carries its dictionaries (`weights.elmoformanylangs.EfmlLexicon`).
         self.lexicon = None
-        if initialise:
+        if initialise:  # random weights (`loading.BiLMFiles.reset_parameters`)
             fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
 
-    # ------------------------------------------------------------------ tokens to ids
-    def set_lexicon(self, lexicon) -> None:
-        """Use an ELMoForManyLangs model's dictionaries to turn tokens into ids."""
-        if self.options.char_vocabulary != "dictionary":
-            raise ValueError("a lexicon is for a biLM with 'char_vocabulary': 'dictionary'")
-        lexicon.check_sizes(self.options, "lexicon")
-        self.lexicon = lexicon
-        self.char_cnn.padding_id = lexicon.padding_id
+    # ------------------------------------------------------------------ the forward pass
+    def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
+        """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
+        run = self._run(char_ids)
+        mask = _token_mask(run.lengths, run.tokens.shape[1] - 2)  # (batch, time)
+        if fast_paths.at_inference(modules=(self,)):
+            layers = fast_paths.scatter_layers(
+                run.tokens, run.outputs, run.lengths, run.cpu_lengths, run.reverse_index, mask
+            )  # the same layers, without the autograd route's copies
+            return BiLMOutput(layers=layers, mask=mask)
+        acts = self._activations(run)
+        layers = [torch.cat([acts.token_embeddings, acts.token_embeddings], dim=-1)]
+        layers += [torch.cat(pair, dim=-1) for pair in zip(acts.forward, acts.backward)]
+        stacked = torch.stack(layers)[:, :, 1:-1]  # (L + 1, batch, time, 2P)
+        return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
 
-    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
-        """Ids of a batch of pre-tokenised sentences, (batch, max_tokens, row width), for this
-        model: ELMo's UTF-8 bytes (`chars.batch_to_ids`), or an ELMoForManyLangs model's
-        character and word dictionaries."""
-        if self.lexicon is not None:
-            return self.lexicon.batch_to_ids(sentences)
-        self._check_byte_model()
-        return batch_to_ids(sentences)
+    def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
+        """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
+        return self._activations(self._run(char_ids))
 
-    def _boundary_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The id rows of the sentence boundaries `<S>` and `</S>` (or `<bos>` and `<eos>`)."""
-        if self.lexicon is not None:
-            return self.lexicon.bos_ids, self.lexicon.eos_ids
-        self._check_byte_model()
-        return BOS_CHAR_IDS, EOS_CHAR_IDS
-
-    def _check_byte_model(self) -> None:
-        if self.options.char_vocabulary != "bytes":
+    def _run(self, char_ids: torch.Tensor) -> PackedRun:
+        """Token vectors and the packed output of every LSTM layer of both directions."""
+        bos_ids, eos_ids = self._boundary_ids()
+        if char_ids.dim() != 3 or char_ids.shape[-1] != len(bos_ids):
             raise ValueError(
-                "this biLM reads characters through a dictionary but has none: load it with "
-                "BiLM.from_elmoformanylangs or BiLM.load, or call set_lexicon"
+                f"char_ids must have shape (batch, time, {len(bos_ids)}), "
+                f"got {tuple(char_ids.shape)}"
             )
+        batch, time, _ = char_ids.shape
+        device = self.char_cnn.char_embedding.weight.device
+        char_ids = char_ids.to(device)
+        token_mask = (char_ids > 0).any(dim=-1)  # (batch, time)
+        lengths = token_mask.sum(dim=1)  # (batch,)
+        positions = torch.arange(time + 2, device=device)
+        if not torch.equal(token_mask, positions[None, :time] < lengths[:, None]):
+            raise ValueError("char_ids has an all-zero (padding) row before a token")
 
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Random initialisation in the spirit of bilm-tf's training defaults."""
-        cnn = self.char_cnn
-        nn.init.uniform_(cnn.char_embedding.weight, -1.0, 1.0)
-        cnn.char_embedding.weight[0].zero_()
-        for conv in cnn.convolutions:
-            width = conv.kernel_size[0]
-            std = math.sqrt(1.0 / (width * self.options.char_embedding_dim))
-            nn.init.normal_(conv.weight, std=std)
-            conv.bias.zero_()
-        width = self.options.n_filters
-        for highway in cnn.highways:
-            nn.init.normal_(highway.weight, std=math.sqrt(1.0 / width))
-            highway.bias[:width].zero_()  # transform
-            highway.bias[width:].fill_(-2.0)  # carry gate: start close to the identity
-        if cnn.word_embedding is not None:
-            nn.init.uniform_(cnn.word_embedding.weight, -0.25, 0.25)
-            cnn.word_embedding.weight[0].zero_()
-        if isinstance(cnn.projection, nn.Linear):
-            nn.init.normal_(cnn.projection.weight, std=math.sqrt(1.0 / width))
-            cnn.projection.bias.zero_()
-        for stack in (self.forward_lstm, self.backward_lstm):
-            for cell in stack.layers:
-                bound = 1.0 / math.sqrt(cell.cell_dim)
-                for weight in (cell.input_weight, cell.recurrent_weight, cell.projection_weight):
-                    if weight is not None:
-                        # Drawn in the (out, in) order whatever the layout (some weights are
-                        # transposed views), so that a seed's weights do not depend on it.
-                        weight.copy_(torch.empty(weight.shape).uniform_(-bound, bound))
-                cell.bias.zero_()
+        # Add <S> at 0 and </S> right after each sentence's last token.
+        bounded = char_ids.new_zeros((batch, time + 2, char_ids.shape[-1]))
+        bounded[:, 1 : time + 1] = char_ids
+        bounded[:, 0] = torch.tensor(bos_ids, device=device)
+        bounded[torch.arange(batch, device=device), lengths + 1] = torch.tensor(
+            eos_ids, device=device
+        )
+        bounded_lengths = lengths + 2
+        mask = positions[None, :] < bounded_lengths[:, None]  # (batch, time + 2)
+
+        tokens = self.token_embeddings(bounded)  # (batch, time + 2, P)
+        # The backward LM reads each sentence from </S> to <S>: reverse within its length.
+        reverse_index = torch.where(
+            mask, bounded_lengths[:, None] - 1 - positions[None, :], positions[None, :]
+        )
+        # Both directions have the same lengths, hence the same packing: step them together.
+        stacks = (self.forward_lstm, self.backward_lstm)
+        cpu_lengths = bounded_lengths.cpu()
+        packed = [
+            pack_padded_sequence(inputs, cpu_lengths, batch_first=True, enforce_sorted=False)
+            for inputs in (tokens, _gather_time(tokens, reverse_index))
+        ]  # forward and backward inputs, each packed (N, P), N = sum of bounded_lengths
+        sorted_indices, unsorted_indices = packed[0].sorted_indices, packed[0].unsorted_indices
+        states = [
+            self._initial_states(direction, stack, batch, sorted_indices)
+            for direction, stack in zip(DIRECTIONS, stacks)
+        ]
+        outputs, final_states = run_stacks(
+            stacks, [p.data for p in packed], packed[0].batch_sizes.tolist(), states
+        )  # per direction, per layer: packed outputs (N, P) and final (h, c)
+        if self.stateful:
+            for direction, finals in zip(DIRECTIONS, final_states):
+                self._carry_states(direction, finals, unsorted_indices)
+        return PackedRun(
+            tokens=tokens,
+            outputs=outputs,
+            batch_sizes=packed[0].batch_sizes,
+            sorted_indices=sorted_indices,
+            unsorted_indices=unsorted_indices,
+            lengths=lengths,
+            cpu_lengths=cpu_lengths,
+            mask=mask,
+            reverse_index=reverse_index,
+        )
+
+    def token_embeddings(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Context-insensitive vectors (..., P) for char ids (..., 50); zero where no token.
+
+        The char CNN runs once per distinct token in the batch.
+        """
+        mask = (char_ids > 0).any(dim=-1)
+        output = char_ids.new_zeros(
+            (*char_ids.shape[:-1], self.options.projection_dim),
+            dtype=self.char_cnn.char_embedding.weight.dtype,
+        )
+        if mask.any():
+            distinct, inverse = fast_paths.distinct_rows(char_ids[mask])  # (k, 50), (n,)
+            if self.token_cache.applies():  # the vectors of tokens seen before (token_cache.py)
+                version = (self.weights_generation, self.quantize)
+                vectors = self.token_cache.char_cnn(self.char_cnn, distinct, version)
+            else:
+                vectors = self.char_cnn(distinct)  # (k, P)
+            output[mask] = vectors[inverse]
+        return output
+
+    def _activations(self, run: PackedRun) -> BiLMActivations:
+        """Each layer's padded outputs, the backward ones in the original word order."""
+        time = run.tokens.shape[1]
+        outputs = {}
+        for direction, layer_outputs in zip(DIRECTIONS, run.outputs):
+            padded = [
+                pad_packed_sequence(
+                    PackedSequence(
+                        output, run.batch_sizes, run.sorted_indices, run.unsorted_indices
+                    ),
+                    batch_first=True,
+                    total_length=time,
+                )[0]
+                for output in layer_outputs
+            ]  # L x (batch, time + 2, P)
+            if direction == "backward":
+                padded = [_gather_time(output, run.reverse_index) for output in padded]
+            outputs[direction] = padded
+        return BiLMActivations(
+            token_embeddings=run.tokens,
+            forward=outputs["forward"],
+            backward=outputs["backward"],
+            mask=run.mask,
+            lengths=run.lengths,
+        )
 
     # ------------------------------------------------------------------ state
     def reset_states(self) -> None:
@@ -214,214 +272,37 @@ class BiLM(BiLMFiles, nn.Module):
             updated.append((h, c))
         self._carried_states[direction] = updated
 
-    # ------------------------------------------------------------------ computation
-    @property
-    def token_cache_size(self) -> int:
-        """How many distinct tokens' char-CNN vectors are kept at inference (0: none)."""
-        return self._token_cache.max_size
+    # ------------------------------------------------------------------ tokens to ids
+    def set_lexicon(self, lexicon) -> None:
+        """Use an ELMoForManyLangs model's dictionaries to turn tokens into ids."""
+        if self.options.char_vocabulary != "dictionary":
+            raise ValueError("a lexicon is for a biLM with 'char_vocabulary': 'dictionary'")
+        lexicon.check_sizes(self.options, "lexicon")
+        self.lexicon = lexicon
+        self.char_cnn.padding_id = lexicon.padding_id
 
-    @token_cache_size.setter
-    def token_cache_size(self, size: int) -> None:
-        """A new, empty token cache of `size` tokens."""
-        with self._token_cache_lock:
-            self._token_cache = _token_cache(size)
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        """Ids of a batch of pre-tokenised sentences, (batch, max_tokens, row width), for this
+        model: ELMo's UTF-8 bytes (`chars.batch_to_ids`), or an ELMoForManyLangs model's
+        character and word dictionaries."""
+        if self.lexicon is not None:
+            return self.lexicon.batch_to_ids(sentences)
+        self._check_byte_model()
+        return batch_to_ids(sentences)
 
-    def weights_changed(self) -> None:
-        """Say that the weights were written where torch's version counters do not see it
-        (through `.data`, as the fine-tuning step does, `layers.bilm_wrapper.BiLMShim`): what
-        was computed from the old weights is dropped (the token cache, the weights' copies of
-        `quantize`), and `weights_generation` tells copies of the biLM elsewhere (the `elmo`
-        component's process) to take the new weights."""
-        self.weights_generation += 1
-        with self._token_cache_lock:
-            self._token_cache.clear()
-            self._token_cache_key = ()
-        if self.quantize is not None:  # the quantized copies of the weights made anew
-            from .quantize import set_quantize
+    def _boundary_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The id rows of the sentence boundaries `<S>` and `</S>` (or `<bos>` and `<eos>`)."""
+        if self.lexicon is not None:
+            return self.lexicon.bos_ids, self.lexicon.eos_ids
+        self._check_byte_model()
+        return BOS_CHAR_IDS, EOS_CHAR_IDS
 
-            mode = self.quantize
-            set_quantize(self, None)
-            set_quantize(self, mode)
-
-    def token_embeddings(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """Context-insensitive vectors (..., P) for char ids (..., 50); zero where no token.
-
-        The char CNN runs once per distinct token in the batch.
-        """
-        mask = (char_ids > 0).any(dim=-1)
-        output = char_ids.new_zeros(
-            (*char_ids.shape[:-1], self.options.projection_dim),
-            dtype=self.char_cnn.char_embedding.weight.dtype,
-        )
-        if mask.any():
-            distinct, inverse = fast_paths.distinct_rows(char_ids[mask])
-            if fast_paths.ENABLED and not torch.is_grad_enabled() and self.token_cache_size > 0:
-                vectors = self._cached_char_cnn(distinct)
-            else:
-                vectors = self.char_cnn(distinct)
-            output[mask] = vectors[inverse]
-        return output
-
-    def _cached_char_cnn(self, distinct: torch.Tensor) -> torch.Tensor:
-        """char_cnn(distinct) with an LRU cache, emptied whenever a char-CNN weight changes.
-
-        The cache is shared by the threads that run this model: it is read and updated under a
-        lock, and the char CNN of the tokens it lacks runs outside the lock.
-        """
-        weights = (
-            self.weights_generation,
-            _weights_key(self.char_cnn.parameters()),
-            self.quantize,
-        )
-        keys = [row.tobytes() for row in distinct.cpu().numpy()]
-        with self._token_cache_lock:
-            cache = self._token_cache
-            if weights != self._token_cache_key:
-                cache.clear()
-                self._token_cache_key = weights
-            found, cached = cache.get(keys)  # a copy of the rows: others may overwrite them
-        if len(found) == len(keys):
-            return cached
-        known = set(found)
-        missing = [i for i in range(len(keys)) if i not in known]
-        computed = self.char_cnn(distinct[torch.tensor(missing, device=distinct.device)])
-        with self._token_cache_lock:
-            if weights == self._token_cache_key:
-                cache.put([keys[i] for i in missing], computed)  # copied into the cache's rows
-        if not found:
-            return computed
-        vectors = computed.new_empty((len(keys), *computed.shape[1:]))
-        vectors[torch.tensor(found, device=vectors.device)] = cached
-        vectors[torch.tensor(missing, device=vectors.device)] = computed
-        return vectors
-
-    def __getstate__(self) -> dict:
-        """For copy and pickle: without the lock (not copyable) and with an empty cache."""
-        state = self.__dict__.copy()
-        state.pop("_token_cache_lock", None)
-        state.update(_token_cache=_token_cache(self.token_cache_size), _token_cache_key=())
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        """After copy and pickle: a new lock, and the weights laid out again (`fast_paths.lay_out`:
-        copying gives every weight its own memory)."""
-        super().__setstate__(state)
-        self._token_cache_lock = threading.Lock()
-        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
-
-    def _apply(self, fn, recurse: bool = True) -> BiLM:
-        """After `.to()` another device or dtype (`nn.Module._apply` gives every weight its own
-        memory): the weights laid out again, so the batched step keeps using views of them."""
-        super()._apply(fn, recurse)
-        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
-        return self
-
-    def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
-        """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
-        return self._activations(self._run(char_ids))
-
-    def _activations(self, run: PackedRun) -> BiLMActivations:
-        """Each layer's padded outputs, the backward ones in the original word order."""
-        time = run.tokens.shape[1]
-        outputs = {}
-        for direction, layer_outputs in zip(DIRECTIONS, run.outputs):
-            padded = [
-                pad_packed_sequence(
-                    PackedSequence(
-                        output, run.batch_sizes, run.sorted_indices, run.unsorted_indices
-                    ),
-                    batch_first=True,
-                    total_length=time,
-                )[0]
-                for output in layer_outputs
-            ]  # L x (batch, time + 2, P)
-            if direction == "backward":
-                padded = [_gather_time(output, run.reverse_index) for output in padded]
-            outputs[direction] = padded
-        return BiLMActivations(
-            token_embeddings=run.tokens,
-            forward=outputs["forward"],
-            backward=outputs["backward"],
-            mask=run.mask,
-            lengths=run.lengths,
-        )
-
-    def _run(self, char_ids: torch.Tensor) -> PackedRun:
-        """Token vectors and the packed output of every LSTM layer of both directions."""
-        bos_ids, eos_ids = self._boundary_ids()
-        if char_ids.dim() != 3 or char_ids.shape[-1] != len(bos_ids):
+    def _check_byte_model(self) -> None:
+        if self.options.char_vocabulary != "bytes":
             raise ValueError(
-                f"char_ids must have shape (batch, time, {len(bos_ids)}), "
-                f"got {tuple(char_ids.shape)}"
+                "this biLM reads characters through a dictionary but has none: load it with "
+                "BiLM.from_elmoformanylangs or BiLM.load, or call set_lexicon"
             )
-        batch, time, _ = char_ids.shape
-        device = self.char_cnn.char_embedding.weight.device
-        char_ids = char_ids.to(device)
-        token_mask = (char_ids > 0).any(dim=-1)  # (batch, time)
-        lengths = token_mask.sum(dim=1)  # (batch,)
-        positions = torch.arange(time + 2, device=device)
-        if not torch.equal(token_mask, positions[None, :time] < lengths[:, None]):
-            raise ValueError("char_ids has an all-zero (padding) row before a token")
-
-        # Add <S> at 0 and </S> right after each sentence's last token.
-        bounded = char_ids.new_zeros((batch, time + 2, char_ids.shape[-1]))
-        bounded[:, 1 : time + 1] = char_ids
-        bounded[:, 0] = torch.tensor(bos_ids, device=device)
-        bounded[torch.arange(batch, device=device), lengths + 1] = torch.tensor(
-            eos_ids, device=device
-        )
-        bounded_lengths = lengths + 2
-        mask = positions[None, :] < bounded_lengths[:, None]  # (batch, time + 2)
-
-        tokens = self.token_embeddings(bounded)  # (batch, time + 2, P)
-        # The backward LM reads each sentence from </S> to <S>: reverse within its length.
-        reverse_index = torch.where(
-            mask, bounded_lengths[:, None] - 1 - positions[None, :], positions[None, :]
-        )
-        # Both directions have the same lengths, hence the same packing: step them together.
-        stacks = (self.forward_lstm, self.backward_lstm)
-        cpu_lengths = bounded_lengths.cpu()
-        packed = [
-            pack_padded_sequence(inputs, cpu_lengths, batch_first=True, enforce_sorted=False)
-            for inputs in (tokens, _gather_time(tokens, reverse_index))
-        ]
-        sorted_indices, unsorted_indices = packed[0].sorted_indices, packed[0].unsorted_indices
-        states = [
-            self._initial_states(direction, stack, batch, sorted_indices)
-            for direction, stack in zip(DIRECTIONS, stacks)
-        ]
-        outputs, final_states = run_stacks(
-            stacks, [p.data for p in packed], packed[0].batch_sizes.tolist(), states
-        )
-        if self.stateful:
-            for direction, finals in zip(DIRECTIONS, final_states):
-                self._carry_states(direction, finals, unsorted_indices)
-        return PackedRun(
-            tokens=tokens,
-            outputs=outputs,
-            batch_sizes=packed[0].batch_sizes,
-            sorted_indices=sorted_indices,
-            unsorted_indices=unsorted_indices,
-            lengths=lengths,
-            cpu_lengths=cpu_lengths,
-            mask=mask,
-            reverse_index=reverse_index,
-        )
-
-    def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
-        """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
-        run = self._run(char_ids)
-        mask = _token_mask(run.lengths, run.tokens.shape[1] - 2)  # (batch, time)
-        if fast_paths.at_inference(modules=(self,)):
-            layers = fast_paths.scatter_layers(
-                run.tokens, run.outputs, run.lengths, run.cpu_lengths, run.reverse_index, mask
-            )  # the same layers, without the autograd route's copies
-            return BiLMOutput(layers=layers, mask=mask)
-        acts = self._activations(run)
-        layers = [torch.cat([acts.token_embeddings, acts.token_embeddings], dim=-1)]
-        layers += [torch.cat(pair, dim=-1) for pair in zip(acts.forward, acts.backward)]
-        stacked = torch.stack(layers)[:, :, 1:-1]  # (L + 1, batch, time, 2P)
-        return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
 
     def embed(
         self, sentences: Sequence[Sequence[str]], batch_size: int = 64
@@ -431,34 +312,46 @@ class BiLM(BiLMFiles, nn.Module):
         In the default mode sentences are batched longest first; in stateful mode they are
         batched in input order, as the carried states depend on the row a sentence lands in.
         """
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        sentences = check_sentences(sentences)
-        order = list(range(len(sentences)))
-        if not self.stateful:
-            order.sort(key=lambda i: -len(sentences[i]))
-        results: list[numpy.ndarray | None] = [None] * len(sentences)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                indices = order[start : start + batch_size]
-                layers = self(self.batch_to_ids([sentences[i] for i in indices])).layers
-                layers = layers.float().cpu().numpy()
-                for row, index in enumerate(indices):
-                    n = len(sentences[index])
-                    results[index] = numpy.ascontiguousarray(layers[:, row, :n])
-                del layers  # not alive while the next batch runs
-        return results  # type: ignore[return-value]
+        return embed_sentences(self, sentences, batch_size)
 
+    # ------------------------------------------------------------------ when the weights change
+    @property
+    def token_cache_size(self) -> int:
+        """How many distinct tokens' char-CNN vectors are kept at inference (0: none)."""
+        return self.token_cache.max_size
 
-def _weights_key(weights) -> tuple:
-    """Changes whenever one of the tensors is replaced or modified in place."""
-    return tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
+    @token_cache_size.setter
+    def token_cache_size(self, size: int) -> None:
+        """A new, empty token cache of `size` tokens."""
+        self.token_cache = TokenCache(size)
 
+    def weights_changed(self) -> None:
+        """Say that the weights were written where torch's version counters do not see it
+        (through `.data`, as the fine-tuning step does, `layers.bilm_wrapper.BiLMShim`): what
+        was computed from the old weights is dropped (the token cache, the weights' copies of
+        `quantize`), and `weights_generation` tells copies of the biLM elsewhere (the `elmo`
+        component's process) to take the new weights."""
+        self.weights_generation += 1
+        self.token_cache.clear()
+        if self.quantize is not None:  # the quantized copies of the weights made anew
+            from .quantize import set_quantize
 
-def _token_cache(size: int) -> RowCache:
-    """Char-CNN vectors keyed by a token's char ids: `size` tokens, TOKEN_CACHE_BYTES at most
-    (the rows' tensor and the keys)."""
-    return RowCache(size, TOKEN_CACHE_BYTES)
+            mode = self.quantize
+            set_quantize(self, None)
+            set_quantize(self, mode)
+
+    def __setstate__(self, state: dict) -> None:
+        """After copy and pickle: the weights laid out again (`fast_paths.lay_out`: copying
+        gives every weight its own memory)."""
+        super().__setstate__(state)
+        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
+
+    def _apply(self, fn, recurse: bool = True) -> BiLM:
+        """After `.to()` another device or dtype (`nn.Module._apply` gives every weight its own
+        memory): the weights laid out again, so the batched step keeps using views of them."""
+        super()._apply(fn, recurse)
+        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
+        return self
 
 
 def _token_mask(lengths: torch.Tensor, time: int) -> torch.Tensor:

@@ -20,7 +20,7 @@ from thinc.layers.pytorchwrapper import forward as pytorch_forward
 from thinc.types import Floats4d, Ints3d
 
 from ..bilm import BiLM, BiLMOptions
-from ..bilm.model import TOKEN_CACHE_SIZE
+from ..bilm.token_cache import TOKEN_CACHE_SIZE
 from ..weights.tensors import check_weights
 
 

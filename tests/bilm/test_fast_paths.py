@@ -342,7 +342,7 @@ def test_the_switch_turns_every_fast_path_off(monkeypatch, files, reference):
     monkeypatch.setattr(fast_paths, "conv_max", lambda *args: channels_last.append(args))
     for tokens, got in zip(SENTENCES, bilm.embed(SENTENCES)):
         np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
-    assert not bilm._token_cache and not trimmed and not channels_last
+    assert not bilm.token_cache and not trimmed and not channels_last
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spacy_elmo.bilm import fast_paths, lstm
+from spacy_elmo.bilm import fast_paths, fused
 from spacy_elmo.bilm.fused import fused_cells
 from spacy_elmo.bilm.lstm import LstmStack, run_stacks
 
@@ -102,7 +102,7 @@ def test_the_fused_path_is_taken_only_with_autograd(monkeypatch):
         calls.append(len(args))
         return fused_cells(*args)
 
-    monkeypatch.setattr(lstm, "fused_cells", counted)
+    monkeypatch.setattr(fused, "fused_cells", counted)
     with torch.no_grad():
         run_stacks(stacks, inputs, BATCH_SIZES, states)
     with torch.autocast("cpu", dtype=torch.bfloat16):
