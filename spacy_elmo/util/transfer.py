@@ -243,19 +243,7 @@ def _transfer(
     try:
         written = 0
         rate = _Rate(limits, offset)
-        from tqdm import tqdm
-
-        with tqdm(
-            total=size,
-            initial=offset,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=final.name,
-            disable=not progress,
-            file=sys.stderr,
-            leave=False,
-        ) as bar:
+        with _progress_bar(final, size, offset, progress) as bar:
             while True:
                 try:  # read1: what has arrived (up to a block), so the part grows with it
                     block = response.read1(BLOCK_BYTES, decode_content=False)
@@ -461,21 +449,10 @@ def copy_local(url: str, handle: BinaryIO, final: Path, progress: bool) -> None:
     source = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
     handle.truncate(0)
     state_path(final).unlink(missing_ok=True)
-    from tqdm import tqdm
-
     try:
         with (
             source.open("rb") as reader,
-            tqdm(
-                total=source.stat().st_size,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                desc=final.name,
-                disable=not progress,
-                file=sys.stderr,
-                leave=False,
-            ) as bar,
+            _progress_bar(final, source.stat().st_size, 0, progress) as bar,
         ):
             for block in iter(lambda: reader.read(BLOCK_BYTES), b""):
                 _write(handle, block, final)
@@ -524,3 +501,21 @@ def _reason(error: BaseException) -> str:
         cause = cause.__cause__ or cause.__context__
     text = str(error)
     return text.rpartition(": ")[2] if ": " in text else text or type(error).__name__
+
+
+def _progress_bar(final: Path, size: Optional[int], offset: int, progress: bool) -> Any:
+    """The bytes of `final` arriving on standard error, from `offset` of `size` (None: unknown),
+    gone when done; nothing unless `progress`."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=size,
+        initial=offset,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=final.name,
+        disable=not progress,
+        file=sys.stderr,
+        leave=False,
+    )
