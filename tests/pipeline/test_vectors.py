@@ -298,20 +298,27 @@ for river, money in (docs, back):
 """
 
 
-@pytest.mark.slow
-def test_a_loaded_pipeline_gives_elmo_similarity_after_n_process_and_docbin(bilm_dir, tmp_path):
-    """What a user writes, in a fresh process: `spacy.load`, `nlp.pipe(n_process=2)`, a
-    DocBin; "bank" against "bank" is ELMo's cosine (top layer), not spaCy's 1.0."""
+def run_on_saved_hooked_pipeline(script: str, bilm_dir, tmp_path):
+    """A pipeline with vector hooks, saved, and `script` run on it in a fresh Python process
+    (its path the one argument): the pipeline and the finished process, checked to exit 0."""
     nlp = tiny_nlp(bilm_dir, vector_hooks=True)
     nlp.initialize()
     nlp.to_disk(tmp_path / "pipeline")
     run = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(tmp_path / "pipeline")],
+        [sys.executable, "-c", script, str(tmp_path / "pipeline")],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert run.returncode == 0, run.stderr
+    return nlp, run
+
+
+@pytest.mark.slow
+def test_a_loaded_pipeline_gives_elmo_similarity_after_n_process_and_docbin(bilm_dir, tmp_path):
+    """What a user writes, in a fresh process: `spacy.load`, `nlp.pipe(n_process=2)`, a
+    DocBin; "bank" against "bank" is ELMo's cosine (top layer), not spaCy's 1.0."""
+    nlp, run = run_on_saved_hooked_pipeline(FRESH_PROCESS, bilm_dir, tmp_path)
     river, money = nlp("the river bank"), nlp("the investment bank")
     a, b = river._.elmo_layers[-1, 2], money._.elmo_layers[-1, 2]
     expected = cosine(a.astype(np.float64), b.astype(np.float64))
@@ -358,16 +365,7 @@ def test_n_process_workers_warn_w109_only_where_the_hooks_do_not_come_back(bilm_
     runs `nlp.pipe(n_process=2)` without W109 and its docs' similarity is ELMo's cosine; W109
     stays where the hooks are lost: `doc.to_bytes()`, and workers of a pipeline whose docs
     carry hooks of its own that nothing puts back."""
-    nlp = tiny_nlp(bilm_dir, vector_hooks=True)
-    nlp.initialize()
-    nlp.to_disk(tmp_path / "pipeline")
-    run = subprocess.run(
-        [sys.executable, "-c", WORKER_WARNINGS, str(tmp_path / "pipeline")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
+    _, run = run_on_saved_hooked_pipeline(WORKER_WARNINGS, bilm_dir, tmp_path)
     similarity, cosine_of_layers = map(float, run.stdout.split())
     assert similarity == pytest.approx(cosine_of_layers, rel=1e-5) and similarity < 0.9999
     sections = re.split(r"^-- ", run.stderr, flags=re.MULTILINE)
