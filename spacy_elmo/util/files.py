@@ -14,7 +14,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
@@ -69,7 +71,21 @@ def place(path: str | Path, other: str | Path) -> Optional[str]:
         return "inside"
     if path_id is not None and path_id in _folders_above(other):
         return "contains"
+    # Through a folder mounted inside one of them, which no walk up from the other's own path
+    # passes through
+    if path_id is not None and _holds_by_mount(path, other, other_id):
+        return "contains"
+    if other_id is not None and _holds_by_mount(other, path, path_id):
+        return "inside"
     return None
+
+
+def _holds_by_mount(folder: Path, item: Path, item_id: Optional[tuple[int, int]]) -> bool:
+    """Whether a folder mounted inside `folder` is `item` (identity `item_id`) or above it."""
+    return any(
+        _identity(mount) == item_id or _identity(mount) in _folders_above(item)
+        for mount in _mounts_below(folder)
+    )
 
 
 def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "input") -> None:
@@ -98,6 +114,36 @@ def _folders_above(path: Path) -> set[tuple[int, int]]:
     """(device, inode) of every folder above `path`, its links and `..` resolved (a folder
     reached through a bind mount has the identity of the mounted folder)."""
     return {i for i in map(_identity, path.resolve().parents) if i is not None}
+
+
+def _mounts_below(folder: Path) -> list[Path]:
+    """The mount points strictly inside `folder`: a folder mounted there is held by `folder`
+    though no walk up from the mounted folder's own path passes through it."""
+    if not folder.is_dir():
+        return []
+    root = folder.resolve()
+    return [mount for mount in _mount_points() if root in mount.parents]
+
+
+_MOUNTS: list = [float("-inf"), ()]  # when read, the mount points then
+
+
+def _mount_points() -> tuple[Path, ...]:
+    """Every mount point of this process (Linux: /proc/self/mountinfo; none where it cannot be
+    read), read again at most once a second: a corpus check places every input file."""
+    if time.monotonic() - _MOUNTS[0] > 1.0:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8") as lines:
+                points = [fields[4] for fields in map(str.split, lines) if len(fields) > 4]
+        except OSError:
+            points = []
+        # octal-escaped: \040 is a space
+        unescape = re.compile(r"\\([0-7]{3})")
+        _MOUNTS[:] = [
+            time.monotonic(),
+            tuple(Path(unescape.sub(lambda m: chr(int(m.group(1), 8)), p)) for p in points),
+        ]
+    return _MOUNTS[1]
 
 
 def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:

@@ -165,3 +165,32 @@ def test_place_sees_through_a_bind_mount(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["is", "inside", "is"]
+
+
+def test_place_finds_a_folder_mounted_inside_another(tmp_path):
+    """An output folder that holds the model only through a bind mount inside it (no walk up
+    from the model's own path passes through the output) contains the model."""
+    from .bind_mount import bind_mounted
+
+    model = tmp_path / "model"
+    model.mkdir()
+    outer = tmp_path / "outer"
+    prefix = bind_mounted(model, outer / "m")
+    (tmp_path / "apart").mkdir()
+    result = subprocess.run(
+        [
+            *prefix,
+            sys.executable,
+            "-c",
+            PLACE_THROUGH_MOUNT,
+            files.__file__,
+            str(model),
+            str(outer),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    # place(outer, model), place(outer/out, model), place(model, outer)
+    assert result.stdout.split() == ["contains", "None", "inside"]
+    assert files.place(tmp_path / "apart", model) is None  # outside the namespace: apart
