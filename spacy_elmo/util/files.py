@@ -82,10 +82,11 @@ def place(path: str | Path, other: str | Path) -> Optional[str]:
 
 def _holds_by_mount(folder: Path, item: Path, item_id: Optional[tuple[int, int]]) -> bool:
     """Whether a folder mounted inside `folder` is `item` (identity `item_id`) or above it."""
-    return any(
-        _identity(mount) == item_id or _identity(mount) in _folders_above(item)
-        for mount in _mounts_below(folder)
-    )
+    mounts = _mounts_below(folder)
+    if not mounts:
+        return False
+    item_and_above = _folders_above(item) | {item_id}
+    return any(_identity(mount) in item_and_above for mount in mounts)
 
 
 def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "input") -> None:

@@ -143,54 +143,32 @@ print(files.place(mount, model), files.place(mount + "/out", model), files.place
 """
 
 
-def test_place_sees_through_a_bind_mount(tmp_path):
+def places_in_a_mount_namespace(model: Path, mount: Path, folder: Path) -> list[str]:
+    """`PLACE_THROUGH_MOUNT`'s three answers for `model` and `folder`, run where `model` is
+    bind-mounted on `mount` (skips where no mount namespace can be made)."""
     from .bind_mount import bind_mounted
 
+    prefix = bind_mounted(model, mount)
+    command = [sys.executable, "-c", PLACE_THROUGH_MOUNT, files.__file__, str(model), str(folder)]
+    result = subprocess.run([*prefix, *command], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_place_sees_through_a_bind_mount(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     mount = tmp_path / "elsewhere"
-    prefix = bind_mounted(model, mount)
-    result = subprocess.run(
-        [
-            *prefix,
-            sys.executable,
-            "-c",
-            PLACE_THROUGH_MOUNT,
-            files.__file__,
-            str(model),
-            str(mount),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["is", "inside", "is"]
+    assert places_in_a_mount_namespace(model, mount, mount) == ["is", "inside", "is"]
 
 
 def test_place_finds_a_folder_mounted_inside_another(tmp_path):
     """An output folder that holds the model only through a bind mount inside it (no walk up
     from the model's own path passes through the output) contains the model."""
-    from .bind_mount import bind_mounted
-
     model = tmp_path / "model"
     model.mkdir()
     outer = tmp_path / "outer"
-    prefix = bind_mounted(model, outer / "m")
     (tmp_path / "apart").mkdir()
-    result = subprocess.run(
-        [
-            *prefix,
-            sys.executable,
-            "-c",
-            PLACE_THROUGH_MOUNT,
-            files.__file__,
-            str(model),
-            str(outer),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
     # place(outer, model), place(outer/out, model), place(model, outer)
-    assert result.stdout.split() == ["contains", "None", "inside"]
+    assert places_in_a_mount_namespace(model, outer / "m", outer) == ["contains", "None", "inside"]
     assert files.place(tmp_path / "apart", model) is None  # outside the namespace: apart
