@@ -1,10 +1,11 @@
 """The LSTM step loop in TorchScript, and the one in-place cell update (a fast path of
 `lstm.run_cells`; why, and when it runs: `fast_paths.py`).
 
-`cell_update_in_place` is the cell's maths at inference, written over the gate
-pre-activations: both the Python step loop (through `fast_paths.cell_update`) and the compiled
-loop below run it. `run` is `lstm.run_cells`' loop for k cells stepped together as one
-TorchScript call: the same kernels in the same order as the Python loop with the same
+`cell_update_in_place` is the cell's maths without autograd, written over the gate
+pre-activations: the Python step loop (through `fast_paths.cell_update`) and `step_loop` below
+run it. `step_loop` is the one step loop of the fast paths: the fused training path runs it as
+it is (`fused.py`, keeping what its backward pass reads), and at inference `run` calls it as
+one TorchScript call: the same kernels in the same order as the Python loop with the same
 products, so the same numbers, bit for bit; what changes is that the whole loop runs in one
 call that releases the GIL (the Python loop takes it back for each of a dozen small ops per
 step), so another Python thread (the tagger and NER after the `elmo` component in `nlp.pipe`)
@@ -24,14 +25,24 @@ import torch
 
 
 def cell_update_in_place(
-    z: torch.Tensor, c: torch.Tensor, cell_clip: Optional[float], tanh_min_elements: int
+    z: torch.Tensor,
+    c: torch.Tensor,
+    cell_clip: Optional[float],
+    tanh_min_elements: int,
+    kept_c: Optional[torch.Tensor] = None,
+    kept_m: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The LSTM cell update without autograd (docs/MODEL.md §6; the reference, recorded op by
     op, is `lstm._cell_update`): from the gate pre-activations z (..., 4D) in bilm-tf order
     (input, candidate, forget, output) and the cell state c (..., D), the new cell state
     c_t = clip(sigmoid(f) c + sigmoid(i) tanh(j)) and m_t = sigmoid(o) tanh(c_t). One sigmoid
     over all four blocks, the products in place over z; from `tanh_min_elements` elements on,
-    tanh(x) = 2 sigmoid(2x) - 1 (the candidate's from that one sigmoid)."""
+    tanh(x) = 2 sigmoid(2x) - 1 (the candidate's from that one sigmoid).
+
+    At inference z is scratch: c_t is written over the forget gate's block. For the fused
+    training path (`fused.py`), whose backward pass needs the activations, `kept_c` (..., D)
+    takes c_t and z ends holding sigmoid(i), tanh(j), sigmoid(f), sigmoid(o); `kept_m`, where
+    given, takes m_t."""
     cell_dim = z.shape[-1] // 4
     j = z.narrow(-1, cell_dim, cell_dim)
     via_sigmoid = j.numel() >= tanh_min_elements
@@ -44,17 +55,26 @@ def cell_update_in_place(
     i = gate.narrow(-1, 0, cell_dim)
     f = gate.narrow(-1, 2 * cell_dim, cell_dim)
     o = gate.narrow(-1, 3 * cell_dim, cell_dim)
-    if via_sigmoid:  # f c + i (2 sigmoid(2 j) - 1)
-        c_t = f.mul_(c).addcmul_(i, gate.narrow(-1, cell_dim, cell_dim), value=2).sub_(i)
+    if kept_c is None:
+        if via_sigmoid:  # f c + i (2 sigmoid(2 j) - 1)
+            c_t = f.mul_(c).addcmul_(i, j, value=2).sub_(i)
+        else:
+            c_t = f.mul_(c).addcmul_(i, tanh_j)
     else:
-        c_t = f.mul_(c).addcmul_(i, tanh_j)
+        if via_sigmoid:
+            tanh_j = j.mul_(2).sub_(1)
+        else:
+            tanh_j = j.copy_(tanh_j)
+        c_t = torch.mul(f, c, out=kept_c).addcmul_(i, tanh_j)
     if cell_clip is not None:
         c_t.clamp_(-cell_clip, cell_clip)
     if c_t.numel() >= tanh_min_elements:
-        m_t = torch.mul(c_t, 2).sigmoid_().mul_(2).sub_(1).mul_(o)
+        tanh_c = torch.mul(c_t, 2).sigmoid_().mul_(2).sub_(1)
     else:
-        m_t = torch.tanh(c_t).mul_(o)
-    return c_t, m_t
+        tanh_c = torch.tanh(c_t)
+    if kept_m is None:
+        return c_t, tanh_c.mul_(o)
+    return c_t, torch.mul(tanh_c, o, out=kept_m)
 
 
 class CompiledSteps(NamedTuple):
@@ -81,8 +101,8 @@ def run(
     block_rows: int,
     tanh_min_elements: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call: packed
-    output (k, N, P) and final h (k, rows, P) and c (k, rows, D)."""
+    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call of
+    `step_loop`: packed output (k, N, P) and final h (k, rows, P) and c (k, rows, D)."""
     return _compiled()(
         list(inputs),
         steps.input_kernels,
@@ -108,7 +128,7 @@ def _compiled():
     if not _COMPILED:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
-            _COMPILED.append(torch.jit.script(_step_loop))
+            _COMPILED.append(torch.jit.script(step_loop))
     return _COMPILED[0]
 
 
@@ -136,12 +156,12 @@ def _step_product(x: torch.Tensor, kernel: torch.Tensor, precision: str) -> torc
     return torch.bmm(x, kernel)
 
 
-def _step_loop(
+def step_loop(
     inputs: list[torch.Tensor],
     input_kernels: list[torch.Tensor],
     biases: list[torch.Tensor],
     recurrent: torch.Tensor,
-    projection: torch.Tensor,
+    projection: Optional[torch.Tensor],
     precision: str,
     h: torch.Tensor,
     c: torch.Tensor,
@@ -150,9 +170,16 @@ def _step_loop(
     proj_clip: Optional[float],
     block_rows: int,
     tanh_min_elements: int,
+    kept_gates: Optional[torch.Tensor] = None,
+    kept_cells: Optional[torch.Tensor] = None,
+    kept_hidden: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The ops of lstm.run_cells with products.Float32Products or quantize.Bf16Products, in the
-    # same order (TorchScript: no calls into the rest of the package).
+    """The step loop of the fast paths, without autograd: the ops of `lstm.run_cells` with
+    `products.Float32Products` or `quantize.Bf16Products`, in the same order (TorchScript: no
+    calls into the rest of the package). Scripted at inference (`run`); run as it is by the
+    fused training path, which passes the (k, N, 4D) `kept_gates` and (k, N, D) `kept_cells`
+    and `kept_hidden` (where there is a projection) that its backward pass reads: every
+    step's activations, c_t and m_t (float32 products only)."""
     k = h.shape[0]
     cell_dim = c.shape[2]
     width = 4 * cell_dim
@@ -174,7 +201,10 @@ def _step_loop(
                     break
                 block_end += batch_sizes[later]
             gates = h.new_empty((0,))
-            gates = h.new_empty((k, block_end - block_start, width))
+            if kept_gates is None:
+                gates = h.new_empty((k, block_end - block_start, width))
+            else:
+                gates = kept_gates[:, block_start:block_end]
             for d in range(k):
                 x = inputs[d][block_start:block_end]
                 if precision == "bfloat16":
@@ -183,17 +213,26 @@ def _step_loop(
                     torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
         rows = gates[:, offset - block_start : offset - block_start + active]
         if precision == "float32":
-            z = torch.baddbmm(rows, h, recurrent)
+            z = rows.baddbmm_(h, recurrent)
         else:
             z = _step_product(h, recurrent, precision).add_(rows)
-        c_t, m_t = cell_update_in_place(z, c, cell_clip, tanh_min_elements)
         h_t = output[:, offset : offset + active]
-        if precision == "float32":
-            torch.bmm(m_t, projection, out=h_t)
-        else:
-            h_t.copy_(_step_product(m_t, projection, precision))
-        if proj_clip is not None:
-            h_t.clamp_(-proj_clip, proj_clip)
+        kept_c: Optional[torch.Tensor] = None
+        kept_m: Optional[torch.Tensor] = None
+        if kept_cells is not None:
+            kept_c = kept_cells[:, offset : offset + active]
+        if projection is None:
+            kept_m = h_t  # m_t is the output
+        elif kept_hidden is not None:
+            kept_m = kept_hidden[:, offset : offset + active]
+        c_t, m_t = cell_update_in_place(z, c, cell_clip, tanh_min_elements, kept_c, kept_m)
+        if projection is not None:
+            if precision == "float32":
+                torch.bmm(m_t, projection, out=h_t)
+            else:
+                h_t.copy_(_step_product(m_t, projection, precision))
+            if proj_clip is not None:
+                h_t.clamp_(-proj_clip, proj_clip)
         offset += active
         following = batch_sizes[step + 1] if step + 1 < n_steps else 0
         if following < active:

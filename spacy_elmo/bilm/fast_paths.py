@@ -20,7 +20,8 @@ Training, where autograd records:
 * Fused LSTM cells (`fused.py`). Recorded op by op, every timestep of a packed LSTM costs a
   dozen forward and two dozen backward nodes, and every slice of the input gates leaves a
   zero-filled gradient of the whole block to be added up. As one autograd node with a
-  hand-written backward pass, a step is only its recurrent products and gate algebra. Values
+  hand-written backward pass, a step is only its recurrent products and gate algebra; its
+  forward pass is the compiled loop's `step_loop`, run as Python, keeping the activations. Values
   and gradients equal the op-by-op ones up to float rounding. Not under `torch.autocast`,
   which needs the ops recorded one by one.
 * Trimmed character columns (at inference too). After a token's end-of-word every slot holds
@@ -279,12 +280,13 @@ def cell_update(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The LSTM cell update (lstm.py) without autograd, in place over z (..., 4D):
     `compiled_steps.cell_update_in_place`, the one that the compiled step loop runs, with tanh
-    through the sigmoid where `tanh_via_sigmoid` applies."""
-    return cell_update_in_place(z, c, cell_clip, _tanh_min_elements(z))
+    through the sigmoid where `tanh_min_elements` says so."""
+    return cell_update_in_place(z, c, cell_clip, tanh_min_elements(z))
 
 
-def _tanh_min_elements(x: torch.Tensor) -> int:
-    """From how many elements on `cell_update_in_place` takes tanh through the sigmoid for x."""
+def tanh_min_elements(x: torch.Tensor) -> int:
+    """From how many elements on tanh(x) = 2 sigmoid(2x) - 1 (`tanh`, `cell_update_in_place`)
+    for tensors like x: TANH_VIA_SIGMOID_MIN_ELEMENTS on the CPU with the fast paths on."""
     if ENABLED and x.device.type == "cpu":
         return TANH_VIA_SIGMOID_MIN_ELEMENTS
     return NEVER_VIA_SIGMOID
@@ -299,24 +301,11 @@ TANH_VIA_SIGMOID_MIN_ELEMENTS = 8192
 NEVER_VIA_SIGMOID = 1 << 62
 
 
-def tanh_via_sigmoid(x: torch.Tensor) -> bool:
-    """Whether `tanh` computes tanh(x) as 2 sigmoid(2x) - 1 (a CPU tensor of at least
-    TANH_VIA_SIGMOID_MIN_ELEMENTS elements, with the fast paths on)."""
-    return ENABLED and x.device.type == "cpu" and x.numel() >= TANH_VIA_SIGMOID_MIN_ELEMENTS
-
-
 def tanh(x: torch.Tensor) -> torch.Tensor:
     """tanh(x) as a new tensor, without autograd: through the sigmoid where that is faster."""
-    if tanh_via_sigmoid(x):
+    if x.numel() >= tanh_min_elements(x):
         return torch.mul(x, 2).sigmoid_().mul_(2).sub_(1)
     return torch.tanh(x)
-
-
-def tanh_(x: torch.Tensor) -> torch.Tensor:
-    """tanh of x in place (x may be a strided view), without autograd; returns x."""
-    if tanh_via_sigmoid(x):
-        return x.mul_(2).sigmoid_().mul_(2).sub_(1)
-    return x.tanh_()
 
 
 # ---------------------------------------------------------------------- the step loop

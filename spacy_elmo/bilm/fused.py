@@ -1,10 +1,11 @@
 """Training (autograd) path of the LSTM cells: the whole sequence in one autograd node (one
 of the fast paths; why, and when it runs: `fast_paths.py`).
 
-The forward pass runs without recording, keeps the gate activations, cell states and
-projections in packed buffers, and the backward pass is back-propagation through time written
-out by hand: per step only the recurrent products and the gate algebra, while the weight
-gradients are one GEMM each over all timesteps at the end.
+The forward pass is the fast paths' step loop (`compiled_steps.step_loop`, the cell update of
+`compiled_steps.cell_update_in_place`), run without recording and keeping every step's gate
+activations, cell state and projection input; the backward pass is back-propagation through
+time written out by hand: per step only the recurrent products and the gate algebra, while
+the weight gradients are one GEMM each over all timesteps at the end.
 
 The maths is TF's LSTMCell with projection and clipping (docs/MODEL.md §6), the same as
 `lstm.run_cells`; tests compare values and gradients with that path and with finite
@@ -20,19 +21,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from . import fast_paths
-
-# bilm-tf's gate order is (input, candidate, forget, output); here the three sigmoid gates come
-# first so that one sigmoid and one tanh cover a step: (input, forget, output, candidate).
-_SIGMOID_FIRST = (0, 2, 3, 1)
-
-
-def _reorder(weight: torch.Tensor, cell_dim: int) -> torch.Tensor:
-    """Gate blocks of the last-but-one (weights) or last (bias) axis in `_SIGMOID_FIRST` order."""
-    axis = -2 if weight.dim() == 3 else -1
-    blocks = weight.split(cell_dim, dim=axis)
-    return torch.cat([blocks[g] for g in _SIGMOID_FIRST], dim=axis)
-
+from . import compiled_steps, fast_paths
 
 def fused_cells(
     x: torch.Tensor,
@@ -52,14 +41,13 @@ def fused_cells(
     (k, 4D, H); bias (k, 4D), forget bias included; projection_weight (k, P, D) or None. Gate
     blocks in bilm-tf order. Returns the packed outputs (k, N, H) and the final h and c.
     """
-    cell_dim = recurrent_weight.shape[1] // 4
     output, final_h, final_c = _FusedCells.apply(
         x,
         h0.detach(),
         c0.detach(),
-        _reorder(input_weight, cell_dim),
-        _reorder(recurrent_weight, cell_dim),
-        _reorder(bias, cell_dim),
+        input_weight,
+        recurrent_weight,
+        bias,
         projection_weight,
         batch_sizes,
         cell_clip,
@@ -122,39 +110,29 @@ class _FusedCells(torch.autograd.Function):
     ):
         k, n_rows, _ = x.shape
         cell_dim = recurrent_weight.shape[1] // 4
-        sigmoid_end = 3 * cell_dim
-        # (k, N, 4D) pre-activations of all steps at once, then activated in place step by step.
-        gates = torch.baddbmm(bias[:, None, :], x, input_weight.transpose(1, 2))
-        recurrent = recurrent_weight.transpose(1, 2).contiguous()  # (k, H, 4D)
-        cells = x.new_empty((k, n_rows, cell_dim))
-        hidden = (
-            x.new_empty((k, n_rows, cell_dim)) if projection_weight is not None else None
-        )  # m_t = o * tanh(c_t), the projection's input
-        hidden_dim = recurrent_weight.shape[2]
-        outputs = x.new_empty((k, n_rows, hidden_dim))
-        projection = projection_weight.transpose(1, 2) if projection_weight is not None else None
-        h, c = h0[:, : batch_sizes[0]], c0[:, : batch_sizes[0]]
+        gates = x.new_empty((k, n_rows, 4 * cell_dim))  # activations: i, tanh(j), f, o
+        cells = x.new_empty((k, n_rows, cell_dim))  # c_t
+        # m_t = o * tanh(c_t), the projection's input (without a projection: the output)
+        hidden = x.new_empty((k, n_rows, cell_dim)) if projection_weight is not None else None
+        outputs, final_h, final_c = compiled_steps.step_loop(
+            list(x.unbind(0)),
+            list(input_weight.unbind(0)),
+            list(bias.unbind(0)),
+            recurrent_weight.transpose(1, 2).contiguous(),  # (k, H, 4D)
+            projection_weight.transpose(1, 2) if projection_weight is not None else None,
+            "float32",
+            h0,
+            c0,
+            batch_sizes,
+            cell_clip,
+            proj_clip,
+            n_rows,  # the input gates of all steps in one product
+            fast_paths.tanh_min_elements(x),
+            gates,
+            cells,
+            hidden,
+        )
         offsets = _step_offsets(batch_sizes)
-        for offset, active in zip(offsets, batch_sizes):
-            rows = slice(offset, offset + active)
-            z = gates[:, rows]
-            z.baddbmm_(h[:, :active], recurrent)
-            z[..., :sigmoid_end].sigmoid_()
-            fast_paths.tanh_(z[..., sigmoid_end:])
-            i, f, o, j = z.split(cell_dim, dim=-1)
-            c_t = torch.mul(f, c[:, :active], out=cells[:, rows])
-            c_t.addcmul_(i, j)
-            if cell_clip is not None:
-                c_t.clamp_(-cell_clip, cell_clip)
-            if projection is None:
-                h_t = torch.mul(fast_paths.tanh(c_t), o, out=outputs[:, rows])
-            else:
-                m_t = torch.mul(fast_paths.tanh(c_t), o, out=hidden[:, rows])
-                h_t = torch.bmm(m_t, projection, out=outputs[:, rows])
-                if proj_clip is not None:
-                    h_t.clamp_(-proj_clip, proj_clip)
-            h, c = h_t, c_t
-        final_h, final_c = _final_states(outputs, cells, h0, c0, batch_sizes, offsets)
         ctx.save_for_backward(
             x, h0, c0, input_weight, recurrent_weight, projection_weight, gates, cells, hidden,
             outputs,
@@ -184,7 +162,7 @@ class _FusedCells(torch.autograd.Function):
         k, n_rows, _ = x.shape
         cell_dim = recurrent_weight.shape[1] // 4
         grad_output = grad_output.contiguous()
-        grad_gates = torch.empty_like(gates)  # dL/dz, (k, N, 4D), in the fused gate order
+        grad_gates = torch.empty_like(gates)  # dL/dz, (k, N, 4D)
         grad_hidden_raw = torch.empty_like(outputs) if projection_weight is not None else None
         # Gradients arriving from step t + 1 (rows beyond its batch size stay zero).
         grad_h_next = x.new_zeros((k, batch_sizes[0], outputs.shape[-1]))
@@ -194,7 +172,7 @@ class _FusedCells(torch.autograd.Function):
             rows = slice(offset, offset + active)
             grad_h = grad_output[:, rows] + grad_h_next[:, :active]
             c_t = cells[:, rows]
-            i, f, o, j = gates[:, rows].split(cell_dim, dim=-1)
+            i, j, f, o = gates[:, rows].split(cell_dim, dim=-1)
             if projection_weight is None:
                 grad_m = grad_h
             else:
@@ -212,7 +190,7 @@ class _FusedCells(torch.autograd.Function):
             else:
                 c_prev = c0[:, :active]
             grad_z = grad_gates[:, rows]
-            gi, gf, go, gj = grad_z.split(cell_dim, dim=-1)
+            gi, gj, gf, go = grad_z.split(cell_dim, dim=-1)
             torch.mul(grad_c, j, out=gi).mul_(i * (1 - i))
             torch.mul(grad_c, c_prev, out=gf).mul_(f * (1 - f))
             torch.mul(grad_m, tanh_c, out=go).mul_(o * (1 - o))
@@ -252,15 +230,3 @@ def _shifted(outputs: torch.Tensor, batch_sizes: list[int], offsets: list[int]) 
         outputs[:, offsets[step - 1] : offsets[step - 1] + batch_sizes[step]]
         for step in range(1, len(batch_sizes))
     ]
-
-
-def _final_states(outputs, cells, h0, c0, batch_sizes, offsets):
-    """Each sequence's h and c after its last step, in the packed (length-sorted) row order."""
-    final_h = h0.clone()
-    final_c = c0.clone()
-    for step, (offset, active) in enumerate(zip(offsets, batch_sizes)):
-        following = batch_sizes[step + 1] if step + 1 < len(batch_sizes) else 0
-        if following < active:
-            final_h[:, following:active] = outputs[:, offset + following : offset + active]
-            final_c[:, following:active] = cells[:, offset + following : offset + active]
-    return final_h, final_c

@@ -8,9 +8,9 @@ cells, whose gate nonlinearities run in one kernel each.
 
 The step is written once, here (`run_cells`' loop and `_cell_update`). Its three matrix
 products come from the cells' `products` (`products.py`: float32, or bfloat16 through
-`quantize.py`). The fast paths beside it, chosen in `run_cells` and tested against it: in-place
-updates and the TorchScript loop (`fast_paths.py`, `compiled_steps.py`), the fused training node
-(`fused.py`).
+`quantize.py`). The fast paths beside it, chosen in `run_cells` and tested against it, share
+one in-place cell update and one step loop (`compiled_steps.py`): at inference scripted in
+TorchScript, and as the forward pass of the fused training node (`fused.py`).
 """
 
 from __future__ import annotations
