@@ -23,6 +23,7 @@ from torch import nn
 
 from . import compiled_steps, fast_paths
 
+
 def fused_cells(
     x: torch.Tensor,
     h0: torch.Tensor,
