@@ -133,15 +133,9 @@ def apply_corpus(
     return run_corpus("apply", inputs, output_dir, job, identity, job.options(), cluster, progress)
 
 
-def pipeline_identity(pipeline: str | Path) -> tuple[str, dict[str, Any]]:
-    """How workers load the pipeline (absolute path or package name) and its manifest identity:
-    sha256 over the names and bytes of every file of its folder."""
-    name, identity, _, _ = _pipeline(pipeline)
-    return name, identity
-
-
 def _pipeline(pipeline: str | Path) -> tuple[str, dict[str, Any], Path, list[Path]]:
-    """`pipeline_identity`, and the pipeline's folder and files."""
+    """How workers load the pipeline (absolute path or package name), its manifest identity
+    (sha256 over the names and bytes of every file of its folder), its folder and files."""
     import spacy.util
 
     path = Path(pipeline).expanduser()

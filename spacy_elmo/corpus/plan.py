@@ -26,9 +26,6 @@ from typing import Iterable, Iterator, Optional, Sequence
 from ..util.files import place
 from .embed_file import LineRange
 
-TEXT_SUFFIXES = (".txt", ".jsonl")
-
-
 @dataclass(frozen=True)
 class InputFile:
     """One input file, checked: where it is, what it is, and where its output goes."""
