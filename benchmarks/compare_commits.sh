@@ -5,6 +5,7 @@
 # CORPUS (tokenised text, one sentence a line) also bench_pretrain, the training step.
 #   bash benchmarks/compare_commits.sh BEFORE AFTER MODEL [OUT] [ROUNDS] [CORPUS]
 # MODEL: a trained elmo pipeline (e.g. training/evidence/elmo_1000_s0/model-best).
+# The table of before and after: python -m benchmarks.compare_summary OUT
 set -euo pipefail
 before=$1 after=$2 model=$(realpath "$3") out=${4:-benchmarks/results/compare_commits} rounds=${5:-3}
 corpus=${6:+$(realpath "$6")}

@@ -212,8 +212,10 @@ def step_loop(
                 else:
                     torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
         rows = gates[:, offset - block_start : offset - block_start + active]
-        if precision == "float32":
+        if kept_gates is not None:  # float32: the activations stay in kept_gates
             z = rows.baddbmm_(h, recurrent)
+        elif precision == "float32":
+            z = torch.baddbmm(rows, h, recurrent)
         else:
             z = _step_product(h, recurrent, precision).add_(rows)
         h_t = output[:, offset : offset + active]

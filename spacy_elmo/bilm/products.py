@@ -69,7 +69,7 @@ class Float32Products:
 
     def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
         if self.stacked is not None:
-            return gates[:, rows].baddbmm_(h, self.stacked[0])  # at inference: in place
+            return torch.baddbmm(gates[:, rows], h, self.stacked[0])
         return torch.stack(
             [
                 fast_paths.linear(h[d], cell.recurrent_weight, None, block[rows])

@@ -1,0 +1,69 @@
+"""The table of a `compare_commits.sh` run: each measure before and after, the fastest round
+with the median of the rounds in brackets.
+
+    python -m benchmarks.compare_summary OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def _bilm(result: dict, arch: str, key: str) -> float:
+    return result["results"][arch]["spacy-elmo-cpu"][key]
+
+
+def _elmo(result: dict, key: str) -> float:
+    return result["summary"]["elmo"][key]
+
+
+def _fused(result: dict) -> float:
+    return result["results"]["fused LSTM, trimmed CNN"]["tokens_per_s"]
+
+
+# (measure, file prefix, its value in a result, the better of two values)
+MEASURES = [
+    ("biLM, small preset, batch 32, tokens/s", "bilm",
+     lambda r: _bilm(r, "small", "b32_tokens_per_s"), max),
+    ("biLM, bundled, batch 32, tokens/s", "bilm",
+     lambda r: _bilm(r, "bundled", "b32_tokens_per_s"), max),
+    ("biLM, bundled, batch 1, tokens/s", "bilm",
+     lambda r: _bilm(r, "bundled", "b1_tokens_per_s"), max),
+    ("elmo pipeline, `nlp.pipe` words/s", "pipeline",
+     lambda r: _elmo(r, "batch_words_per_s"), max),
+    ("elmo pipeline, one sentence, median ms", "pipeline",
+     lambda r: _elmo(r, "sentence_ms_median"), min),
+    ("pretraining step (fused), tokens/s", "pretrain", _fused, max),
+]  # fmt: skip
+
+
+def rows(out: Path) -> list[tuple[str, str, str]]:
+    table = []
+    for name, prefix, value, best in MEASURES:
+        cells = []
+        for side in ("before", "after"):
+            files = sorted(out.glob(f"{prefix}_{side}_*.json"))
+            values = [value(json.loads(f.read_text())) for f in files]
+            if not values:
+                break
+            digits = 1 if "ms" in name else 0
+            cells.append(f"{best(values):,.{digits}f} ({statistics.median(values):,.{digits}f})")
+        if len(cells) == 2:
+            table.append((name, *cells))
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args()
+    print("| measure | before | after |\n|---|---:|---:|")
+    for name, before, after in rows(args.out):
+        print(f"| {name} | {before} | {after} |")
+
+
+if __name__ == "__main__":
+    main()
