@@ -142,6 +142,28 @@ def embed_corpus_case(work: Path) -> Case:
     )
 
 
+def apply_case(work: Path) -> Case:
+    """Ray, as embed-corpus: an elmo pipeline (the bundled biLM) applied to two files of text,
+    signalled once a worker writes a part of an output."""
+    pytest.importorskip("ray", reason="the apply case needs the [ray] extra")
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.initialize()
+    nlp.to_disk(work / "pipeline")
+    inputs = work / "in"
+    inputs.mkdir()
+    for i in range(2):
+        (inputs / f"{i}.txt").write_text(LINE * 3000, encoding="utf-8")
+    output = work / "out"
+    return Case(
+        ["apply", str(work / "pipeline"), str(inputs), str(output), "--workers", "1", "--quiet"],
+        ready=lambda process: bool(temporary_files(output)) if output.exists() else False,
+        prefix=private_network(),
+    )
+
+
 def _unchanged(output: Path) -> None:
     assert output.read_bytes() == EARLIER
 
@@ -152,8 +174,9 @@ CASES = {
     "pretrain-corpus": pretrain_corpus_case,
     "pretrain-training": pretrain_training_case,
     "embed-corpus": embed_corpus_case,
+    "apply": apply_case,
 }
-SLOW = {"pretrain-corpus", "pretrain-training", "embed-corpus"}
+SLOW = {"pretrain-corpus", "pretrain-training", "embed-corpus", "apply"}
 # Known failures, each to be fixed where it lies (not in the files of this test).
 KNOWN: dict[str, str] = {}  # command -> why its case is known to fail
 
