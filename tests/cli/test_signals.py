@@ -125,43 +125,36 @@ def pretrain_training_case(work: Path) -> Case:
     )
 
 
-def embed_corpus_case(work: Path) -> Case:
-    """Ray: signalled once a worker writes a part of an output (its own process); Ray runs in a
-    private network namespace, as tests/corpus/test_ray.py runs it."""
-    pytest.importorskip("ray", reason="the embed-corpus case needs the [ray] extra")
+def corpus_case(work: Path, command: str, *args: str) -> Case:
+    """Ray: `command` over two files of text, signalled once a worker writes a part of an
+    output (its own process); Ray runs in a private network namespace, as
+    tests/corpus/test_ray.py runs it."""
+    pytest.importorskip("ray", reason=f"the {command} case needs the [ray] extra")
     inputs = work / "in"
     inputs.mkdir()
     for i in range(2):
         (inputs / f"{i}.txt").write_text(LINE * 3000, encoding="utf-8")
     output = work / "out"
-
     return Case(
-        ["embed-corpus", str(inputs), str(output), "--workers", "1", "--quiet"],
+        [command, *args, str(inputs), str(output), "--workers", "1", "--quiet"],
         ready=lambda process: bool(temporary_files(output)) if output.exists() else False,
         prefix=private_network(),
     )
 
 
+def embed_corpus_case(work: Path) -> Case:
+    return corpus_case(work, "embed-corpus")
+
+
 def apply_case(work: Path) -> Case:
-    """Ray, as embed-corpus: an elmo pipeline (the bundled biLM) applied to two files of text,
-    signalled once a worker writes a part of an output."""
-    pytest.importorskip("ray", reason="the apply case needs the [ray] extra")
+    """An elmo pipeline (the bundled biLM) applied to text."""
     import spacy
 
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     nlp.initialize()
     nlp.to_disk(work / "pipeline")
-    inputs = work / "in"
-    inputs.mkdir()
-    for i in range(2):
-        (inputs / f"{i}.txt").write_text(LINE * 3000, encoding="utf-8")
-    output = work / "out"
-    return Case(
-        ["apply", str(work / "pipeline"), str(inputs), str(output), "--workers", "1", "--quiet"],
-        ready=lambda process: bool(temporary_files(output)) if output.exists() else False,
-        prefix=private_network(),
-    )
+    return corpus_case(work, "apply", str(work / "pipeline"))
 
 
 def _unchanged(output: Path) -> None:
