@@ -1,17 +1,16 @@
-"""The LSTM step loop in TorchScript, and the one in-place cell update (a fast path of
-`lstm.run_cells`; why, and when it runs: `fast_paths.py`).
+"""The fast paths' LSTM step loop and their one in-place cell update (why, and when they
+run: `fast_paths.py`; the reference they are tested against: `lstm.py`).
 
-`cell_update_in_place` is the cell's maths without autograd, written over the gate
-pre-activations: the Python step loop (through `fast_paths.cell_update`) and `step_loop` below
-run it. `step_loop` is the one step loop of the fast paths: the fused training path runs it as
-it is (`fused.py`, keeping what its backward pass reads), and at inference `run` calls it as
-one TorchScript call: the same kernels in the same order as the Python loop with the same
-products, so the same numbers, bit for bit; what changes is that the whole loop runs in one
-call that releases the GIL (the Python loop takes it back for each of a dozen small ops per
-step), so another Python thread (the tagger and NER after the `elmo` component in `nlp.pipe`)
-runs beside it. TorchScript is deprecated in favour of `torch.compile`, which needs a C++
-compiler at run time; a loop in TorchScript needs none, and is the one way torch offers to run
-it without the GIL.
+`step_loop` steps k cells together over packed inputs without autograd, with the products in
+float32 (one batched GEMM for the k cells, or one product per cell, through oneDNN for large
+kernels) or in bfloat16 (`quantize.py`); `CompiledSteps` holds the kernels. At inference
+`run` calls it as one TorchScript call that releases the GIL (a loop in Python takes it back
+for each of a dozen small ops per step), so another Python thread (the tagger and NER after the
+`elmo` component in `nlp.pipe`) runs beside it; the same function run as Python gives the same
+numbers, bit for bit. The fused training path runs it as Python, keeping the activations its
+backward pass reads (`fused.py`). TorchScript is deprecated in favour of `torch.compile`, which
+needs a C++ compiler at run time; a loop in TorchScript needs none, and is the one way torch
+offers to run it without the GIL.
 
 This module imports nothing of the package: `fast_paths.py` decides when it applies.
 """
@@ -19,7 +18,7 @@ This module imports nothing of the package: `fast_paths.py` decides when it appl
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -78,15 +77,20 @@ def cell_update_in_place(
 
 
 class CompiledSteps(NamedTuple):
-    """The arguments of the TorchScript step loop (`run_compiled_steps`) for the products of a
-    step of k cells in `precision` ("float32" or "bfloat16"): per cell the input kernel
-    (float32: (4D, in), bfloat16: (in, out)); the recurrent and projection kernels, each one
-    (k, in, out) stack."""
+    """The kernels of a step of k cells for `step_loop`, in `precision` ("float32" or
+    "bfloat16"). Per cell the input kernel (float32: the (4D, in) weight; bfloat16: an
+    (in, out) kernel). The recurrent and projection kernels: where `batched`, one (k, in, out)
+    stack each, multiplied for all k cells in one GEMM (a list of one); else the k cells'
+    (out, in) weights, one product per cell. No projection: an empty list. `onednn`: whether
+    the input, recurrent and projection products of one cell go through oneDNN's inner product
+    (float32, one product per cell)."""
 
     precision: str
     input_kernels: list[torch.Tensor]
-    recurrent: torch.Tensor
-    projection: torch.Tensor
+    recurrent: list[torch.Tensor]
+    projection: list[torch.Tensor]
+    batched: bool
+    onednn: list[bool]
 
 
 def run(
@@ -100,16 +104,21 @@ def run(
     proj_clip: float | None,
     block_rows: int,
     tanh_min_elements: int,
+    compiled: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call of
-    `step_loop`: packed output (k, N, P) and final h (k, rows, P) and c (k, rows, D)."""
-    return _compiled()(
+    """`step_loop` for k cells stepped together, as one TorchScript call that releases the
+    GIL where `compiled`, else as Python: packed output (k, N, P) and final h (k, rows, P) and
+    c (k, rows, D)."""
+    loop = _compiled() if compiled else step_loop
+    return loop(
         list(inputs),
         steps.input_kernels,
         list(biases),
         steps.recurrent,
         steps.projection,
         steps.precision,
+        steps.batched,
+        steps.onednn,
         h,
         c,
         batch_sizes,
@@ -124,7 +133,7 @@ _COMPILED: list = []
 
 
 def _compiled():
-    """The TorchScript step loop, compiled on first use (about 0.2 s)."""
+    """The TorchScript step loop, compiled on first use (about 0.3 s)."""
     if not _COMPILED:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
@@ -149,20 +158,87 @@ def bf16_product(x: torch.Tensor, kernel: torch.Tensor, multiple: int = 16) -> t
     return torch.mm(padded, kernel).narrow(-2, 0, rows)
 
 
-def _step_product(x: torch.Tensor, kernel: torch.Tensor, precision: str) -> torch.Tensor:
-    """x (k, rows, in) times the (k, in, out) kernels: (k, rows, out) float32."""
+def onednn_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], add: Optional[torch.Tensor]
+) -> torch.Tensor:
+    """x (rows, in) weight^T (+ bias) (+ add) through oneDNN's inner product (float32, CPU;
+    a private op of torch, `fast_paths.ONEDNN` says whether it is there)."""
+    x = x.contiguous()
+    if add is None:
+        no_scalars = torch.jit.annotate(List[Optional[Union[int, float, complex]]], [])
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", no_scalars, "")
+    return torch.ops.mkldnn._linear_pointwise(x, add.contiguous(), weight, bias, "add")
+
+
+def input_gates(
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    bias: torch.Tensor,
+    precision: str,
+    onednn: bool,
+    out: torch.Tensor,
+) -> None:
+    """x (rows, in) W_input^T + bias, written into `out` (rows, 4D)."""
     if precision == "bfloat16":
-        return bf16_product(x, kernel).to(torch.float32)
-    return torch.bmm(x, kernel)
+        out.copy_(bf16_product(x, kernel)).add_(bias)
+    elif onednn:
+        out.copy_(onednn_linear(x, kernel, bias, None))
+    else:
+        torch.addmm(bias, x, kernel.t(), out=out)
+
+
+def recurrent_gates(
+    h: torch.Tensor,
+    rows: torch.Tensor,
+    kernels: List[torch.Tensor],
+    precision: str,
+    batched: bool,
+    onednn: bool,
+) -> torch.Tensor:
+    """z (k, active, 4D): h (k, active, hidden) W_recurrent^T plus the input gates `rows`."""
+    if precision == "bfloat16":
+        return bf16_product(h, kernels[0]).to(torch.float32).add_(rows)
+    if batched:
+        return torch.baddbmm(rows, h, kernels[0])
+    z = torch.empty_like(rows)
+    for d in range(len(kernels)):
+        if onednn:
+            z[d].copy_(onednn_linear(h[d], kernels[d], None, rows[d]))
+        else:
+            torch.addmm(rows[d], h[d], kernels[d].t(), out=z[d])
+    return z
+
+
+def project(
+    m: torch.Tensor,
+    kernels: List[torch.Tensor],
+    precision: str,
+    batched: bool,
+    onednn: bool,
+    out: torch.Tensor,
+) -> None:
+    """m (k, active, D) W_projection^T, written into `out` (k, active, P)."""
+    if precision == "bfloat16":
+        out.copy_(bf16_product(m, kernels[0]).to(torch.float32))
+    elif batched:
+        torch.bmm(m, kernels[0], out=out)
+    else:
+        for d in range(len(kernels)):
+            if onednn:
+                out[d].copy_(onednn_linear(m[d], kernels[d], None, None))
+            else:
+                torch.mm(m[d], kernels[d].t(), out=out[d])
 
 
 def step_loop(
     inputs: list[torch.Tensor],
     input_kernels: list[torch.Tensor],
     biases: list[torch.Tensor],
-    recurrent: torch.Tensor,
-    projection: Optional[torch.Tensor],
+    recurrent: list[torch.Tensor],
+    projection: list[torch.Tensor],
     precision: str,
+    batched: bool,
+    onednn: list[bool],
     h: torch.Tensor,
     c: torch.Tensor,
     batch_sizes: list[int],
@@ -174,12 +250,12 @@ def step_loop(
     kept_cells: Optional[torch.Tensor] = None,
     kept_hidden: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The step loop of the fast paths, without autograd: the ops of `lstm.run_cells` with
-    `products.Float32Products` or `quantize.Bf16Products`, in the same order (TorchScript: no
-    calls into the rest of the package). Scripted at inference (`run`); run as it is by the
-    fused training path, which passes the (k, N, 4D) `kept_gates` and (k, N, D) `kept_cells`
-    and `kept_hidden` (where there is a projection) that its backward pass reads: every
-    step's activations, c_t and m_t (float32 products only)."""
+    """The LSTM step loop of the fast paths, without autograd (`CompiledSteps` describes the
+    kernels): k cells stepped together over packed inputs, the maths of `lstm.run_cells`
+    (TorchScript: no calls into the rest of the package). At inference `run` calls it; the
+    fused training path runs it as Python with the (k, N, 4D) `kept_gates` and (k, N, D)
+    `kept_cells` and `kept_hidden` (where there is a projection) that its backward pass reads:
+    every step's activations, c_t and m_t (float32, batched kernels)."""
     k = h.shape[0]
     cell_dim = c.shape[2]
     width = 4 * cell_dim
@@ -200,39 +276,31 @@ def step_loop(
                 if block_end - offset + batch_sizes[later] > block_rows:
                     break
                 block_end += batch_sizes[later]
-            gates = h.new_empty((0,))
+            gates = h.new_empty((0,))  # freed before the next block is allocated
             if kept_gates is None:
                 gates = h.new_empty((k, block_end - block_start, width))
             else:
                 gates = kept_gates[:, block_start:block_end]
             for d in range(k):
                 x = inputs[d][block_start:block_end]
-                if precision == "bfloat16":
-                    gates[d].copy_(bf16_product(x, input_kernels[d])).add_(biases[d])
-                else:
-                    torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
+                input_gates(x, input_kernels[d], biases[d], precision, onednn[0], gates[d])
         rows = gates[:, offset - block_start : offset - block_start + active]
-        if kept_gates is not None:  # float32: the activations stay in kept_gates
-            z = rows.baddbmm_(h, recurrent)
-        elif precision == "float32":
-            z = torch.baddbmm(rows, h, recurrent)
+        if kept_gates is not None:  # the activations stay in kept_gates
+            z = rows.baddbmm_(h, recurrent[0])
         else:
-            z = _step_product(h, recurrent, precision).add_(rows)
+            z = recurrent_gates(h, rows, recurrent, precision, batched, onednn[1])
         h_t = output[:, offset : offset + active]
         kept_c: Optional[torch.Tensor] = None
         kept_m: Optional[torch.Tensor] = None
         if kept_cells is not None:
             kept_c = kept_cells[:, offset : offset + active]
-        if projection is None:
+        if len(projection) == 0:
             kept_m = h_t  # m_t is the output
         elif kept_hidden is not None:
             kept_m = kept_hidden[:, offset : offset + active]
         c_t, m_t = cell_update_in_place(z, c, cell_clip, tanh_min_elements, kept_c, kept_m)
-        if projection is not None:
-            if precision == "float32":
-                torch.bmm(m_t, projection, out=h_t)
-            else:
-                h_t.copy_(_step_product(m_t, projection, precision))
+        if len(projection) > 0:
+            project(m_t, projection, precision, batched, onednn[2], h_t)
             if proj_clip is not None:
                 h_t.clamp_(-proj_clip, proj_clip)
         offset += active

@@ -53,16 +53,17 @@ Inference, where autograd does not record:
 * In-place updates: the gates through one sigmoid over all four blocks, and the cell state,
   clipping and residual connections written in place: fewer kernels and allocations per step,
   which is what a batch of one sentence is made of. The input gates of both directions are
-  written straight into one (2, rows, 4D) block (`stacked_linear`), not stacked after.
+  written straight into one (2, rows, 4D) block, not stacked after.
 * tanh through the sigmoid, tanh(x) = 2 sigmoid(2x) - 1, for the candidate gate (from the one
   sigmoid over the four blocks) and tanh(c_t), from TANH_VIA_SIGMOID_MIN_ELEMENTS elements on:
   torch's CPU tanh is an accurate SLEEF kernel several times as slow as its sigmoid, and with
   it tanh took more time than the sigmoid and the cell update together. Within 2e-7 of
   torch.tanh; the AllenNLP fixture's outputs stay within 1e-6 of TensorFlow's.
-* The step loop in TorchScript (`run_compiled_steps`, float32 with the batched kernels, and
-  bfloat16): the same kernels in the same order as `lstm.run_cells`' Python loop, bit for
-  bit, as one call that releases the GIL, so that the `elmo` component's `overlap` can run the biLM
-  beside the tagger and NER in another thread. SPACY_ELMO_PYTHON_STEPS=1 keeps the Python loop.
+* The step loop in TorchScript (`run_steps`, `compiled_steps.step_loop`): the in-place step
+  with the products above, in float32 or bfloat16, as one call that releases the GIL, so that
+  the `elmo` component's `overlap` can run the biLM beside the tagger and NER in another
+  thread. Run as Python, the same function gives the same numbers bit for bit:
+  SPACY_ELMO_PYTHON_STEPS=1 runs it so, as does a GPU.
 * The output written in place: `BiLM.forward` puts every packed output row straight into its
   place in the (L + 1, batch, time, 2P) result, where the autograd route pads each layer and
   direction, reverses the backward ones and concatenates them (four copies of the output,
@@ -81,7 +82,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from . import compiled_steps
-from .compiled_steps import CompiledSteps, cell_update_in_place
+from .compiled_steps import CompiledSteps
 
 
 def _environment_flag(name: str) -> bool:
@@ -161,7 +162,8 @@ def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 # ---------------------------------------------------------------------- LSTM products
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `linear(x, weight)` goes through oneDNN."""
+    """Whether the step loop's product of x (rows, in) and `weight` (out, in) goes through
+    oneDNN's inner product (`compiled_steps.onednn_linear`)."""
     return (
         ONEDNN
         and x.device.type == "cpu"
@@ -170,40 +172,6 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and weight.numel() >= ONEDNN_MIN_ELEMENTS
         and at_inference(x, weight)
     )
-
-
-def linear(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    add: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """x @ weight.T + bias + add for 2-d `x` (rows, in), `weight` (out, in), `add` (rows, out):
-    through oneDNN where it applies, else `F.linear`."""
-    if uses_onednn(x, weight):
-        x = x.contiguous()
-        if add is None:
-            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-        return torch.ops.mkldnn._linear_pointwise.binary(x, add.contiguous(), weight, bias, "add")
-    y = F.linear(x, weight, bias)
-    if add is None:
-        return y
-    return y.add_(add) if at_inference(y) else y + add
-
-
-def stacked_linear(
-    inputs: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]
-) -> torch.Tensor:
-    """(k, rows, out): inputs[d] @ weights[d].T + biases[d] for k products of the same shape,
-    without autograd, each written straight into its slice of the result (no stacking copy)."""
-    first = inputs[0]
-    out = first.new_empty((len(inputs), first.shape[0], weights[0].shape[0]))
-    for x, weight, bias, block in zip(inputs, weights, biases, out):
-        if uses_onednn(x, weight):
-            block.copy_(linear(x, weight, bias))
-        else:
-            torch.addmm(bias, x, weight.t(), out=block)
-    return out
 
 
 def stacked_kernels(
@@ -275,15 +243,6 @@ def lay_out(stacks: Sequence[nn.Module]) -> None:
                 weight.data = kernel.t()
 
 
-def cell_update(
-    z: torch.Tensor, c: torch.Tensor, cell_clip: float | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The LSTM cell update (lstm.py) without autograd, in place over z (..., 4D):
-    `compiled_steps.cell_update_in_place`, the one that the compiled step loop runs, with tanh
-    through the sigmoid where `tanh_min_elements` says so."""
-    return cell_update_in_place(z, c, cell_clip, tanh_min_elements(z))
-
-
 def tanh_min_elements(x: torch.Tensor) -> int:
     """From how many elements on tanh(x) = 2 sigmoid(2x) - 1 (`tanh`, `cell_update_in_place`)
     for tensors like x: TANH_VIA_SIGMOID_MIN_ELEMENTS on the CPU with the fast paths on."""
@@ -309,72 +268,81 @@ def tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- the step loop
-# SPACY_ELMO_PYTHON_STEPS=1 keeps the Python step loop (the reference of the compiled one).
+# SPACY_ELMO_PYTHON_STEPS=1 runs the step loop as Python (the reference of the compiled one).
 COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
+# The input gates are computed for blocks of whole timesteps of at most this many packed rows
+# (at least one timestep), not for the whole batch at once: still a large GEMM, and 16 MB per
+# direction for the original model, where a batch of 32 sentences of 40 tokens would hold
+# 84 MB per direction.
+GATE_BLOCK_ROWS = 256
 
 
-def float32_steps(
-    cells: Sequence[nn.Module], stacked: tuple[torch.Tensor, torch.Tensor | None] | None
-) -> CompiledSteps | None:
-    """The compiled loop's arguments for `products.Float32Products` with the batched per-step
-    kernels `stacked` of float32 cells on the CPU, or None where the loop does not apply (no
-    batched kernels, no projection, or an input product that goes to oneDNN)."""
-    if not (ENABLED and COMPILED_STEPS) or stacked is None or stacked[1] is None:
+def inference_steps(cells: Sequence[nn.Module], x: torch.Tensor) -> CompiledSteps | None:
+    """The kernels of `compiled_steps.step_loop` for a step of k cells
+    (`lstm.LstmCellWithProjection`) over inputs like x, or None where the reference loop runs
+    them (autograd records, or the fast paths are off in float32). bfloat16 where
+    `quantize.set_quantize` gave the first cell its kernels (`bf16`), else float32: one batched
+    GEMM for the k cells where `stacked_kernels` applies, else one product per cell, through
+    oneDNN where `uses_onednn` says so."""
+    first = cells[0]
+    if records_autograd(x, modules=cells):
         return None
-    recurrent = stacked[0]
+    if getattr(first, "bf16", None) is not None:
+        return first.bf16.steps(cells)
+    if not ENABLED:
+        return None
+    stacked = stacked_kernels(cells, x)
+    has_projection = first.projection_weight is not None
+    onednn = [
+        uses_onednn(x, first.input_weight),
+        stacked is None and uses_onednn(x, first.recurrent_weight),
+        stacked is None and has_projection and uses_onednn(x, first.projection_weight),
+    ]
+    if stacked is not None:
+        recurrent, projection = [stacked[0]], [stacked[1]] if has_projection else []
+    else:
+        recurrent = [cell.recurrent_weight for cell in cells]
+        projection = [cell.projection_weight for cell in cells] if has_projection else []
     inputs = [cell.input_weight for cell in cells]
-    if recurrent.device.type != "cpu" or recurrent.dtype != torch.float32:
-        return None
-    if ONEDNN and any(w.numel() >= ONEDNN_MIN_ELEMENTS for w in inputs):
-        return None
-    return CompiledSteps("float32", inputs, recurrent, stacked[1])
+    return CompiledSteps("float32", inputs, recurrent, projection, stacked is not None, onednn)
 
 
 def steps_release_gil(bilm: nn.Module) -> bool:
-    """Whether a biLM's LSTM steps at inference run in `run_compiled_steps`, without the GIL:
-    on the CPU with projections, in bfloat16, or in float32 where the per-step kernels are
-    multiplied for both directions at once (the bundled and small models)."""
+    """Whether a biLM's LSTM steps at inference run as one TorchScript call that releases the
+    GIL (`run_steps`): on the CPU, with the fast paths on or in bfloat16."""
     cell = bilm.forward_lstm.layers[0]
-    weight = cell.recurrent_weight
-    if not (ENABLED and COMPILED_STEPS) or cell.projection_weight is None:
+    if not COMPILED_STEPS or cell.recurrent_weight.device.type != "cpu":
         return False
-    if weight.device.type != "cpu":
-        return False
-    if getattr(bilm, "quantize", None) == "bf16":
-        return True
-    return (
-        weight.dtype == torch.float32
-        and weight.numel() <= STACKED_MAX_ELEMENTS
-        and not (ONEDNN and cell.input_weight.numel() >= ONEDNN_MIN_ELEMENTS)
-    )
+    return ENABLED or getattr(cell, "bf16", None) is not None
 
 
-def run_compiled_steps(
+def run_steps(
     steps: CompiledSteps,
+    cells: Sequence[nn.Module],
     inputs: Sequence[torch.Tensor],
-    biases: Sequence[torch.Tensor],
-    h: torch.Tensor,
-    c: torch.Tensor,
     batch_sizes: list[int],
-    cell_clip: float | None,
-    proj_clip: float | None,
-    block_rows: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call that
-    releases the GIL (`compiled_steps.run`): packed output (k, N, P) and final h (k, rows, P)
-    and c (k, rows, D)."""
-    return compiled_steps.run(
+    states: Sequence[tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """`lstm.run_cells` at inference: `compiled_steps.step_loop` with the kernels `steps`, as
+    one TorchScript call that releases the GIL on the CPU (unless SPACY_ELMO_PYTHON_STEPS), as
+    Python elsewhere. Each cell's packed output and final state."""
+    first = cells[0]
+    h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
+    c = torch.stack([state[1] for state in states])  # (k, rows, D)
+    packed, final_h, final_c = compiled_steps.run(
         steps,
         inputs,
-        biases,
+        [cell.bias + cell.forget_bias for cell in cells],
         h,
         c,
         batch_sizes,
-        cell_clip,
-        proj_clip,
-        block_rows,
-        TANH_VIA_SIGMOID_MIN_ELEMENTS,
+        first.cell_clip,
+        first.proj_clip,
+        GATE_BLOCK_ROWS,
+        tanh_min_elements(h),
+        compiled=COMPILED_STEPS and h.device.type == "cpu",
     )
+    return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
 
 
 # ---------------------------------------------------------------------- output

@@ -119,9 +119,11 @@ class _FusedCells(torch.autograd.Function):
             list(x.unbind(0)),
             list(input_weight.unbind(0)),
             list(bias.unbind(0)),
-            recurrent_weight.transpose(1, 2).contiguous(),  # (k, H, 4D)
-            projection_weight.transpose(1, 2) if projection_weight is not None else None,
+            [recurrent_weight.transpose(1, 2).contiguous()],  # (k, H, 4D)
+            [projection_weight.transpose(1, 2)] if projection_weight is not None else [],
             "float32",
+            True,  # batched kernels
+            [False, False, False],  # no oneDNN products
             h0,
             c0,
             batch_sizes,

@@ -6,9 +6,9 @@ dict, saving, export and fine-tuning are unchanged); what changes is how each LS
 input, recurrent and projection products run where no autograd records: the input rows, the
 state h and the cell output m are rounded to bfloat16 and multiplied with bfloat16 kernels
 (oneDNN, float32 sums), each product rounded to bfloat16 and added to the rest in float32.
-Everything else is float32 and the same code as `lstm.py` and `char_cnn.py`: the char CNN,
-the gates, ELMo's cell clip on c_t and projection clip on h_t, the residual connections. The
-bfloat16 kernels are made from the float32 weights on first use and again whenever a weight
+Everything else is float32 and the same code as the float32 step (`compiled_steps.py`) and
+`char_cnn.py`: the char CNN, the gates, ELMo's cell clip on c_t and projection clip on h_t,
+the residual connections. The bfloat16 kernels are made from the float32 weights on first use and again whenever a weight
 changes (loading, an optimiser step).
 
 Where it pays: on a CPU with bfloat16 instructions (AVX-512 BF16 or AMX; measured on a 2-core
@@ -29,9 +29,8 @@ from typing import Optional, Sequence, TypeVar
 import torch
 from torch import nn
 
-from . import compiled_steps, fast_paths
+from . import compiled_steps
 from .lstm import LstmCellWithProjection
-from .products import Float32Products, Products
 
 BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
 
@@ -85,7 +84,7 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
         _warn_if_slow_here()
     for stack in (bilm.forward_lstm, bilm.backward_lstm):
         for cell in stack.layers:
-            cell.products = Bf16Cell() if mode else Float32Products
+            cell.bf16 = Bf16Cell() if mode else None
     bilm.quantize = mode
     return bilm
 
@@ -150,64 +149,27 @@ class Bf16Kernels:
 
 
 class Bf16Cell:
-    """An LSTM cell's `products` in bfloat16 (the first cell of a step keeps the kernels of
-    all k cells stepped with it): the products of a step from them."""
+    """An LSTM cell's bfloat16 kernels (the first cell of a step keeps those of all k cells
+    stepped with it): the step loop's in bfloat16, without autograd. The input rows, the state
+    h and the cell output m are rounded to bfloat16 and multiplied with bfloat16 kernels
+    (oneDNN: AMX or AVX-512 BF16, float32 sums; `compiled_steps.bf16_product`), each product
+    rounded to bfloat16 and added to the rest in float32."""
 
     def __init__(self) -> None:
         self.input = Bf16Kernels()
         self.recurrent = Bf16Kernels()
         self.projection = Bf16Kernels()
 
-    def __call__(
-        self, cells: Sequence[LstmCellWithProjection], inputs: Sequence[torch.Tensor]
-    ) -> Products:
-        """The products of a step of `cells` in bfloat16, or in float32 where autograd records
-        them (fine-tuning)."""
-        if fast_paths.records_autograd(*inputs, modules=cells):
-            return Float32Products(cells, inputs)
-        return Bf16Products(self, cells)
-
-
-class Bf16Products:
-    """The products of a step of k LSTM cells (`products.Products`) in bfloat16, without autograd:
-    the input rows, the state h and the cell output m are rounded to bfloat16 and multiplied
-    with bfloat16 kernels (oneDNN: AMX or AVX-512 BF16, float32 sums;
-    `compiled_steps.bf16_product`), each product rounded to bfloat16 and added to the rest in
-    float32."""
-
-    def __init__(self, kernels: Bf16Cell, cells: Sequence[LstmCellWithProjection]) -> None:
-        self.input_kernels = list(kernels.input.stack([cell.input_weight for cell in cells]))
-        self.recurrent = kernels.recurrent.stack([cell.recurrent_weight for cell in cells])
-        self.projection_kernels = (
-            kernels.projection.stack([cell.projection_weight for cell in cells])
-            if cells[0].projection_weight is not None
-            else None
-        )
-
-    def input_gates(
-        self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]
-    ) -> torch.Tensor:
-        first = inputs[0]
-        gates = first.new_empty((len(inputs), first.shape[0], self.input_kernels[0].shape[1]))
-        for d, (x, kernel, bias) in enumerate(zip(inputs, self.input_kernels, biases)):
-            gates[d].copy_(compiled_steps.bf16_product(x, kernel)).add_(bias)
-        return gates  # (k, rows, 4D)
-
-    def recurrent_gates(self, h: torch.Tensor, gates: torch.Tensor, rows: slice) -> torch.Tensor:
-        z = compiled_steps.bf16_product(h, self.recurrent).to(torch.float32)
-        return z.add_(gates[:, rows])  # (k, active, 4D)
-
-    def projection(self, m: torch.Tensor) -> torch.Tensor:
-        product = compiled_steps.bf16_product(m, self.projection_kernels)
-        return product.to(torch.float32)  # (k, active, P)
-
-    def in_place(self, z: torch.Tensor) -> bool:
-        return True  # never under autograd (`Bf16Cell`), with the fast paths on or off
-
-    def compiled_steps(self) -> Optional[compiled_steps.CompiledSteps]:
-        compiled = fast_paths.ENABLED and fast_paths.COMPILED_STEPS
-        if not compiled or self.projection_kernels is None:
-            return None
+    def steps(self, cells: Sequence[LstmCellWithProjection]) -> compiled_steps.CompiledSteps:
+        """The kernels of `compiled_steps.step_loop` for a step of `cells` in bfloat16."""
+        has_projection = cells[0].projection_weight is not None
         return compiled_steps.CompiledSteps(
-            "bfloat16", self.input_kernels, self.recurrent, self.projection_kernels
+            "bfloat16",
+            list(self.input.stack([cell.input_weight for cell in cells])),
+            [self.recurrent.stack([cell.recurrent_weight for cell in cells])],
+            [self.projection.stack([cell.projection_weight for cell in cells])]
+            if has_projection
+            else [],
+            True,
+            [False, False, False],
         )

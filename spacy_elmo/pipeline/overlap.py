@@ -4,12 +4,11 @@
 tagger, parser or NER after it on one. With `overlap`, the `elmo` component's `pipe` runs the
 biLM on the next batch in a background thread while the components after it work on this batch,
 so that both run at once on a machine with two cores or more. The biLM's LSTM steps run as one
-TorchScript call that releases the GIL (`bilm.fast_paths.run_compiled_steps`); the Python step
-loop would take it back a dozen times a step.
+TorchScript call that releases the GIL (`bilm.fast_paths.run_steps`); a step loop in Python
+would take it back a dozen times a step.
 
 Where it applies: the biLM on the CPU with its LSTM steps in the compiled loop
-(`fast_paths.steps_release_gil`: in bfloat16, or in float32 for the bundled and small
-models; the larger models' per-direction float32 steps run in Python and are left in turn),
+(`fast_paths.steps_release_gil`: unless SPACY_ELMO_PYTHON_STEPS or SPACY_ELMO_REFERENCE),
 torch set to two threads or more. The background thread runs the biLM on one thread fewer than
 torch's setting, leaving a core to the calling thread (the biLM on all of them beside it ran slower
 than in turn: its threads wait on each other); torch's setting is put back when the batches are

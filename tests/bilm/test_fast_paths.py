@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import batch_to_ids, char_cnn, fast_paths, lstm
+from spacy_elmo.bilm import batch_to_ids, char_cnn, compiled_steps, fast_paths, lstm
 from spacy_elmo.bilm.compiled_steps import cell_update_in_place
 from spacy_elmo.bilm.quantize import Bf16SpeedWarning, set_quantize
 
@@ -57,7 +57,7 @@ def use_path(
     monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", onednn)
     monkeypatch.setattr(fast_paths, "STACKED_MAX_ELEMENTS", stacked)
     if gate_block is not None:
-        monkeypatch.setattr(lstm, "GATE_BLOCK_ROWS", gate_block)
+        monkeypatch.setattr(fast_paths, "GATE_BLOCK_ROWS", gate_block)
     if cnn_block is not None:
         monkeypatch.setattr(char_cnn, "CNN_BLOCK_BYTES", cnn_block)
     if tanh_min is not None:
@@ -149,19 +149,19 @@ def test_which_biLMs_release_the_gil(monkeypatch, files):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Bf16SpeedWarning)
         assert fast_paths.steps_release_gil(set_quantize(bilm, "bf16"))
+    use_path(monkeypatch, onednn=ALWAYS, stacked=-1)  # one product per cell, through oneDNN
+    assert fast_paths.steps_release_gil(BiLM.from_allennlp(*files))
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)
     assert not fast_paths.steps_release_gil(bilm)
-    use_path(monkeypatch, onednn=NEVER, stacked=-1)  # kernels too large to batch: Python loop
-    assert not fast_paths.steps_release_gil(BiLM.from_allennlp(*files))
 
 
 def test_the_compiled_loop_is_used_at_inference_only(monkeypatch, files):
     """Inference on the CPU takes the compiled loop; with autograd the fused cells run."""
     use_path(monkeypatch, onednn=NEVER, stacked=NEVER)
     calls = []
-    original = fast_paths.run_compiled_steps
+    original = fast_paths.run_steps
     monkeypatch.setattr(
-        fast_paths, "run_compiled_steps", lambda *a, **k: calls.append(1) or original(*a, **k)
+        fast_paths, "run_steps", lambda *a, **k: calls.append(1) or original(*a, **k)
     )
     bilm = BiLM.from_allennlp(*files)
     with torch.no_grad():
@@ -397,20 +397,22 @@ def test_onednn_linear_matches_float64(monkeypatch, rows):
     }
     with torch.inference_mode():
         assert fast_paths.uses_onednn(t["x"], t["w"])
-        plain = fast_paths.linear(t["x"], t["w"])
-        full = fast_paths.linear(t["x"], t["w"], t["b"], t["a"])
+        plain = compiled_steps.onednn_linear(t["x"], t["w"], None, None)
+        full = compiled_steps.onednn_linear(t["x"], t["w"], t["b"], t["a"])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
+            scripted = torch.jit.script(compiled_steps.onednn_linear)
+        scripted = scripted(t["x"], t["w"], t["b"], t["a"])
     np.testing.assert_allclose(plain.numpy(), x @ w.T, atol=1e-5, rtol=0)
     np.testing.assert_allclose(full.numpy(), x @ w.T + bias + add, atol=1e-5, rtol=0)
+    assert torch.equal(scripted, full)
 
 
 def test_onednn_is_not_used_with_autograd_or_other_dtypes(monkeypatch):
     monkeypatch.setattr(fast_paths, "ENABLED", True)
     monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", ALWAYS)
     x, w = torch.randn(4, 6), torch.randn(5, 6, requires_grad=True)
-    assert not fast_paths.uses_onednn(x, w)  # autograd: F.linear, differentiable
-    y = fast_paths.linear(x, w, add=torch.ones(4, 5))
-    y.sum().backward()
-    torch.testing.assert_close(w.grad, x.sum(0).expand(5, 6))
+    assert not fast_paths.uses_onednn(x, w)  # autograd: the reference, F.linear
     assert not fast_paths.uses_onednn(x.double(), w.detach().double())
 
 
@@ -430,9 +432,8 @@ def test_tanh_through_the_sigmoid_matches_torch_tanh(monkeypatch, dtype):
 
 @pytest.mark.parametrize("tanh_min", [0, 1 << 62])
 def test_in_place_cell_update_equals_the_lstm_formula(monkeypatch, tanh_min):
-    """`cell_update` (one sigmoid over the four gate blocks, in place) against the LSTM cell in
-    float64 NumPy, with the cell clip, through the sigmoid and through torch's tanh."""
-    monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", tanh_min)
+    """`cell_update_in_place` (one sigmoid over the four gate blocks, in place) against the LSTM
+    cell in float64 NumPy, with the cell clip, through the sigmoid and through torch's tanh."""
     generator = torch.Generator().manual_seed(0)
     cell_dim = 64
     z = torch.randn((2, 70, 4 * cell_dim), generator=generator) * 3
@@ -442,7 +443,7 @@ def test_in_place_cell_update_equals_the_lstm_formula(monkeypatch, tanh_min):
     sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     c_expected = np.clip(sigmoid(f) * cc + sigmoid(i) * np.tanh(j), -3.0, 3.0)
     m_expected = sigmoid(o) * np.tanh(c_expected)
-    c_t, m_t = fast_paths.cell_update(z.clone(), c, 3.0)
+    c_t, m_t = cell_update_in_place(z.clone(), c, 3.0, tanh_min)
     np.testing.assert_allclose(c_t.numpy(), c_expected, atol=2e-6, rtol=0)
     np.testing.assert_allclose(m_t.numpy(), m_expected, atol=2e-6, rtol=0)
     # Keeping what the fused backward pass reads: c_t and m_t in the given buffers, and the

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.bilm import compiled_steps
 from spacy_elmo.bilm.lstm import LstmCellWithProjection
 from spacy_elmo.bilm.quantize import (
     Bf16Cell,
@@ -79,11 +80,16 @@ def test_bf16_products_match_the_numpy_model_of_the_scheme(rows, out, inn):
     biases = [torch.randn(4 * cell_dim, generator=generator) for _ in cells]
     h = torch.randn(2, rows, hidden, generator=generator)
     m = torch.randn(2, rows, cell_dim, generator=generator)
-    with torch.no_grad():
-        products = Bf16Cell()(cells, inputs)
-        gates = products.input_gates(inputs, biases)
-        z = products.recurrent_gates(h, gates, slice(0, rows))
-        projected = products.projection(m)
+    with torch.no_grad():  # the step loop's products with the kernels of Bf16Cell
+        steps = Bf16Cell().steps(cells)
+        gates = torch.empty(2, rows, 4 * cell_dim)
+        for d in range(2):
+            compiled_steps.input_gates(
+                inputs[d], steps.input_kernels[d], biases[d], "bfloat16", False, gates[d]
+            )
+        z = compiled_steps.recurrent_gates(h, gates, steps.recurrent, "bfloat16", True, False)
+        projected = torch.empty(2, rows, hidden)
+        compiled_steps.project(m, steps.projection, "bfloat16", True, False, projected)
 
     def product(x, weight):  # the bfloat16 scheme in float64, before rounding the result
         return to_bfloat16(x.numpy()) @ to_bfloat16(weight.detach().numpy()).T
