@@ -107,10 +107,10 @@ def run(
     compiled: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`step_loop` for k cells stepped together, as one TorchScript call that releases the
-    GIL where `compiled`, else as Python: packed output (k, N, P) and final h (k, rows, P) and
-    c (k, rows, D)."""
-    loop = _compiled() if compiled else step_loop
-    return loop(
+    GIL where `compiled` (and `compiled_loop` is there), else as Python: packed output
+    (k, N, P) and final h (k, rows, P) and c (k, rows, D)."""
+    loop = compiled_loop() if compiled else None
+    return (loop or step_loop)(
         list(inputs),
         steps.input_kernels,
         list(biases),
@@ -132,12 +132,16 @@ def run(
 _COMPILED: list = []
 
 
-def _compiled():
-    """The TorchScript step loop, compiled on first use (about 0.3 s)."""
+def compiled_loop():
+    """`step_loop` in TorchScript, compiled on first use (about 0.3 s); None where this torch
+    cannot compile it (a build without oneDNN's inner product, which it calls)."""
     if not _COMPILED:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
-            _COMPILED.append(torch.jit.script(step_loop))
+            try:
+                _COMPILED.append(torch.jit.script(step_loop))
+            except RuntimeError:
+                _COMPILED.append(None)
     return _COMPILED[0]
 
 

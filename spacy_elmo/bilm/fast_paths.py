@@ -313,7 +313,9 @@ def steps_release_gil(bilm: nn.Module) -> bool:
     cell = bilm.forward_lstm.layers[0]
     if not COMPILED_STEPS or cell.recurrent_weight.device.type != "cpu":
         return False
-    return ENABLED or getattr(cell, "bf16", None) is not None
+    if not (ENABLED or getattr(cell, "bf16", None) is not None):
+        return False
+    return compiled_steps.compiled_loop() is not None
 
 
 def run_steps(

@@ -8,8 +8,8 @@ state h and the cell output m are rounded to bfloat16 and multiplied with bfloat
 (oneDNN, float32 sums), each product rounded to bfloat16 and added to the rest in float32.
 Everything else is float32 and the same code as the float32 step (`compiled_steps.py`) and
 `char_cnn.py`: the char CNN, the gates, ELMo's cell clip on c_t and projection clip on h_t,
-the residual connections. The bfloat16 kernels are made from the float32 weights on first use and again whenever a weight
-changes (loading, an optimiser step).
+the residual connections. The bfloat16 kernels are made from the float32 weights on first use
+and again whenever a weight changes (loading, an optimiser step).
 
 Where it pays: on a CPU with bfloat16 instructions (AVX-512 BF16 or AMX; measured on a 2-core
 Intel Xeon, 2026-12-05, benchmarks/results/overlap_cpu.md): the elmo pipeline with the biLM

@@ -148,11 +148,23 @@ def test_which_biLMs_release_the_gil(monkeypatch, files):
     assert fast_paths.steps_release_gil(bilm)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Bf16SpeedWarning)
-        assert fast_paths.steps_release_gil(set_quantize(bilm, "bf16"))
-    use_path(monkeypatch, onednn=ALWAYS, stacked=-1)  # one product per cell, through oneDNN
-    assert fast_paths.steps_release_gil(BiLM.from_allennlp(*files))
+        assert fast_paths.steps_release_gil(set_quantize(copy.deepcopy(bilm), "bf16"))
     monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)
     assert not fast_paths.steps_release_gil(bilm)
+    use_path(monkeypatch, onednn=ALWAYS, stacked=-1)  # one product per cell, through oneDNN
+    assert fast_paths.steps_release_gil(BiLM.from_allennlp(*files))
+
+
+def test_where_torch_cannot_compile_the_loop_it_runs_as_python(monkeypatch, files):
+    """The same function, the same layers bit for bit, and no GIL released (so no overlap)."""
+    use_path(monkeypatch, onednn=NEVER, stacked=NEVER)
+    bilm = BiLM.from_allennlp(*files)
+    with torch.no_grad():
+        expected = bilm(batch_to_ids(SENTENCES[:2])).layers
+    monkeypatch.setattr(compiled_steps, "_COMPILED", [None])
+    assert not fast_paths.steps_release_gil(bilm)
+    with torch.no_grad():
+        assert torch.equal(bilm(batch_to_ids(SENTENCES[:2])).layers, expected)
 
 
 def test_the_compiled_loop_is_used_at_inference_only(monkeypatch, files):
