@@ -5,6 +5,7 @@
 # CORPUS (tokenised text, one sentence a line) also bench_pretrain, the training step.
 #   bash benchmarks/compare_commits.sh BEFORE AFTER MODEL [OUT] [ROUNDS] [CORPUS]
 # MODEL: a trained elmo pipeline (e.g. training/evidence/elmo_1000_s0/model-best).
+# ARCHS (environment; default small): bench_bilm's presets besides the bundled biLM.
 # The table of before and after: python -m benchmarks.compare_summary OUT
 set -euo pipefail
 before=$1 after=$2 model=$(realpath "$3") out=${4:-benchmarks/results/compare_commits} rounds=${5:-3}
@@ -22,7 +23,7 @@ done
 for round in $(seq "$rounds"); do
     for side in before after; do
         cd "$work/$side"
-        PYTHONPATH=$PWD python -m benchmarks.bench_bilm --archs small --bundled \
+        PYTHONPATH=$PWD python -m benchmarks.bench_bilm --archs "${ARCHS:-small}" --bundled \
             --impls spacy-elmo-cpu --sentences 256 --threads 2 --cache-dir "$work/cache" \
             --output "$out/bilm_${side}_$round"
         PYTHONPATH=$PWD python -m benchmarks.bench_pipeline --pipelines elmo \

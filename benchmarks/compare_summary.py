@@ -28,6 +28,10 @@ def _fused(result: dict) -> float:
 MEASURES = [
     ("biLM, small preset, batch 32, tokens/s", "bilm",
      lambda r: _bilm(r, "small", "b32_tokens_per_s"), max),
+    ("biLM, medium preset, batch 32, tokens/s", "bilm",
+     lambda r: _bilm(r, "medium", "b32_tokens_per_s"), max),
+    ("biLM, medium preset, batch 1, tokens/s", "bilm",
+     lambda r: _bilm(r, "medium", "b1_tokens_per_s"), max),
     ("biLM, bundled, batch 32, tokens/s", "bilm",
      lambda r: _bilm(r, "bundled", "b32_tokens_per_s"), max),
     ("biLM, bundled, batch 1, tokens/s", "bilm",
@@ -40,13 +44,21 @@ MEASURES = [
 ]  # fmt: skip
 
 
+def _value(value, path: Path) -> float | None:
+    """The measure in one result file, None where the run did not measure it."""
+    try:
+        return value(json.loads(path.read_text()))
+    except KeyError:
+        return None
+
+
 def rows(out: Path) -> list[tuple[str, str, str]]:
     table = []
     for name, prefix, value, best in MEASURES:
         cells = []
         for side in ("before", "after"):
             files = sorted(out.glob(f"{prefix}_{side}_*.json"))
-            values = [value(json.loads(f.read_text())) for f in files]
+            values = [v for v in (_value(value, f) for f in files) if v is not None]
             if not values:
                 break
             digits = 1 if "ms" in name else 0
