@@ -106,21 +106,23 @@ def test_stateful_paths_agree_with_plain(monkeypatch, files, path):
         dict(gate_block=5),
         dict(tanh_min=0),  # every tanh through the sigmoid
         dict(tanh_min=NEVER),  # torch's tanh kernel
+        dict(stacked=-1),  # one product per cell
+        dict(stacked=-1, onednn=ALWAYS),  # one product per cell, through oneDNN
     ],
-    ids=["default", "block_1", "block_5", "tanh_via_sigmoid", "tanh_kernel"],
+    ids=["default", "block_1", "block_5", "tanh_via_sigmoid", "tanh_kernel", "each", "onednn"],
 )
 @pytest.mark.parametrize("stateful", [False, True])
 @pytest.mark.parametrize("quantize", [None, "bf16"])
 def test_compiled_step_loop_equals_the_python_loop(
     monkeypatch, files, settings, stateful, quantize
 ):
-    """The TorchScript step loop runs the Python loop's kernels in its order, float32 or
-    bfloat16: the same layers, final states included (three stateful calls in a row), bit for
-    bit."""
+    """The step loop as one TorchScript call and as Python, float32 (batched, per cell, through
+    oneDNN) or bfloat16: the same layers, final states included (three stateful calls in a
+    row), bit for bit."""
     batches = [SENTENCES[:3], SENTENCES[1:], SENTENCES[::-1][:3]]
     results = {}
     for compiled in (False, True):
-        use_path(monkeypatch, onednn=NEVER, stacked=NEVER, compiled=compiled, **settings)
+        use_path(monkeypatch, **{"onednn": NEVER, "stacked": NEVER, **settings}, compiled=compiled)
         bilm = BiLM.from_allennlp(*files, stateful=stateful)
         with warnings.catch_warnings():  # bf16 without bfloat16 instructions: slow, exact
             warnings.simplefilter("ignore", Bf16SpeedWarning)
