@@ -180,36 +180,46 @@ def input_gates(
     bias: torch.Tensor,
     precision: str,
     onednn: bool,
-    out: torch.Tensor,
-) -> None:
-    """x (rows, in) W_input^T + bias, written into `out` (rows, 4D)."""
+    out: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """x (rows, in) W_input^T + bias (rows, 4D): written into `out` where given (always in
+    bfloat16, whose kernels are batched), else new."""
     if precision == "bfloat16":
-        out.copy_(bf16_product(x, kernel)).add_(bias)
-    elif onednn:
-        out.copy_(onednn_linear(x, kernel, bias, None))
-    else:
-        torch.addmm(bias, x, kernel.t(), out=out)
+        assert out is not None
+        return out.copy_(bf16_product(x, kernel)).add_(bias)
+    if onednn:
+        gates = onednn_linear(x, kernel, bias, None)
+        return gates if out is None else out.copy_(gates)
+    if out is None:
+        return torch.addmm(bias, x, kernel.t())
+    return torch.addmm(bias, x, kernel.t(), out=out)
 
 
 def recurrent_gates(
     h: torch.Tensor,
-    rows: torch.Tensor,
+    blocks: List[torch.Tensor],
+    start: int,
     kernels: List[torch.Tensor],
     precision: str,
     batched: bool,
     onednn: bool,
 ) -> torch.Tensor:
-    """z (k, active, 4D): h (k, active, hidden) W_recurrent^T plus the input gates `rows`."""
-    if precision == "bfloat16":
-        return bf16_product(h, kernels[0]).to(torch.float32).add_(rows)
+    """z (k, active, 4D): h (k, active, hidden) W_recurrent^T plus the input gates of this
+    step, rows `start` to `start + active` of each cell's block of input gates (`blocks`, the
+    k cells' (rows, 4D), or one (k, rows, 4D) where `batched`)."""
+    active = h.shape[1]
     if batched:
+        rows = blocks[0][:, start : start + active]
+        if precision == "bfloat16":
+            return bf16_product(h, kernels[0]).to(torch.float32).add_(rows)
         return torch.baddbmm(rows, h, kernels[0])
-    z = torch.empty_like(rows)
+    z = h.new_empty((h.shape[0], active, blocks[0].shape[1]))
     for d in range(len(kernels)):
+        rows = blocks[d][start : start + active]
         if onednn:
-            z[d].copy_(onednn_linear(h[d], kernels[d], None, rows[d]))
+            z[d].copy_(onednn_linear(h[d], kernels[d], None, rows))
         else:
-            torch.addmm(rows[d], h[d], kernels[d].t(), out=z[d])
+            torch.addmm(rows, h[d], kernels[d].t(), out=z[d])
     return z
 
 
@@ -266,7 +276,7 @@ def step_loop(
     output = h.new_empty((k, inputs[0].shape[0], h.shape[2]))
     final_h, final_c = h.clone(), c.clone()
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
-    gates = h.new_empty((0,))
+    blocks = [h.new_empty((0,))]  # each cell's block of input gates, or one of all k
     block_start = 0
     block_end = 0
     offset = 0
@@ -280,19 +290,26 @@ def step_loop(
                 if block_end - offset + batch_sizes[later] > block_rows:
                     break
                 block_end += batch_sizes[later]
-            gates = h.new_empty((0,))  # freed before the next block is allocated
-            if kept_gates is None:
-                gates = h.new_empty((k, block_end - block_start, width))
-            else:
+            blocks = [h.new_empty((0,))]  # freed before the next block is allocated
+            gates: Optional[torch.Tensor] = None  # the k cells' blocks as one (k, rows, 4D)
+            if kept_gates is not None:
                 gates = kept_gates[:, block_start:block_end]
+            elif batched:
+                gates = h.new_empty((k, block_end - block_start, width))
+            blocks = []
             for d in range(k):
                 x = inputs[d][block_start:block_end]
-                input_gates(x, input_kernels[d], biases[d], precision, onednn[0], gates[d])
-        rows = gates[:, offset - block_start : offset - block_start + active]
+                out = None if gates is None else gates[d]
+                blocks.append(
+                    input_gates(x, input_kernels[d], biases[d], precision, onednn[0], out)
+                )
+            if gates is not None:
+                blocks = [gates]
+        start = offset - block_start  # this step's rows in the block
         if kept_gates is not None:  # the activations stay in kept_gates
-            z = rows.baddbmm_(h, recurrent[0])
+            z = blocks[0][:, start : start + active].baddbmm_(h, recurrent[0])
         else:
-            z = recurrent_gates(h, rows, recurrent, precision, batched, onednn[1])
+            z = recurrent_gates(h, blocks, start, recurrent, precision, batched, onednn[1])
         h_t = output[:, offset : offset + active]
         kept_c: Optional[torch.Tensor] = None
         kept_m: Optional[torch.Tensor] = None

@@ -87,7 +87,7 @@ def test_bf16_products_match_the_numpy_model_of_the_scheme(rows, out, inn):
             compiled_steps.input_gates(
                 inputs[d], steps.input_kernels[d], biases[d], "bfloat16", False, gates[d]
             )
-        z = compiled_steps.recurrent_gates(h, gates, steps.recurrent, "bfloat16", True, False)
+        z = compiled_steps.recurrent_gates(h, [gates], 0, steps.recurrent, "bfloat16", True, False)
         projected = torch.empty(2, rows, hidden)
         compiled_steps.project(m, steps.projection, "bfloat16", True, False, projected)
 
