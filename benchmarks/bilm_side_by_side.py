@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,11 +25,15 @@ CONLL_TEST = Path(__file__).resolve().parents[1] / "assets" / "conll2003" / "tes
 
 
 def one_round(checkout: Path, text: Path) -> dict[str, float]:
-    """Seconds of the checkout's package for batch 1 and batch 32."""
-    sys.path.insert(0, str(checkout.resolve()))  # before an installed spacy_elmo
+    """Seconds of the checkout's package (on PYTHONPATH) for batch 1 and batch 32."""
     import torch
 
+    import spacy_elmo
     from spacy_elmo import BiLM
+
+    package = Path(spacy_elmo.__file__).resolve()
+    if not package.is_relative_to(checkout.resolve()):
+        raise SystemExit(f"imported {package}, not the package of {checkout}")
 
     torch.set_num_threads(2)
     bilm = BiLM.load("bundled").eval()
@@ -63,7 +68,10 @@ def main() -> None:
         for checkout in args.checkouts:
             command = [sys.executable, "-W", "ignore", __file__, *map(str, args.checkouts)]
             command += ["--round-in", str(checkout), "--text", str(args.text.resolve())]
-            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}  # its spacy_elmo
+            output = subprocess.run(
+                command, check=True, capture_output=True, text=True, env=env
+            ).stdout
             for measure, seconds in json.loads(output.splitlines()[-1]).items():
                 times.setdefault((measure, str(checkout)), []).append(seconds)
     print("| measure | checkout | fastest | median |\n|---|---|---:|---:|")
