@@ -4,14 +4,14 @@
 `cell_update_in_place` is the cell's maths without autograd, written over the gate
 pre-activations: the Python step loop (through `fast_paths.cell_update`) and `step_loop` below
 run it. `step_loop` is the one step loop of the fast paths: the fused training path runs it as
-it is (`fused.py`, keeping what its backward pass reads), and at inference `run` calls it as
-one TorchScript call: the same kernels in the same order as the Python loop with the same
-products, so the same numbers, bit for bit; what changes is that the whole loop runs in one
-call that releases the GIL (the Python loop takes it back for each of a dozen small ops per
-step), so another Python thread (the tagger and NER after the `elmo` component in `nlp.pipe`)
-runs beside it. TorchScript is deprecated in favour of `torch.compile`, which needs a C++
-compiler at run time; a loop in TorchScript needs none, and is the one way torch offers to run
-it without the GIL.
+it is (`fused.py`, keeping what its backward pass reads), and at inference
+`fast_paths.run_compiled_steps` calls it as one TorchScript call (`compiled_loop`): the same
+kernels in the same order as the Python loop with the same products, so the same numbers, bit
+for bit; what changes is that the whole loop runs in one call that releases the GIL (the Python
+loop takes it back for each of a dozen small ops per step), so another Python thread (the
+tagger and NER after the `elmo` component in `nlp.pipe`) runs beside it. TorchScript is
+deprecated in favour of `torch.compile`, which needs a C++ compiler at run time; a loop in
+TorchScript needs none, and is the one way torch offers to run it without the GIL.
 
 This module imports nothing of the package: `fast_paths.py` decides when it applies.
 """
@@ -19,7 +19,7 @@ This module imports nothing of the package: `fast_paths.py` decides when it appl
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
@@ -89,42 +89,11 @@ class CompiledSteps(NamedTuple):
     projection: torch.Tensor
 
 
-def run(
-    steps: CompiledSteps,
-    inputs: Sequence[torch.Tensor],
-    biases: Sequence[torch.Tensor],
-    h: torch.Tensor,
-    c: torch.Tensor,
-    batch_sizes: list[int],
-    cell_clip: float | None,
-    proj_clip: float | None,
-    block_rows: int,
-    tanh_min_elements: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call of
-    `step_loop`: packed output (k, N, P) and final h (k, rows, P) and c (k, rows, D)."""
-    return _compiled()(
-        list(inputs),
-        steps.input_kernels,
-        list(biases),
-        steps.recurrent,
-        steps.projection,
-        steps.precision,
-        h,
-        c,
-        batch_sizes,
-        cell_clip,
-        proj_clip,
-        block_rows,
-        tanh_min_elements,
-    )
-
-
 _COMPILED: list = []
 
 
-def _compiled():
-    """The TorchScript step loop, compiled on first use (about 0.2 s)."""
+def compiled_loop():
+    """`step_loop` in TorchScript, compiled on first use (about 0.2 s)."""
     if not _COMPILED:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
@@ -176,8 +145,8 @@ def step_loop(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The step loop of the fast paths, without autograd: the ops of `lstm.run_cells` with
     `products.Float32Products` or `quantize.Bf16Products`, in the same order (TorchScript: no
-    calls into the rest of the package). Scripted at inference (`run`); run as it is by the
-    fused training path, which passes the (k, N, 4D) `kept_gates` and (k, N, D) `kept_cells`
+    calls into the rest of the package). Scripted at inference (`compiled_loop`); run as it is
+    by the fused training path, which passes the (k, N, 4D) `kept_gates` and (k, N, D) `kept_cells`
     and `kept_hidden` (where there is a projection) that its backward pass reads: every
     step's activations, c_t and m_t (float32 products only)."""
     k = h.shape[0]

@@ -360,13 +360,16 @@ def run_compiled_steps(
     proj_clip: float | None,
     block_rows: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call that
-    releases the GIL (`compiled_steps.run`): packed output (k, N, P) and final h (k, rows, P)
-    and c (k, rows, D)."""
-    return compiled_steps.run(
-        steps,
-        inputs,
-        biases,
+    """`lstm.run_cells`' loop for k cells stepped together, as one TorchScript call of
+    `compiled_steps.step_loop` that releases the GIL: packed output (k, N, P) and final h
+    (k, rows, P) and c (k, rows, D)."""
+    return compiled_steps.compiled_loop()(
+        list(inputs),
+        steps.input_kernels,
+        list(biases),
+        steps.recurrent,
+        steps.projection,
+        steps.precision,
         h,
         c,
         batch_sizes,
