@@ -29,7 +29,7 @@ def test_no_script_edits_sys_path(tmp_path):
     assert path_edits(REPO) == []
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "b.sh").write_text(
-        "python -c \"import sys\nsys.path.insert(0, 'x')\"\n"
+        'python -c "import sys\nsys.path' + ".insert(0, 'x')\"\n"
     )
     assert path_edits(tmp_path) == ["benchmarks/b.sh:2"]  # the check finds one
 
