@@ -303,3 +303,24 @@ def test_dictionary_faults_name_the_file_line_and_value(tmp_path, fault, message
             load(directory)
         assert expected in str(error.value)
         assert "model.safetensors" not in str(error.value)
+
+
+@pytest.mark.parametrize("word_dim", [5, 0])
+def test_the_reference_biLM_matches_their_forward_pass_and_ours(tmp_path, word_dim):
+    """The one-file reference (`bilm/reference.py`) with the model's dictionaries: their numbers,
+    and the default route's to 1e-6."""
+    from spacy_elmo.bilm.reference import ReferenceBiLM
+
+    directory, arch, weights = make_model(tmp_path, word_dim)
+    char2id, word2id = read_dic(directory / "char.dic"), read_dic(directory / "word.dic")
+    bilm = BiLM.from_elmoformanylangs(directory)
+    reference = ReferenceBiLM.of(bilm)
+    ids = bilm.batch_to_ids(SENTENCES)
+    boundaries = (bilm.lexicon.bos_ids, bilm.lexicon.eos_ids)
+    with torch.no_grad():
+        layers, _ = reference(ids, boundaries=boundaries)
+        torch.testing.assert_close(bilm(ids).layers, layers, atol=1e-6, rtol=0)
+    for row, sentence in enumerate(SENTENCES):
+        expected = reference_layers(weights, arch, sentence, char2id, word2id)
+        got = layers[:, row, : len(sentence)].numpy()
+        numpy.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
