@@ -34,7 +34,6 @@ from ..util.download import (
     ChecksumError,
     DownloadError,
     Limits,
-    check_destination,
     fetch,
     read_record,
     verify,
@@ -211,12 +210,16 @@ def download(
     folder, base, advice = model.folder(), base_url(), _advice(model)
     limits = Limits.configured(timeout, speed_limit, speed_time)
     mirror = _local(base)
-    if mirror is not None:
-        check_destination(
-            (f"the cache {cache_dir()} ({CACHE_VARIABLE})", cache_dir()),
-            [(f"the mirror folder {mirror} ({MIRROR_VARIABLE})", mirror)],
-            fix=f"set {CACHE_VARIABLE} to a folder apart from the mirror",
-        )
+    if mirror is not None:  # the cache apart from the mirror it reads, their links resolved
+        cache, read = cache_dir().expanduser().resolve(), mirror.resolve()
+        relation = "is" if cache == read else "is inside" if read in cache.parents else None
+        relation = relation or ("holds" if cache in read.parents else None)
+        if relation:
+            raise DownloadError(
+                f"the cache {cache_dir()} ({CACHE_VARIABLE}) {relation} the mirror folder "
+                f"{mirror} ({MIRROR_VARIABLE}): a download would write into what it reads; set "
+                f"{CACHE_VARIABLE} to a folder apart from the mirror"
+            )
     if not force:  # a malformed record stops the download before anything is fetched
         read_record(folder, advice=advice)
     for file_name in model.file_names:

@@ -137,7 +137,8 @@ def test_download_failures_give_one_line_and_leave_no_file(places, monkeypatch, 
     assert (
         "SPACY_ELMO_MIRROR" if setting == "unreachable mirror" else "SPACY_ELMO_CACHE"
     ) in lines[0]
-    assert not [p for p in places["tmp"].rglob("*") if p.is_file() and cache in p.parents]
+    written = [p for p in places["tmp"].rglob("*") if p.is_file() and cache in p.parents]
+    assert [p for p in written if p.suffix != ".lock"] == []  # a lock file is left, no data
 
 
 @pytest.mark.parametrize("command", ["embed", "embed-corpus"])
@@ -157,3 +158,25 @@ def test_the_library_names_the_allowed_compressions():
 
     with pytest.raises(ValueError, match=r"^compression must be one of 'gzip', 'lzf' .*got 'zip'$"):
         dataset_options(compression="zip")
+
+
+def test_download_offline_ends_in_one_sentence(tmp_path):
+    """`spacy-elmo download` where no network is reachable (a private network namespace): one
+    line that says what to do, exit code 1, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from ..private_network import private_network
+
+    env = {**os.environ, "SPACY_ELMO_CACHE": str(tmp_path / "cache")}
+    for variable in ("SPACY_ELMO_MIRROR", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        env.pop(variable, None)
+    ended = subprocess.run(
+        [*private_network(), sys.executable, "-m", "spacy_elmo.cli", "download", "small", "-q"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert ended.returncode == 1, ended.stderr
+    assert ended.stderr.count("\n") == 1 and "Traceback" not in ended.stderr, ended.stderr
+    assert ended.stderr.startswith("error: cannot reach https://"), ended.stderr
+    assert "offline or behind a proxy? set SPACY_ELMO_MIRROR" in ended.stderr

@@ -28,9 +28,9 @@ from spacy_elmo.util.download import (
     SPEED_TIME_VARIABLE,
     TIMEOUT_VARIABLE,
     Advice,
+    ChecksumError,
     DownloadError,
     Limits,
-    check_destination,
     fetch,
     part_path,
     state_path,
@@ -172,12 +172,14 @@ def final(tmp_path) -> Path:
 
 
 def cut_transfer(server: Server, final: Path, at: int) -> None:
-    """A fetch cut after `at` bytes: its part holds them."""
+    """A fetch cut after `at` bytes: its part holds them, where a validator lets them be
+    resumed (else no part is kept)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     server.cuts = [at]
     with pytest.raises(DownloadError, match=rf"cut at {at} of {SIZE + 3} bytes"):
         fetch(server.url, final, progress=False, retries=0, limits=FAST)
-    assert part_path(final).stat().st_size == at
+    kept = part_path(final).stat().st_size if part_path(final).exists() else None
+    assert kept == (at if state_path(final).exists() else None)
 
 
 # ------------------------------------------------------------------------ the same file only
@@ -372,30 +374,44 @@ def test_a_part_that_fails_its_check_is_deleted_with_its_validator(server, final
     final.parent.mkdir(parents=True)
     with pytest.raises(DownloadError, match=r"is not it; the download was deleted"):
         fetch(server.url, final, lambda part: "is not it", progress=False, limits=FAST)
-    assert sorted(os.listdir(final.parent)) == []
+    assert sorted(os.listdir(final.parent)) == ["data.bin.lock"]
     fetch(server.url, final, lambda part: None, progress=False, limits=FAST)
-    assert sorted(os.listdir(final.parent)) == ["checksums.json", "data.bin"]
+    assert sorted(os.listdir(final.parent)) == ["checksums.json", "data.bin", "data.bin.lock"]
     record = json.loads((final.parent / "checksums.json").read_text())["files"]["data.bin"]
     assert (record["size"], record["sha256"]) == (SIZE + 3, sha256(payload(0)))
 
 
-# ------------------------------------------------------------------------ folder identity
-def test_a_destination_is_compared_with_its_sources_by_identity(tmp_path):
-    mirror = tmp_path / "mirror"
-    (mirror / "inner").mkdir(parents=True)
-    link = tmp_path / "link"
-    link.symlink_to(mirror, target_is_directory=True)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    cases = [
-        (link, mirror, "is"),  # the same folder, another name
-        (link / "not-yet", mirror, "is inside"),  # a folder still to be made
-        (link / "inner" / "not" / "yet", mirror / "inner", "is inside"),
-        (link, mirror / "inner", "holds"),
-        (tmp_path / "link" / ".." / "mirror", link, "is"),
-    ]
-    for destination, source, relation in cases:
-        with pytest.raises(DownloadError, match=rf"^the cache {relation} the mirror: a down"):
-            check_destination(("the cache", destination), [("the mirror", source)])
-    check_destination(("the cache", elsewhere), [("the mirror", mirror)])
-    check_destination(("the cache", elsewhere / "new"), [("the mirror", tmp_path / "gone")])
+# ------------------------------------------------------------------------ never through a link
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+@pytest.mark.parametrize("recorded", [False, True], ids=["no-record", "record-of-the-url"])
+def test_a_link_at_the_part_is_never_written_through(server, final, tmp_path, link, recorded):
+    """A link planted at `<file>.part` (to a file of the user's), with or without a record
+    beside it that names the URL: the file it names keeps its bytes, and what is installed is
+    a regular file of its own holding the bytes served."""
+    victim = tmp_path / "precious.bin"
+    victim.write_bytes(b"the user's own data\n" * 100)
+    before = victim.read_bytes()
+    final.parent.mkdir(parents=True)
+    if link == "symbolic":
+        part_path(final).symlink_to(victim)
+    else:
+        os.link(victim, part_path(final))
+    if recorded:  # as a cut transfer of this URL would leave it
+        state = {"url": server.url, "kind": "etag", "validator": etag(payload(0)), "size": SIZE + 3}
+        state_path(final).write_text(json.dumps(state))
+    fetch(server.url, final, progress=False, retries=0, limits=FAST)
+    assert victim.read_bytes() == before
+    assert final.is_file() and not final.is_symlink() and final.stat().st_nlink == 1
+    assert sha256(final.read_bytes()) == sha256(payload(0))
+    assert [request[:2] for request in server.log] == [(None, None)]  # from byte 0
+
+
+def test_a_cached_file_that_is_a_link_is_not_taken_as_verified(server, final, tmp_path):
+    elsewhere = tmp_path / "elsewhere.bin"
+    elsewhere.write_bytes(payload(0))
+    final.parent.mkdir(parents=True)
+    final.symlink_to(elsewhere)
+    with pytest.raises(ChecksumError, match=r"is not a regular file"):
+        fetch(server.url, final, progress=False, limits=FAST)
+    fetch(server.url, final, replace=True, progress=False, limits=FAST)
+    assert not final.is_symlink() and elsewhere.read_bytes() == payload(0)

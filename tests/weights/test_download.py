@@ -254,7 +254,7 @@ def test_download_then_load_by_name(mirror, fixture_files, source):
     options, weights = download("small", progress=False)
     assert options.read_bytes() == fixture_files["options"]
     assert weights.read_bytes() == fixture_files["weights"]
-    assert sorted(p.name for p in cached().iterdir()) == sorted(
+    assert sorted(p.name for p in cached().iterdir() if p.suffix != ".lock") == sorted(
         [SMALL.options_name, SMALL.weights_name, published.RECORD_NAME]
     )
     record = json.loads((cached() / published.RECORD_NAME).read_text())["files"]
@@ -402,11 +402,11 @@ def test_a_resume_needs_a_strong_validator(mirror, fixture_files, validators):
 
 
 def test_a_second_download_of_the_same_file_stops(mirror):
-    fcntl = pytest.importorskip("fcntl")
+    from filelock import FileLock
+
     cached().mkdir(parents=True)
     part = cached() / (SMALL.options_name + ".part")
-    with part.open("a+b") as held:
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+    with FileLock(cached() / (SMALL.options_name + ".lock")):  # another download's lock
         with pytest.raises(DownloadError, match=f"another download is writing {part}"):
             download("small", progress=False)
     assert mirror.requests == []
@@ -596,7 +596,7 @@ def test_a_whole_file_found_in_the_cache_without_a_record_is_checked_before_reco
 @pytest.mark.parametrize(
     "text, reason",
     [
-        ("{not json", r"Expecting property name"),
+        ("{not json", r"not JSON"),
         ("[]", r'expected a JSON object with a "files" object'),
         ('{"files": []}', r'expected a JSON object with a "files" object'),
         ('{"files": {"w.hdf5": "abc"}}', r"the entry of w.hdf5 has no size in bytes"),
