@@ -1,8 +1,8 @@
 """Pure-PyTorch ELMo biLM (no spaCy or Thinc imports in this package)."""
 
-from .chars import batch_to_ids, token_to_char_ids
+from ..description.chars import batch_to_ids, token_to_char_ids
+from ..description.options import BiLMOptions
 from .model import BiLM, BiLMActivations, BiLMOutput
-from .options import BiLMOptions
 
 __all__ = [
     "BiLM",

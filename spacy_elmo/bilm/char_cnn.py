@@ -6,9 +6,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..description.chars import PADDING_CHAR, PADDING_ROW_ID
+from ..description.options import BiLMOptions
 from . import fast_paths
-from .chars import PADDING_CHAR, PADDING_ROW_ID
-from .options import BiLMOptions
 
 CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
 TOP_BLOCK_ROWS = 256

@@ -8,7 +8,7 @@ import numpy
 import torch
 from torch import nn
 
-from .chars import check_sentences
+from ..description.chars import check_sentences
 
 
 def embed_sentences(

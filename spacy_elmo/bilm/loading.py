@@ -12,11 +12,17 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from ..description.options import BiLMOptions
 from ..weights.elmoformanylangs import EfmlLexicon, read_elmoformanylangs
-from ..weights.layouts import read_allennlp, read_saved, write_allennlp, write_saved
+from ..weights.layouts import (
+    read_allennlp,
+    read_saved,
+    read_saved_options,
+    write_allennlp,
+    write_saved,
+)
 from ..weights.sources import BiLMSource, resolve_source
 from . import fast_paths
-from .options import BiLMOptions
 
 Loaded = TypeVar("Loaded", bound="BiLMFiles")  # the class a constructor is called on: `BiLM`
 
@@ -91,17 +97,13 @@ class BiLMFiles:
     @classmethod
     def load_saved(cls, directory: str | Path, stateful: bool = False) -> Loaded:
         """Load a directory written by `save` (no other kind of source)."""
-        options, state_dict = read_saved(directory, cls.state_shapes)
-        bilm = cls._from_state(options, state_dict, stateful)
+        options = read_saved_options(directory)
+        bilm = cls(options, stateful=stateful, initialise=False)
+        shapes = {key: tuple(value.shape) for key, value in bilm.state_dict().items()}
+        bilm._assign(read_saved(directory, options, shapes))
         if options.char_vocabulary == "dictionary":
             bilm.set_lexicon(EfmlLexicon.load(directory))
         return bilm
-
-    @classmethod
-    def state_shapes(cls, options: BiLMOptions) -> dict[str, tuple[int, ...]]:
-        """The shape of every tensor in the state dict of a BiLM with `options`."""
-        shapes = cls(options, initialise=False).state_dict()  # the large tensors stay untouched
-        return {key: tuple(value.shape) for key, value in shapes.items()}
 
     @classmethod
     def _from_state(
@@ -109,10 +111,14 @@ class BiLMFiles:
     ) -> Loaded:
         """A float32 BiLM whose parameters are the given tensors (no second copy of them)."""
         bilm = cls(options, stateful=stateful, initialise=False)
-        state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
-        bilm.load_state_dict(state_dict, assign=True)
-        fast_paths.lay_out((bilm.forward_lstm, bilm.backward_lstm))
+        bilm._assign(state_dict)
         return bilm
+
+    def _assign(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Make the tensors of `state_dict`, in float32, this biLM's parameters."""
+        state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
+        self.load_state_dict(state_dict, assign=True)
+        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
 
     @torch.no_grad()
     def reset_parameters(self) -> None:

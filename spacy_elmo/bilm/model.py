@@ -10,13 +10,13 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from ..description.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
+from ..description.options import BiLMOptions
 from . import fast_paths
 from .char_cnn import CharCNN
-from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
 from .embedding import embed_sentences
 from .loading import BiLMFiles
 from .lstm import LstmStack, State, run_stacks
-from .options import BiLMOptions
 from .token_cache import TOKEN_CACHE_SIZE, TokenCache
 
 DIRECTIONS = ("forward", "backward")

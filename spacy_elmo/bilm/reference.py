@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .chars import BOS_CHAR_IDS, EOS_CHAR_IDS, PADDING_ROW_ID
-from .options import BiLMOptions
+from ..description.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, PADDING_ROW_ID
+from ..description.options import BiLMOptions
 
 State = tuple[torch.Tensor, torch.Tensor]  # h (batch, hidden), c (batch, D)
 FORGET_BIAS = 1.0  # TF adds it to the forget gate at run time; the weights file lacks it

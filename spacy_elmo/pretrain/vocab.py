@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
-from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
+from ..description.chars import BOS_TOKEN, EOS_TOKEN
 from ..util.files import write_text
 
 UNK_TOKEN = "<UNK>"

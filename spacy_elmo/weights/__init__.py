@@ -2,6 +2,6 @@
 layout (`layouts`), tensor files and the weights' checks (`tensors`), ELMoForManyLangs models
 (`elmoformanylangs`), the published models and their downloads (`published`) and the one
 resolver of biLM names (`sources`), with size-bounded JSON from `spacy_elmo.util.json_files`.
-These read and write in terms of the model's options and character ids
-(`spacy_elmo.bilm.options`, `spacy_elmo.bilm.chars`); `spacy_elmo.bilm.BiLM` builds itself from
+These read and write in terms of a biLM's description (`spacy_elmo.description`: its options
+and character ids) and import nothing of the model; `spacy_elmo.bilm.BiLM` builds itself from
 what they return."""

@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..bilm.chars import MAX_CHARS_PER_TOKEN, check_sentences
-from ..bilm.options import BiLMOptions
+from ..description.chars import MAX_CHARS_PER_TOKEN, check_sentences
+from ..description.options import BiLMOptions
 from ..util.files import atomic_path
 from ..util.json_files import MAX_LEXICON_BYTES, MissingFileError, read_json
 from .tensors import check_weights, read_torch_file

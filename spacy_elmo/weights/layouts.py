@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 import numpy
 import torch
 
-from ..bilm.options import BiLMOptions
+from ..description.options import BiLMOptions
 from ..util.files import atomic_path
 from ..util.json_files import MissingFileError, read_json
 from .elmoformanylangs import missing_files, missing_files_error
@@ -269,13 +269,12 @@ def read_saved_options(directory: str | Path) -> BiLMOptions:
 
 
 def read_saved(
-    directory: str | Path, state_shapes: Callable[[BiLMOptions], dict[str, tuple[int, ...]]]
-) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
-    """Options and state dict from a directory written by `write_saved`, checked key by key
-    against `state_shapes(options)`, the shape of every tensor of the model they describe."""
+    directory: str | Path, options: BiLMOptions, shapes: dict[str, tuple[int, ...]]
+) -> dict[str, torch.Tensor]:
+    """The state dict in a directory written by `write_saved` whose `read_saved_options` are
+    `options`, checked key by key against `shapes`, those of the model they describe."""
     directory = Path(directory)
     config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-    options = read_saved_options(directory)
     if not weights_path.exists():
         raise MissingFileError(
             2, f"saved biLM directory {directory} has no {WEIGHTS_NAME}", str(weights_path)
@@ -287,8 +286,7 @@ def read_saved(
             f"{weights_path} ({size:,} bytes) holds; the config does not match the weights"
         )
     state = read_safetensors(weights_path)
-    expected = state_shapes(options)
-    for key, shape in expected.items():
+    for key, shape in shapes.items():
         if key not in state:
             raise ValueError(f"{weights_path} has no tensor '{key}' required by {config_path}")
         if tuple(state[key].shape) != shape:
@@ -296,11 +294,11 @@ def read_saved(
                 f"{weights_path}: tensor '{key}' has shape {tuple(state[key].shape)} but "
                 f"{config_path} implies {shape}"
             )
-    unexpected = sorted(set(state) - set(expected))
+    unexpected = sorted(set(state) - set(shapes))
     if unexpected:
         raise ValueError(
             f"{weights_path} has tensors that {config_path} does not describe: "
             f"{', '.join(unexpected[:5])}"
         )
     check_weights(state, str(weights_path))
-    return options, state
+    return state

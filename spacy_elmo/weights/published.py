@@ -97,7 +97,7 @@ class PublishedModel:
     @property
     def architecture(self) -> Any:
         """The `BiLMOptions` every copy of this model must match."""
-        from ..bilm.options import BiLMOptions
+        from ..description.options import BiLMOptions
 
         return BiLMOptions.from_dict(self.options, source=f"the published biLM '{self.name}'")
 
@@ -286,7 +286,7 @@ def _format_problem(model: PublishedModel, path: Path) -> Optional[str]:
         file_name = path.name
     if file_name == model.weights_name:
         return _weights_problem(model, path)
-    from ..bilm.options import BiLMOptions
+    from ..description.options import BiLMOptions
 
     try:
         options = BiLMOptions.from_file(path)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from ..bilm.options import BiLMOptions
+from ..description.options import BiLMOptions
 from ..util.files import files_sha256
 from .elmoformanylangs import is_elmoformanylangs_dir, read_elmoformanylangs
 from .layouts import CONFIG_NAME, WEIGHTS_NAME, MissingFileError, read_saved_options

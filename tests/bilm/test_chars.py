@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from spacy_elmo import batch_to_ids
-from spacy_elmo.bilm.chars import token_to_char_ids
+from spacy_elmo.description.chars import token_to_char_ids
 
 
 def row(*ids):

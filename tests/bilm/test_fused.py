@@ -118,7 +118,7 @@ def test_the_fused_path_is_taken_only_with_autograd(monkeypatch):
 def test_char_cnn_on_trimmed_columns_equals_all_fifty():
     """Columns past the longest token + the widest filter hold only padding windows."""
     from spacy_elmo.bilm import BiLM, batch_to_ids
-    from spacy_elmo.bilm.options import BiLMOptions
+    from spacy_elmo.description.options import BiLMOptions
     from spacy_elmo.pretrain.presets import preset
 
     torch.manual_seed(3)

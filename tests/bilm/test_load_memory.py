@@ -49,7 +49,7 @@ import json, sys
 import torch
 from spacy_elmo import BiLM
 from spacy_elmo.pretrain.presets import preset
-from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.description.options import BiLMOptions
 
 def rss():
     with open("/proc/self/status") as handle:

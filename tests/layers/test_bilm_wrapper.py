@@ -11,7 +11,7 @@ from thinc.api import Adam, ArgsKwargs, PyTorchShim
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import batch_to_ids, fast_paths
-from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.description.options import BiLMOptions
 from spacy_elmo.layers.bilm_wrapper import BiLMShim
 
 from ..bilm.util import tiny_options

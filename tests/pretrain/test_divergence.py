@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import batch_to_ids
-from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.cli import app
 from spacy_elmo.layers.bilm_wrapper import BiLMShim, NonFiniteUpdate
 from spacy_elmo.layers.elmo_model import get_bilm
