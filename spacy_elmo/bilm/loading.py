@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from ..description.options import BiLMOptions
-from ..weights.elmoformanylangs import EfmlLexicon, read_elmoformanylangs
+from ..weights.efml_lexicon import EfmlLexicon
+from ..weights.elmoformanylangs import read_elmoformanylangs
 from ..weights.layouts import (
     read_allennlp,
     read_saved,

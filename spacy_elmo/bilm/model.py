@@ -99,7 +99,7 @@ class BiLM(BiLMFiles, nn.Module):
         self.backward_lstm = LstmStack(**stack_args)
         self._carried_states: dict[str, list[State]] = {}
         # How tokens become ids: None is ELMo's UTF-8 byte mapping (`chars.py`); an
-        # ELMoForManyLangs model carries its dictionaries (`weights.elmoformanylangs.EfmlLexicon`).
+        # ELMoForManyLangs model carries its dictionaries (`weights.efml_lexicon.EfmlLexicon`).
         self.lexicon = None
         if initialise:  # random weights (`loading.BiLMFiles.reset_parameters`)
             fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
