@@ -138,9 +138,11 @@ def pretrain(
         typer.echo(f"interrupted at step {summary['step']}; continue with --resume")
         raise typer.Exit(code=128 + (summary.get("signal") or 2))  # 130 SIGINT, 143 SIGTERM
     if "dev_ppl" in summary:
+        plot = output / "perplexity.png"
         typer.echo(
             f"done: {summary['steps']} steps, {summary['tokens_seen']:,} tokens, held-out "
             f"perplexity {summary['dev_ppl']:.1f}; model in {output / 'model'}"
+            + (f", perplexity plot {plot}" if plot.exists() else "")
         )
 
 

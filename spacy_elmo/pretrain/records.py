@@ -159,3 +159,64 @@ def write_outputs(
 
         hint = install_hint("pretrain", "matplotlib")
         logger.warning("matplotlib is not installed: no perplexity plot; %s", hint)
+
+
+# The steps timed for the estimate, after the first (which warms up and is left out).
+ESTIMATE_AFTER = 5
+
+
+def duration(seconds: float) -> str:
+    """`seconds` as a person reads a budget: "40 s", "25 min", "14.2 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def token_count(tokens: int) -> str:
+    """`tokens` as "20.5M" from a million on, else with thousands separators."""
+    return f"{tokens / 1e6:.1f}M" if tokens >= 1_000_000 else f"{tokens:,}"
+
+
+def budget_line(config: PretrainConfig, step: int, threads: int, device: str) -> str:
+    """What the run is about to do, said before its first step: the steps, tokens and where."""
+    steps = config.max_steps - step
+    where = f"{threads} CPU thread{'s' * (threads != 1)}" if device == "cpu" else device
+    start = f" (steps {step + 1:,} to {config.max_steps:,})" if step else ""
+    return (
+        f"training {steps:,} steps{start} of up to {config.batch_tokens:,} tokens each "
+        f"(up to {token_count(steps * config.batch_tokens)} tokens) on {where}; "
+        f"an estimate of the time follows after {ESTIMATE_AFTER + 1} steps"
+    )
+
+
+def estimate_line(config: PretrainConfig, step: int, seconds_per_step: float) -> str:
+    """How long the rest of the run takes at `seconds_per_step`, said once it is measured."""
+    left = config.max_steps - step
+    every = config.eval_every
+    evaluations = config.max_steps // every - step // every + (config.max_steps % every != 0)
+    return (
+        f"estimate: {duration(left * seconds_per_step)} for the {left:,} steps left at "
+        f"{seconds_per_step:.2f} s a step (the mean of {ESTIMATE_AFTER} steps), plus "
+        f"{evaluations} held-out evaluation{'s' * (evaluations != 1)}; Ctrl-C writes a "
+        "checkpoint and --resume continues"
+    )
+
+
+class BudgetTiming:
+    """Times the first steps of a run for `estimate_line`: the first step is left out (it warms
+    up), the next `ESTIMATE_AFTER` are averaged; `add` is true once, when the mean is ready and
+    steps are left to estimate."""
+
+    def __init__(self, step: int, max_steps: int) -> None:
+        self.left = max_steps - step
+        self.times: list[float] = []
+        self.seconds_per_step = 0.0
+
+    def add(self, seconds: float) -> bool:
+        self.times.append(seconds)
+        if len(self.times) != ESTIMATE_AFTER + 1 or len(self.times) >= self.left:
+            return False
+        self.seconds_per_step = sum(self.times[1:]) / ESTIMATE_AFTER
+        return True

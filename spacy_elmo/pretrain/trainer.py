@@ -58,8 +58,11 @@ from .objective import perplexity_of as _perplexity
 from .records import (
     METRICS,
     PLACEMENT,
+    BudgetTiming,
     TrainWindow,
     append_metrics,
+    budget_line,
+    estimate_line,
     ran_with,
     read_skipped,
     truncate_metrics,
@@ -225,6 +228,8 @@ class Pretrainer:
         )
         window = TrainWindow(8 if self.static_vectors is not None else 4)
         epoch = 0
+        timing = BudgetTiming(self.step, config.max_steps)
+        self._say(bar, budget_line(config, self.step, self.threads, str(self.device)))
         try:
             batches = self._my_batches()
             while self.step < config.max_steps and not self._should_stop():
@@ -247,6 +252,8 @@ class Pretrainer:
                 window.add(n_tokens, sums)
                 self.train_seconds += time.perf_counter() - start
                 bar.update(1)
+                if timing.add(time.perf_counter() - start):
+                    self._say(bar, estimate_line(config, self.step, timing.seconds_per_step))
                 if self.step % config.log_every == 0 or self.step == config.max_steps:
                     record = window.record(
                         self.step,
@@ -283,6 +290,13 @@ class Pretrainer:
             return {"interrupted": True, "step": self.step, "signal": self.stop_signal}
         summary = self.finish()
         return summary
+
+    def _say(self, bar, line: str) -> None:
+        """Log `line` on the main rank without tearing the progress bar."""
+        if self.is_main:
+            bar.clear()
+            logger.info(line)
+            bar.refresh()
 
     def _request_stop(self, signum, frame) -> None:  # noqa: ARG002
         self.stop_requested = True
