@@ -1,4 +1,5 @@
-"""Remake examples/train.spacy and examples/dev.spacy, the data of the README's quick start 2.
+"""Remake examples/train.spacy and examples/dev.spacy, the data of the README's quick start 2,
+and train.txt and dev.txt, their raw text (a sentence a line) for embed and pretrain.
 
     python examples/make_quickstart_data.py SOTU_DATA_DIR MODEL [--out examples]
 
@@ -64,6 +65,9 @@ def main() -> None:
     docs = annotate(texts[: N_TRAIN + N_DEV], args.model)
     DocBin(docs=docs[:N_TRAIN]).to_disk(args.out / "train.spacy")
     DocBin(docs=docs[N_TRAIN:]).to_disk(args.out / "dev.spacy")
+    for name, part in (("train", docs[:N_TRAIN]), ("dev", docs[N_TRAIN:])):
+        text = "".join(doc.text + "\n" for doc in part)
+        (args.out / f"{name}.txt").write_text(text, encoding="utf8")
     n_ents = sum(len(doc.ents) for doc in docs)
     print(f"{N_TRAIN} train, {N_DEV} dev sentences, {n_ents} entities -> {args.out}")
 

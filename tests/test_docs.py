@@ -4,8 +4,15 @@ docs/*.md reaches an existing file (and heading), and every generated section ha
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import h5py
 
 REPO = Path(__file__).resolve().parent.parent
 README_MAX_LINES = 250
@@ -151,3 +158,34 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     assert slug("Does ELMo pay for itself? Learning curves on CoNLL-2003") == (
         "does-elmo-pay-for-itself-learning-curves-on-conll-2003"
     )
+
+
+def test_quick_start_3_runs_on_the_shipped_examples(tmp_path):
+    """Quick start 3's commands, run as written in a folder that has only examples/: one
+    dataset a line of each input, every layer (3, n, 256) or the layer average (n, 256)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Quick start 3") :]
+    (block,) = re.findall(r"```bash\n(.*?)```", section[: section.index("\n## ", 1)], re.S)
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    outputs = {}
+    for line in block.splitlines():
+        args = shlex.split(line, comments=True)
+        assert args[:2] == ["spacy-elmo", "embed"], line
+        command = [sys.executable, "-m", "spacy_elmo.cli", *args[1:], "--threads", "1"]
+        environment = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(
+            command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, (line, done.stderr)
+        outputs[args[3]] = (tmp_path / args[2], "--average" in args)
+    assert len(outputs) == 2
+    for output, (source, averaged) in outputs.items():
+        lines = source.read_text(encoding="utf-8").splitlines()
+        with h5py.File(tmp_path / output, "r") as written:
+            lines_written = sorted((name for name in written if name.isdigit()), key=int)
+            assert lines_written == [str(i) for i in range(len(lines))]
+            for i, text in enumerate(lines):
+                shape = written[str(i)].shape
+                assert shape[-1] == 256 and (len(shape) == 2) == averaged, (output, shape)
+                if not averaged:  # tokenised: one vector a whitespace-separated token
+                    assert shape[:2] == (3, len(text.split()))
