@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def use(variant: str) -> None:
         quantize, sigmoid = VARIANTS[variant]
-        elmo.quantize = quantize
+        elmo.cfg["quantize"] = quantize
         fast_paths.TANH_VIA_SIGMOID_MIN_ELEMENTS = via_sigmoid if sigmoid else 1 << 62
 
     def run() -> float:

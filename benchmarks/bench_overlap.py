@@ -3,11 +3,10 @@ component's `overlap`, the default) and in turn, side by side in one process.
 
 `nlp.pipe` runs the components in turn on each batch: the biLM (on the torch threads), then
 the tagger and NER (on one). With `overlap` (spacy_elmo/pipeline/overlap.py) the biLM runs on the
-next batch, on one thread fewer, while the tagger and NER work on this one; with `overlap =
-"process"` it does so in a child process (spacy_elmo/pipeline/bilm_process.py). This script runs
-the elmo pipeline overlapped, in turn and with the biLM's process, in float32 (also
-bfloat16), with 2 torch threads, and in turn with 1 (whose layers the overlapped and process
-runs reproduce bit for bit: checked through their entities and tags), beside the vectors
+next batch, on one thread fewer, while the tagger and NER work on this one. This script runs
+the elmo pipeline overlapped and in turn, in float32 (also bfloat16), with 2 torch threads,
+and in turn with 1 (whose layers the overlapped run reproduces bit for bit: checked through
+their entities and tags), beside the vectors
 pipeline, on the CoNLL-2003 test sentences (one Doc each, as `benchmarks.bench_pipeline`
 measures batch words/s), --rounds times in alternating order; the fastest round counts.
 
@@ -35,15 +34,11 @@ VARIANTS = {
     "elmo bf16, overlapped": ("elmo", 2, True, "bf16"),
     "elmo bf16, in turn": ("elmo", 2, False, "bf16"),
     "elmo bf16, in turn, 1 thread": ("elmo", 1, False, "bf16"),
-    "elmo, process": ("elmo", 2, "process", "none"),
-    "elmo bf16, process": ("elmo", 2, "process", "bf16"),
 }
 # runs whose entities must be those of another: the same biLM threads, overlapped or not
 SAME_AS = {
     "elmo, overlapped (default)": "elmo, in turn, 1 thread",
     "elmo bf16, overlapped": "elmo bf16, in turn, 1 thread",
-    "elmo, process": "elmo, in turn, 1 thread",
-    "elmo bf16, process": "elmo bf16, in turn, 1 thread",
 }
 
 
@@ -80,9 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         nlp = pipelines[name]
         torch.set_num_threads(threads)
         if name == "elmo":
-            elmo.cfg["overlap"], elmo.quantize = overlap, quantize
-        if overlap == "process":  # the child started (again: a new quantize) before the clock
-            list(nlp.pipe(Doc(nlp.vocab, words=words) for words in sentences[:8]))
+            elmo.cfg["overlap"], elmo.cfg["quantize"] = overlap, quantize
         docs = [Doc(nlp.vocab, words=words) for words in sentences]
         start = time.perf_counter()
         out = list(nlp.pipe(docs))

@@ -14,7 +14,7 @@ CoNLL-2003 test text with its gold tokens:
 * batch: `nlp.pipe` over the 3,453 test sentences, one Doc each (as the test scores were
   made), the pipeline's own batch size, --passes times in each round (fresh Docs each time);
   words/s, the fastest pass of the fastest round (a fresh process's first pass runs 5-10%
-  slower than the next, the elmo pipeline with its biLM's process up to 12%);
+  slower than the next);
 * single-sentence latency: `nlp(doc)` on each of the first --latency-sentences sentences alone,
   the biLM's token cache emptied first (the batch passes filled it with every test word);
 * single-document latency: `nlp(doc)` on each of the 231 test documents alone (all its sentences
@@ -37,10 +37,7 @@ products in bfloat16, `spacy_elmo/bilm/quantize.py`). With --in-turn, each of
 them once more as "NAME in turn" (and "NAME bf16 in turn"): loaded with
 `components.elmo.overlap = false`, the biLM run in turn with the other components
 instead of one batch ahead in a background thread (the default,
-`spacy_elmo/pipeline/overlap.py`). With --process, each of them once more as "NAME process":
-`components.elmo.overlap = "process"`, the biLM one batch ahead in a child process
-(`spacy_elmo/pipeline/bilm_process.py`), started by the warm-up; its peak memory is added to
-the pipeline's.
+`spacy_elmo/pipeline/overlap.py`).
 
 Needs the `transformer` extra for the transformer pipeline (a pipeline whose model is missing
 is reported as not measured, with the command that trains it).
@@ -105,11 +102,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--in-turn", action="store_true", help="also each elmo pipeline with overlap = false"
     )
-    parser.add_argument(
-        "--process",
-        action="store_true",
-        help='also each elmo pipeline with overlap = "process" (the biLM in a child process)',
-    )
     parser.add_argument("--child-overrides", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -162,8 +154,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(f"[{name}] not measured: {report['missing'][name]}", flush=True)
     # (label, pipeline, config overrides): with --bf16, each elmo pipeline again as
-    # "NAME bf16"; with --in-turn, each elmo variant again as "... in turn"; with
-    # --process, each as "... process"
+    # "NAME bf16"; with --in-turn, each elmo variant again as "... in turn"
     runs = [(name, name, {}) for name in present]
     with_elmo = [run for run in runs if "elmo" in run[1]]
     plain_elmo = list(with_elmo)
@@ -178,13 +169,6 @@ def main(argv: list[str] | None = None) -> None:
             for label, name, config in with_elmo
         ]
         report["settings"]["in_turn"] = [label for label, _, _ in in_turn]
-    if args.process:
-        in_process = [
-            (f"{label} process", name, {**config, "components.elmo.overlap": "process"})
-            for label, name, config in with_elmo
-        ]
-        report["settings"]["process"] = [label for label, _, _ in in_process]
-        with_elmo += in_process
     if args.in_turn:
         with_elmo += in_turn
     runs += [run for run in with_elmo if run[2]]
@@ -306,23 +290,18 @@ def measure(model: str, args) -> dict:
             times.append((time.perf_counter() - start) * 1000)
         return times
 
-    # The latencies start from an empty token cache: the batch passes filled this process's
-    # cache with every test word, except where the biLM ran in a process of its own, and
-    # sentences whose words are all cached would flatter the first kind of pipeline.
+    # The latencies start from an empty token cache: the batch passes filled it with every
+    # test word, and sentences whose words are all cached would flatter the elmo pipelines.
     if nlp.has_pipe("elmo"):
         bilm = get_bilm(nlp.get_pipe("elmo").model)
         bilm.token_cache_size = bilm.token_cache_size
     sentence_ms = latencies(sentence_doc, sentences[: args.latency_sentences])
     document_ms = latencies(document_doc, documents)
-    # the biLM's own process (overlap = "process"), if it has one
-    worker = nlp.get_pipe("elmo").started_bilm_process if nlp.has_pipe("elmo") else None
-    child_peak = rss_mb(worker.process.pid, "VmHWM") if worker is not None else 0.0
     return {
         "load_seconds": load_seconds,
         "rss_before_load_mb": rss_before,
         "rss_loaded_mb": rss_loaded,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + child_peak,
-        "bilm_process_peak_rss_mb": child_peak,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "pipe_names": nlp.pipe_names,
         "batch_size": nlp.batch_size,
         "batch_words": n_words,
@@ -431,8 +410,7 @@ def markdown(report: dict, f1: dict) -> str:
             f"{first['documents']} documents alone "
             f"(median {first['document_words_median']:.0f} words); latencies: the lower round's "
             "median and 90th percentile. Memory: resident, before `spacy.load` (Python, spaCy, "
-            "torch imported) and the peak of the process, plus that of the biLM's process "
-            'for the "process" rows.',
+            "torch imported) and the peak of the process.",
             "",
             "| pipeline | batch words/s | vs baseline | sentence ms (median / p90) "
             "| document ms (median / p90) | load s | RSS before load | peak RSS "

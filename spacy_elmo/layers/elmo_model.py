@@ -17,8 +17,7 @@ the `elmo` component; the forward pass only reads them.
 
 from __future__ import annotations
 
-import functools
-import os
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from spacy.tokens import Doc
@@ -46,21 +45,27 @@ ARCHITECTURE_KEYS = {
 }
 
 
-def _one_torch_thread_in_child() -> None:
-    """In a forked child (spaCy's `nlp.pipe(n_process=N)`), use one torch thread.
+@dataclass(frozen=True)
+class RunSettings:
+    """How an `elmo_model` runs: the ElmoModel.v1 config values, held in `attrs["settings"]`.
+    Thinc saves no attribute that msgpack cannot write, so a saved model carries none of them
+    and the config is their one owner (overrides at `spacy.load` hold)."""
 
-    The OpenMP pool the parent already started does not survive `fork`: the child's first
-    multi-threaded GEMM would wait for it forever.
-    """
-    from ..util.threads import use_threads
+    max_tokens: int
+    batch_tokens: int
+    frozen: bool
+    grad_factor: float
+    store_dtype: str
 
-    use_threads(1, "the forked child's threads")
 
+@dataclass(frozen=True)
+class UnitRule:
+    """How the model cuts docs without sentence boundaries (`sentence_units.doc_units`), in
+    `attrs["unit_rule"]`: set by the model's one owner (the `elmo` component, or the inline
+    ElmoMix.v1 that replaces a listener: `architectures.set_unit_rule`), never saved."""
 
-@functools.cache
-def register_fork_hook() -> None:
-    """Run `_one_torch_thread_in_child` in forked children; once, when an ELMo model is built."""
-    os.register_at_fork(after_in_child=_one_torch_thread_in_child)
+    split_sentences: bool
+    sentence_punct: Optional[Tuple[str, ...]]
 
 
 def elmo_model(
@@ -73,15 +78,12 @@ def elmo_model(
     cache_tokens: int,
     cache_mb: Optional[float],
     store_dtype: str,
-    split_sentences: bool,
-    sentence_punct: Optional[List[str]],
 ) -> Model[List[Doc], List[Floats3d]]:
     """Thinc model mapping docs to one (L + 1, n_tokens, 2P) array each.
 
     `architecture` has the ARCHITECTURE_KEYS; a value of None is taken from the weights.
     The defaults of the other arguments are those of `spacy_elmo.ElmoModel.v1`.
     """
-    register_fork_hook()
     if store_dtype not in STORE_DTYPES:
         raise ValueError(f"store_dtype must be one of {STORE_DTYPES}, got {store_dtype!r}")
     if max_tokens < 1 or batch_tokens < max_tokens + 2:
@@ -117,13 +119,7 @@ def elmo_model(
         dims=dims,
         attrs={
             "architecture": configured,  # what the config gave; the rest comes from the weights
-            "max_tokens": max_tokens,
-            "batch_tokens": batch_tokens,
-            "frozen": frozen,
-            "grad_factor": grad_factor,
-            "store_dtype": store_dtype,
-            "split_sentences": split_sentences,
-            "sentence_punct": sentence_punct,
+            "settings": RunSettings(max_tokens, batch_tokens, frozen, grad_factor, store_dtype),
             "weights_loaded": False,
             "cache": layer_cache(cache_tokens if frozen else 0, max_bytes),
         },
@@ -230,8 +226,8 @@ def forward(
         return predict_units(model, units, [len(doc) for doc in docs]), lambda d_outputs: []
     ops = model.ops
     layer = model.layers[0]
-    store_dtype = model.attrs["store_dtype"]
-    frozen = model.attrs["frozen"]
+    settings: RunSettings = model.attrs["settings"]
+    store_dtype, frozen = settings.store_dtype, settings.frozen
     cache: LayerCache = model.attrs["cache"]
     use_cache = frozen and cache.max_size > 0  # training docs only (layer_cache.py)
     outputs = _zero_outputs(model, [len(doc) for doc in docs])
@@ -245,7 +241,7 @@ def forward(
 
     backprops = []
     bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
-    for batch in batches_by_tokens(pending, model.attrs["batch_tokens"]):
+    for batch in batches_by_tokens(pending, settings.batch_tokens):
         char_ids = ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
         if frozen:
             layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P), no autograd
@@ -259,7 +255,7 @@ def forward(
                 cache.put(unit.words, values)
 
     def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
-        factor = model.attrs["grad_factor"]
+        factor = settings.grad_factor
         for batch, backprop_batch, shape in backprops:
             d_layers = ops.alloc(shape, dtype="float32")
             for row, unit in enumerate(batch):
@@ -274,29 +270,36 @@ def forward(
 
 def model_units(model: Model, docs: List[Doc]) -> List[Unit]:
     """The biLM's input units of `docs` (`sentence_units.doc_units`) by the model's settings."""
-    split, punct = model.attrs["split_sentences"], model.attrs["sentence_punct"]
-    max_tokens = model.attrs["max_tokens"]
+    rule: Optional[UnitRule] = model.attrs.get("unit_rule")
+    if rule is None:
+        raise ValueError(
+            "the elmo model has no sentence rule: its owner sets one (the elmo component, an "
+            "ElmoMix.v1; for the model alone: architectures.set_unit_rule(model, ...))"
+        )
+    max_tokens = model.attrs["settings"].max_tokens
+    punct = None if rule.sentence_punct is None else list(rule.sentence_punct)
     return [
         unit
         for index, doc in enumerate(docs)
-        for unit in doc_units(doc, index, max_tokens, split, punct)
+        for unit in doc_units(doc, index, max_tokens, rule.split_sentences, punct)
     ]
 
 
 def predict_units(model: Model, units: List[Unit], lengths: List[int]) -> List[Floats3d]:
     """The layers of docs of `lengths` tokens from their `units` (`model_units`), without
-    autograd: the model's prediction, which the `elmo` component's biLM process
-    (`pipeline/bilm_process.py`) also runs, on the units it is sent."""
+    autograd: the model's prediction."""
     ops = model.ops
     layer = model.layers[0]
-    store_dtype = model.attrs["store_dtype"]
+    settings: RunSettings = model.attrs["settings"]
     outputs = _zero_outputs(model, lengths)
     bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
-    for batch in batches_by_tokens(units, model.attrs["batch_tokens"]):
+    for batch in batches_by_tokens(units, settings.batch_tokens):
         char_ids = ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
         layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P)
         for row, unit in enumerate(batch):
-            values = layers[:, row, : len(unit.words)].astype(store_dtype)  # (L + 1, n, 2P)
+            values = layers[:, row, : len(unit.words)].astype(
+                settings.store_dtype
+            )  # (L + 1, n, 2P)
             outputs[unit.doc][:, unit.positions] = values
     return outputs
 
@@ -305,5 +308,5 @@ def _zero_outputs(model: Model, lengths: List[int]) -> List[Floats3d]:
     """One (L + 1, n, 2P) array of zeros per doc of n tokens, in the model's store dtype."""
     options = get_bilm(model).options
     n_layers, width = options.n_layers + 1, options.output_dim
-    dtype = model.attrs["store_dtype"]
+    dtype = model.attrs["settings"].store_dtype
     return [model.ops.xp.zeros((n_layers, n, width), dtype=dtype) for n in lengths]

@@ -9,7 +9,7 @@ from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
-from ..layers.elmo_model import elmo_model
+from ..layers.elmo_model import UnitRule, elmo_model
 from ..layers.leading_columns import leading_columns
 from ..layers.listener import ElmoLayersListener
 from ..layers.own_dropout import own_dropout
@@ -88,11 +88,8 @@ def ElmoModel(
         cache_tokens=cache_tokens,
         cache_mb=cache_mb,
         store_dtype=store_dtype,
-        split_sentences=True,  # the owner's setting replaces it (set_unit_rule)
-        sentence_punct=None,
     )
     model.attrs["replace_listener"] = _replace_listener
-    set_unit_rule(model, split_sentences=True, sentence_punct=None)
     return model
 
 
@@ -110,8 +107,8 @@ def set_unit_rule(model: Model, *, split_sentences: bool, sentence_punct: Option
         raise TypeError(
             f"sentence_punct must be null or a list of non-empty strings, got {sentence_punct!r}"
         )
-    model.attrs["split_sentences"] = split_sentences
-    model.attrs["sentence_punct"] = None if sentence_punct is None else list(sentence_punct)
+    punct = None if sentence_punct is None else tuple(sentence_punct)
+    model.attrs["unit_rule"] = UnitRule(split_sentences, punct)
     model.attrs["replace_listener_cfg"] = functools.partial(
         _replace_listener_cfg, split_sentences=split_sentences, sentence_punct=sentence_punct
     )

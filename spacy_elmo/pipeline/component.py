@@ -28,16 +28,15 @@ layer) learns pre-softmax weights w, starting from `initial_weights`: s = softma
 import warnings
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 import numpy
-import torch
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Model, NumpyOps, Optimizer, set_dropout_rate
+from thinc.api import Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from ..bilm import BiLM
@@ -51,10 +50,8 @@ from ..layers.elmo_model import (
 )
 from ..layers.listener import ElmoLayersListener, set_listener_dims
 from ..layers.scalar_mix import check_one_per_layer
-from ..util.threads import warn_if_oversubscribed
-from . import bilm_process
+from ..util.threads import bilm_threads, thread_count, torch_threads
 from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
-from .bilm_process import BiLMProcess
 from .extensions import (
     VECTOR_LAYERS,
     install_extensions,
@@ -62,15 +59,12 @@ from .extensions import (
     mix_layers,
     set_vector_hooks,
 )
-from .overlap import PROCESS_AHEAD, check_overlap, overlap_way, overlapped_pipe, process_pipe
+from .overlap import overlap_applies, overlapped_pipe
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
 # from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
 # written into the pipeline's config. Every default is the one of the registered function.
 DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
-# The ElmoModel.v1 settings that the model keeps as attributes (which Thinc saves and restores
-# with the weights): after loading, the config's values are put back, so overrides work.
-MODEL_SETTINGS = ("max_tokens", "batch_tokens", "frozen", "grad_factor", "store_dtype")
 DEFAULT_CONFIG = {
     "model": DEFAULT_MODEL,
     "mix_weights": None,
@@ -82,6 +76,7 @@ DEFAULT_CONFIG = {
     "vector_layer": "top",
     "quantize": None,
     "overlap": True,
+    "threads": None,
 }
 
 
@@ -102,7 +97,8 @@ def make_elmo(
     vector_hooks: bool,
     vector_layer: str,
     quantize: Optional[str],
-    overlap: Union[bool, str],
+    overlap: bool,
+    threads: Optional[int],
 ) -> "Elmo":
     """ELMo layers for every token, and this component's own mix of them, `doc._.elmo` =
     sum_j c_j h_j with c = gamma * s: `mix_weights` are the layer weights before s normalises
@@ -123,10 +119,10 @@ def make_elmo(
     "none": float32.
     overlap: `nlp.pipe` runs the biLM on the next batch in a background thread while the
     components after this one work on the batch before (on the CPU with two torch threads or
-    more, the biLM on one thread fewer; `overlap.py`); "process": in a child process instead,
-    out of reach of this process's GIL (faster beside the tagger and NER; a few seconds to
-    start on the first `nlp.pipe`; `bilm_process.py`); false: in turn, as other components.
-    The layers are those of the component in turn on that many threads, bit for bit."""
+    more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other components.
+    The layers are those of the component in turn on that many threads, bit for bit.
+    threads: the biLM's torch CPU threads (null: torch's setting, at most the CPUs this
+    process may use; 1 in `nlp.pipe(n_process=N)`'s workers; `util.threads.thread_count`)."""
     if vector_hooks:  # docs of this pipeline that come back from bytes get the hooks back
         install_hook_restoring(nlp)
     return Elmo(
@@ -142,6 +138,7 @@ def make_elmo(
         vector_layer=vector_layer,
         quantize=quantize,
         overlap=overlap,
+        threads=threads,
     )
 
 
@@ -162,11 +159,16 @@ class Elmo(TrainablePipe):
         vector_hooks: bool = False,
         vector_layer: str = "top",
         quantize: Optional[str] = None,
-        overlap: Union[bool, str] = True,
+        overlap: bool = True,
+        threads: Optional[int] = None,
     ) -> None:
         install_extensions()
         check_quantize(quantize, f"quantize of the '{name}' component")
-        check_overlap(overlap, f"overlap of the '{name}' component")
+        if not isinstance(overlap, bool):
+            raise TypeError(
+                f"overlap of the '{name}' component must be true or false, got {overlap!r}"
+            )
+        thread_count(threads, f"threads of the '{name}' component")  # checked, not applied
         if vector_layer not in VECTOR_LAYERS:
             raise ValueError(
                 f"vector_layer of the '{name}' component must be one of "
@@ -186,66 +188,26 @@ class Elmo(TrainablePipe):
             "vector_layer": vector_layer,
             "quantize": quantize,
             "overlap": overlap,
+            "threads": threads,
         }
         set_unit_rule(model, split_sentences=split_sentences, sentence_punct=sentence_punct)
-        if isinstance(model.ops, NumpyOps):  # the biLM runs on the CPU
-            warn_if_oversubscribed()
         self._mix_coefficients: Optional[numpy.ndarray] = None
         if model.maybe_get_dim("n_layers") is not None:
             n_layers = model.get_dim("n_layers")
             self._mix_coefficients = mix_coefficients(mix_weights, gamma, n_layers)
-        self._bilm_process: Optional[BiLMProcess] = None
-        self._apply_quantize()
 
     # ------------------------------------------------------------------ the biLM
-    @property
-    def quantize(self) -> Optional[str]:
-        """The precision of the biLM's LSTM products at inference: "bf16", or None for float32
-        (the `quantize` setting). Setting it switches the biLM from its next call on and is
-        saved with the pipeline; the component puts it on the biLM whenever the setting or the
-        biLM changes (here, at `initialize`, when loading), never per batch."""
-        return check_quantize(self.cfg["quantize"])
-
-    @quantize.setter
-    def quantize(self, value: Optional[str]) -> None:
-        check_quantize(value, f"quantize of the '{self.name}' component")
-        self.cfg["quantize"] = value
-        self._apply_quantize()
-
-    def _apply_quantize(self) -> None:
-        """The biLM in the `quantize` setting (once it has an architecture)."""
-        bilm = get_bilm(self.model)
-        if bilm.options is not None:  # not a PendingBiLM
-            set_quantize(bilm, self.quantize)
-
     def ensure_weights(self) -> None:
         """Load the default (bundled) biLM if no weights were loaded yet (a pipeline used
-        without `initialize`), in the `quantize` setting."""
+        without `initialize`)."""
         if not self.model.attrs["weights_loaded"]:
             ensure_weights(self.model)
-            self._apply_quantize()
 
-    @property
-    def started_bilm_process(self) -> Optional[BiLMProcess]:
-        """The biLM's child process of `overlap = "process"`, if one was started."""
-        return self._bilm_process
-
-    def bilm_process(self) -> BiLMProcess:
-        """The biLM's child process (`bilm_process.py`), started (again) unless it runs this
-        model with these settings and this many threads (torch's setting less one); a running
-        child takes new weights or settings without a restart."""
-        threads = torch.get_num_threads() - 1
-        worker = self._bilm_process
-        key = bilm_process.model_key(self.model, self.quantize, threads)
-        if worker is not None:
-            if worker.alive and worker.key == key:
-                return worker
-            if worker.alive:  # new weights (fine-tuning) or settings: the child takes them
-                worker.load(self.model, self.quantize, threads)
-                return worker
-            worker.close()
-        self._bilm_process = BiLMProcess(self.model, self.quantize, threads, PROCESS_AHEAD + 1)
-        return self._bilm_process
+    def _bilm_as_configured(self) -> None:
+        """The biLM in the `quantize` setting, read from the config at each call (cheap when
+        it holds already): the config is the setting's one store."""
+        self.ensure_weights()
+        set_quantize(get_bilm(self.model), self.cfg["quantize"])
 
     @property
     def mix_coefficients(self) -> numpy.ndarray:
@@ -295,19 +257,18 @@ class Elmo(TrainablePipe):
     # ------------------------------------------------------------------ prediction
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
         """The docs of `stream` with their layers, in batches of `batch_size`: with `overlap`
-        (on the CPU), the biLM one batch ahead in a background thread (`overlap.py`) or, with
-        `overlap = "process"`, in a child process (`bilm_process.py`)."""
-        way = overlap_way(self)
-        if way == "process":
-            yield from process_pipe(self, stream, batch_size)
-        elif way == "thread":
+        (on the CPU), the biLM one batch ahead in a background thread (`overlap.py`)."""
+        if overlap_applies(self):
             yield from overlapped_pipe(self, stream, batch_size)
         else:
             yield from super().pipe(stream, batch_size=batch_size)
 
-    def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
-        self.ensure_weights()  # a pipeline used without `initialize`: the bundled biLM
-        return self.model.predict(list(docs))
+    def predict(self, docs: Iterable[Doc], *, threads: Optional[int] = None) -> List[Floats3d]:
+        """The layers of `docs`, the biLM on `threads` torch threads (default: by the
+        `threads` setting, `util.threads.bilm_threads`)."""
+        self._bilm_as_configured()
+        with torch_threads(threads or bilm_threads(self.cfg["threads"])):
+            return self.model.predict(list(docs))
 
     def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
         coefficients = self.model.ops.asarray(self.mix_coefficients)
@@ -335,8 +296,9 @@ class Elmo(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         losses.setdefault(self.name, 0.0)
         set_dropout_rate(self.model, drop)
-        self.ensure_weights()
-        layers, backprop_layers = self.model.begin_update(docs)
+        self._bilm_as_configured()
+        with torch_threads(bilm_threads(self.cfg["threads"])):
+            layers, backprop_layers = self.model.begin_update(docs)
         ops = self.model.ops
         d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]
 
@@ -379,7 +341,6 @@ class Elmo(TrainablePipe):
             set_weights(self.model, weights(), source)
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
         self.model.initialize(X=doc_sample)
-        self._apply_quantize()  # the biLM may be new
         width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
         for listener in self.listeners:
             set_listener_dims(listener, width, n_layers)
@@ -447,33 +408,14 @@ class Elmo(TrainablePipe):
                         if block.get(key) is None:
                             block[key] = value
 
-    def _settings(self) -> Dict[str, Any]:
-        """What the config gave: the component's settings and the model's run settings."""
-        attrs = {key: self.model.attrs[key] for key in MODEL_SETTINGS if key in self.model.attrs}
-        return {"cfg": dict(self.cfg), "attrs": attrs}
-
-    def _keep_settings(self, settings: Dict[str, Any]) -> None:
-        """After loading: the settings stay those this component was built with from its
-        config (so that `spacy.load(path, config=...)` overrides work), not those of the
-        saved `cfg` file or of the saved model's attributes."""
-        self.cfg.update(settings["cfg"])
-        self.model.attrs.update(settings["attrs"])
-        set_unit_rule(
-            self.model,
-            split_sentences=self.cfg["split_sentences"],
-            sentence_punct=self.cfg["sentence_punct"],
-        )
-        self.model.attrs["cache"].clear()
-        self._apply_quantize()  # the loaded biLM, in the configured precision
-
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        settings = self._settings()
+        cfg = dict(self.cfg)
         result = super().from_bytes(bytes_data, exclude=exclude)
-        self._keep_settings(settings)
+        self._after_loading(cfg)
         return result
 
     def from_disk(self, path, *, exclude=tuple()):
-        settings = self._settings()
+        cfg = dict(self.cfg)
         try:
             result = super().from_disk(path, exclude=exclude)
         except (ValueError, OSError, KeyError, TypeError) as err:
@@ -482,8 +424,15 @@ class Elmo(TrainablePipe):
                 f"pipeline directory may be truncated or damaged (its weights are in "
                 f"{Path(path) / 'model'})"
             ) from err
-        self._keep_settings(settings)
+        self._after_loading(cfg)
         return result
+
+    def _after_loading(self, cfg: Dict[str, Any]) -> None:
+        """The settings stay those of the config this component was built with (spaCy's
+        `from_disk` reads the saved `cfg` over them; `spacy.load(path, config=...)` overrides
+        must hold), and layers cached from the weights before are dropped."""
+        self.cfg = cfg
+        self.model.attrs["cache"].clear()
 
 
 def feed_listeners_of(elmo: Elmo, component: str) -> bool:

@@ -1,19 +1,13 @@
-"""torch's CPU threads: the one place that sets them (`use_threads`), and a warning when they
-outnumber the CPUs this process may run at once.
+"""torch's CPU threads: the one function that decides the count (`thread_count`), the one
+place that sets it, and a warning when a count outnumbers the CPUs this process may run at once.
 
 torch starts one thread per core this process may run on. A container limited by a CPU quota
-(`docker --cpus 2`, a Kubernetes CPU limit) on a larger machine cannot run them all at once:
-torch's default does not see the quota. The biLM, whose threads wait for each other hundreds of
-times per sentence, then runs many times slower, as it does beside other busy jobs (25-130x
-beside one on a 2-core machine: docs/performance.md#threads-on-a-shared-machine). The same
-holds for threads set by hand beyond the cores of the process's affinity (`taskset`).
-
-`use_threads` is what every part of spacy-elmo that chooses a count calls: the commands'
---threads, `pretrain` (its `threads` setting), each corpus worker (--threads-per-worker) and the
-child of a fork. By default it lowers torch's count to the usable CPUs; a count given beyond
-them is kept and warned about, once per process, with one message. The `elmo` component (on the
-CPU) only checks (`warn_if_oversubscribed`): the threads of a process that loads a pipeline are
-that process's to choose.
+(`docker --cpus 2`, a Kubernetes CPU limit) on a larger machine cannot run them all at once, and
+the biLM, whose threads wait for each other hundreds of times per sentence, then runs many times
+slower, as it does beside other busy jobs (docs/performance.md#threads-on-a-shared-machine).
+Every part of spacy-elmo takes its count from `thread_count`: the commands' --threads,
+`pretrain`, each corpus worker (`use_threads`) and the `elmo` component's `threads` setting
+(`bilm_threads`, applied around each biLM call by `torch_threads`).
 """
 
 from __future__ import annotations
@@ -21,11 +15,14 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 ADVICE = "docs/performance.md#threads-on-a-shared-machine"
 _warned = False
+_IMPORTED_IN = os.getpid()  # a process forked after this import has another id
 
 
 class ThreadsWarning(RuntimeWarning):
@@ -75,45 +72,65 @@ def oversubscription(threads: int, cpus: int, source: str, what: str = "--thread
     )
 
 
-def use_threads(threads: int | None, what: str = "--threads") -> int:
-    """Set torch's intra-op CPU threads for this process; the count set.
+def thread_count(threads: int | None, what: str = "--threads") -> int:
+    """The torch CPU threads for a setting: the one function that decides the count.
 
-    `threads`, or by default (None) torch's current count (which follows OMP_NUM_THREADS, as
-    `torchrun` sets it) lowered to the CPUs this process may run at once (`usable_cpus`: its
-    affinity, a cgroup CPU quota). A count given beyond those CPUs is kept and warned about
-    once per process (ThreadsWarning). `what` names the setting in messages ("--threads",
-    "--threads-per-worker"); a count that is not a positive integer is a ValueError naming it.
-    """
+    `threads` when given (a count beyond the usable CPUs is kept and warned about once per
+    process, ThreadsWarning); by default (None) torch's current count (which follows
+    OMP_NUM_THREADS, as `torchrun` sets it) lowered to the CPUs this process may run at once
+    (`usable_cpus`: its affinity, a cgroup CPU quota). In a process forked from the one that
+    imported this module (`nlp.pipe(n_process=N)`'s workers): 1, whatever the setting, as
+    the OpenMP pool the parent started does not survive `fork` (the child's first
+    multi-threaded product would wait for it forever). `what` names the setting in messages;
+    a count that is not a positive integer is a ValueError naming it."""
     if threads is not None and (
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
         raise ValueError(f"{what} must be a positive integer, got {threads!r}")
-    import torch
-
+    if os.getpid() != _IMPORTED_IN:
+        return 1
     if threads is None:
-        threads = min(torch.get_num_threads(), usable_cpus(CGROUP_ROOT)[0])
-    elif threads > 1:  # one thread always fits: no need to look at the CPUs
+        import torch
+
+        return min(torch.get_num_threads(), usable_cpus(CGROUP_ROOT)[0])
+    if threads > 1:  # one thread always fits: no need to look at the CPUs
         _warn_once(oversubscription(threads, *usable_cpus(CGROUP_ROOT), what))
-    torch.set_num_threads(threads)
     return threads
 
 
-def restore_threads(threads: int) -> None:
-    """Put back torch's thread count to `threads`, a count this process had before (so not
-    checked again: the overlapped `elmo` component puts back the caller's own setting)."""
+def use_threads(threads: int | None, what: str = "--threads") -> int:
+    """Set torch's intra-op CPU threads for this process to `thread_count(threads, what)`
+    (the commands' --threads, `pretrain`, each corpus worker); the count set."""
     import torch
 
-    torch.set_num_threads(threads)
+    count = thread_count(threads, what)
+    torch.set_num_threads(count)
+    return count
 
 
-def warn_if_oversubscribed(root: Path | None = None) -> str | None:
-    """Warn (once per process) when torch's threads outnumber the usable CPUs; the message.
-    Changes no setting (the `elmo` component's check)."""
-    if _warned:
-        return None
+def bilm_threads(threads: int | None, overlapped: bool = False) -> int:
+    """The torch threads of the `elmo` component's biLM: `thread_count` of its `threads`
+    setting, one fewer when it runs beside the caller (`overlap`: a core left to the
+    components after it; 0 where there is no core to spare)."""
+    return thread_count(threads, "the elmo component's threads") - int(overlapped)
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run the block on `count` torch threads (`bilm_threads`), and put back the count it
+    had after (not in a forked child, where more than one thread would hang)."""
     import torch
 
-    return _warn_once(oversubscription(torch.get_num_threads(), *usable_cpus(root or CGROUP_ROOT)))
+    before = torch.get_num_threads()
+    if before == count:
+        yield
+        return
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if os.getpid() == _IMPORTED_IN:
+            torch.set_num_threads(before)
 
 
 def _warn_once(message: str | None) -> str | None:

@@ -11,7 +11,7 @@ from spacy.training import Example
 
 from spacy_elmo import BiLM
 from spacy_elmo.layers import elmo_model
-from spacy_elmo.pipeline.architectures import ElmoModel
+from spacy_elmo.pipeline.architectures import ElmoModel, set_unit_rule
 
 from ..pipeline.pipeline_util import TINY_MODEL_CONFIG
 
@@ -34,8 +34,40 @@ def docs(vocab) -> list[Doc]:
     return [Doc(vocab, words=words) for words in WORDS]
 
 
-def test_weights_are_loaded_at_initialize_not_in_the_forward_pass(bilm_dir, monkeypatch):
+def tiny_model():
+    """ElmoModel.v1 with the tiny architecture and the rule its owner would set."""
     model = ElmoModel(**TINY_MODEL_CONFIG)
+    set_unit_rule(model, split_sentences=False, sentence_punct=None)
+    return model
+
+
+def test_the_model_alone_has_no_sentence_rule_until_its_owner_sets_one(bilm_dir, monkeypatch):
+    model = ElmoModel(**TINY_MODEL_CONFIG)
+    monkeypatch.setattr(elmo_model, "default_bilm", CountingLoader(bilm_dir))
+    model.initialize()
+    with pytest.raises(ValueError, match="the elmo model has no sentence rule"):
+        model.predict(docs(spacy.blank("en").vocab))
+
+
+def test_the_run_settings_are_not_saved_with_the_model(bilm_dir, monkeypatch):
+    """The config is their one owner: a model built with other settings keeps its own when it
+    reads the bytes of this one."""
+    model = tiny_model()
+    monkeypatch.setattr(elmo_model, "default_bilm", CountingLoader(bilm_dir))
+    model.initialize()
+    other = ElmoModel(**TINY_MODEL_CONFIG, max_tokens=3, batch_tokens=5, store_dtype="float16")
+    set_unit_rule(other, split_sentences=True, sentence_punct=[";"])
+    other.from_bytes(model.to_bytes())
+    assert (other.attrs["settings"].max_tokens, other.attrs["settings"].store_dtype) == (
+        3,
+        "float16",
+    )
+    assert other.attrs["unit_rule"].sentence_punct == (";",)
+    assert other.attrs["weights_loaded"]
+
+
+def test_weights_are_loaded_at_initialize_not_in_the_forward_pass(bilm_dir, monkeypatch):
+    model = tiny_model()
     loader = CountingLoader(bilm_dir)
     monkeypatch.setattr(elmo_model, "default_bilm", loader)
     batch = docs(spacy.blank("en").vocab)
@@ -57,7 +89,7 @@ def test_weights_are_loaded_at_initialize_not_in_the_forward_pass(bilm_dir, monk
 
 def test_a_forward_pass_changes_no_attribute_but_the_cache(bilm_dir, monkeypatch):
     """Nothing is counted or loaded in a forward pass, so nothing new is serialised."""
-    model = ElmoModel(**TINY_MODEL_CONFIG)
+    model = tiny_model()
     monkeypatch.setattr(elmo_model, "default_bilm", CountingLoader(bilm_dir))
     model.initialize()
     before = {key: value for key, value in model.attrs.items() if key != "cache"}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -204,19 +206,33 @@ def test_pipe_with_two_processes(nlp):
         np.testing.assert_allclose(a._.elmo_layers, b._.elmo_layers, atol=1e-5)
 
 
-def test_a_forked_child_runs_torch_on_one_thread(nlp):
-    """Set when the process forks: the parent's OpenMP pool does not survive `fork`."""
+def test_a_forked_child_runs_the_bilm_on_one_thread(nlp):
+    """The parent's OpenMP pool does not survive `fork` (a multi-threaded product in the child
+    would wait for it forever): a forked child's biLM runs on one thread
+    (`util.threads.thread_count`), with the parent's layers, and ends."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
+    text = "the investment bank approved it"
+    expected = nlp.get_pipe("elmo").predict([nlp.make_doc(text)])[0]  # the pool started
     read, write = os.pipe()
     try:
         pid = os.fork()
-        if pid == 0:  # the child: report its thread count, run nothing else of pytest's
-            os.write(write, str(torch.get_num_threads()).encode())
-            os._exit(0)
+        if pid == 0:  # the child: run the component, report, run nothing else of pytest's
+            try:
+                layers = nlp(text)._.elmo_layers
+                same = np.allclose(layers, expected, atol=1e-5, rtol=0)
+                os.write(write, f"{torch.get_num_threads()} {same}".encode())
+            finally:
+                os._exit(0)
         os.close(write)
-        os.waitpid(pid, 0)
-        assert os.read(read, 16) == b"1"
+        deadline = time.monotonic() + 120
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child's biLM did not finish in 120 s")
+            time.sleep(0.05)
+        assert os.read(read, 32) == b"1 True"
     finally:
         torch.set_num_threads(threads)
         os.close(read)
@@ -247,13 +263,14 @@ def test_to_disk_and_load_need_only_the_directory(nlp, tmp_path):
 
 
 def test_settings_given_at_load_win_over_the_saved_ones(nlp, bilm, tmp_path):
-    """Thinc restores the saved model's attributes with its weights; the component puts the
-    values of the config it was built with back (here: windows of 4 tokens, float16)."""
+    """The saved model carries no run settings: those of the config given at load hold
+    (here: windows of 4 tokens, float16)."""
     nlp.to_disk(tmp_path / "pipeline")
     override = {"max_tokens": 4, "batch_tokens": 12, "store_dtype": "float16"}
     loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"model": override}}})
     model = loaded.get_pipe("elmo").model
-    assert {key: model.attrs[key] for key in override} == override
+    settings = model.attrs["settings"]
+    assert {key: getattr(settings, key) for key in override} == override
     words = [f"w{i}" for i in range(10)]
     doc = loaded(Doc(loaded.vocab, words=words))
     assert doc._.elmo_layers.dtype == np.float16

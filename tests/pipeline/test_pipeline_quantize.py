@@ -94,7 +94,7 @@ def test_bf16_switched_on_for_a_saved_float32_pipeline(bilm_dir, tmp_path, float
     again = spacy.load(tmp_path / "float32")
     for got, want in zip(layers(again), float32_layers):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-    again.get_pipe("elmo").quantize = "bf16"
+    again.get_pipe("elmo").cfg["quantize"] = "bf16"
     for got, want in zip(layers(again), expected):
         np.testing.assert_array_equal(got, want)
 
@@ -110,20 +110,23 @@ def test_unsupported_precision_is_refused_with_the_supported_ones(bilm_dir, valu
         tiny_nlp(bilm_dir, quantize=value)
 
 
-def test_the_setting_is_on_the_bilm_as_soon_as_it_or_the_bilm_changes(bilm_dir, tmp_path):
-    """The component puts `quantize` on the biLM when the setting changes, at `initialize` and
-    at load, before any prediction (no batch re-applies it)."""
+def test_the_config_is_the_one_store_of_the_setting(bilm_dir, tmp_path):
+    """The component reads `quantize` from its config at each biLM call: a change of the
+    config holds from the next call, also after saving and loading; a bad value is named."""
     nlp = tiny_nlp(bilm_dir, quantize="bf16")
     nlp.initialize()
     elmo = nlp.get_pipe("elmo")
-    assert elmo.quantize == "bf16" and get_bilm(elmo.model).quantize == "bf16"
-    elmo.quantize = "none"
-    assert elmo.quantize is None and elmo.cfg["quantize"] == "none"
+    assert not hasattr(elmo, "quantize")  # no second store on the component
+    nlp("Anna visited Paris .")
+    assert get_bilm(elmo.model).quantize == "bf16"
+    elmo.cfg["quantize"] = "none"
+    nlp("Anna visited Paris .")
     assert get_bilm(elmo.model).quantize is None
-    elmo.quantize = "bf16"
+    elmo.cfg["quantize"] = "bf16"
     nlp.to_disk(tmp_path / "p")
     loaded = spacy.load(tmp_path / "p")
+    loaded("Anna visited Paris .")
     assert get_bilm(loaded.get_pipe("elmo").model).quantize == "bf16"
-    with pytest.raises(ValueError, match="quantize of the 'elmo' component must be one of"):
-        elmo.quantize = "int8"
-    assert elmo.quantize == "bf16"
+    elmo.cfg["quantize"] = "int8"
+    with pytest.raises(ValueError, match="must be one of 'none', 'bf16' or null, got 'int8'"):
+        nlp("Anna visited Paris .")

@@ -91,7 +91,6 @@ print(json.dumps(states))
 """
 
 ELMO_EXTENSIONS = ["elmo", "elmo_layers", "elmo_mix_coefficients", "elmo_vector_layer"]
-TORCH_THREADS_HOOK = "spacy_elmo.layers.elmo_model._one_torch_thread_in_child"
 SPACY_FACTORIES = "Language.factories"
 W109_HOOK = "spacy_elmo.pipeline.extensions._quiet_w109_in_worker"
 
@@ -133,7 +132,7 @@ def test_an_elmo_without_hooks_changes_nothing_but_registers_what_its_docs_need(
         assert built["nlp_pipe"] == "method" and built["nlp_pipe_is_spacys"]
         # registered when the model is built, once
         assert built["new_encoders"] == ["spacy_elmo_cupy"]
-        assert built["fork_hooks"] == [TORCH_THREADS_HOOK]
+        assert built["fork_hooks"] == []
         assert built["new_extensions"] == ELMO_EXTENSIONS
 
 
@@ -145,6 +144,6 @@ def test_an_elmo_with_hooks_changes_its_own_pipeline(states):
     # wrapped once a pipeline with vector hooks exists; nothing else of spaCy's is replaced
     assert hooked["replaced"] == ["DocBin.get_docs", SPACY_FACTORIES]
     assert not hooked["spacy_get_docs"]
-    assert hooked["fork_hooks"] == [TORCH_THREADS_HOOK, W109_HOOK]
+    assert hooked["fork_hooks"] == [W109_HOOK]
     other = states["hooked, the other pipeline"]
     assert other["nlp_pipe"] == "method" and other["nlp_pipe_is_spacys"]

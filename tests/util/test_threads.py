@@ -9,7 +9,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-import spacy
 import torch
 import typer
 from typer.testing import CliRunner
@@ -81,22 +80,34 @@ def two_threads(monkeypatch):
     torch.set_num_threads(before)
 
 
-def test_the_component_warns_once_under_a_quota(tmp_path: Path, monkeypatch, two_threads):
+def test_the_component_takes_the_usable_cpus_and_warns_once_beyond_them(
+    tmp_path: Path, monkeypatch, two_threads
+):
     monkeypatch.setattr(cpu_threads, "CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
-    nlp = spacy.blank("en")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ThreadsWarning)
+        assert cpu_threads.bilm_threads(None) == 1  # torch's 2, lowered to the quota's 1
+        assert cpu_threads.bilm_threads(None, overlapped=True) == 0  # no core to spare
     with pytest.warns(ThreadsWarning, match="torch runs 2 CPU threads.*only 1 at once"):
-        nlp.add_pipe("elmo")
-    with warnings.catch_warnings(record=True) as again:
-        warnings.simplefilter("always")
-        nlp.add_pipe("elmo", name="elmo2")
-    assert not [w for w in again if issubclass(w.category, ThreadsWarning)]
+        assert cpu_threads.bilm_threads(2) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ThreadsWarning)
+        assert cpu_threads.bilm_threads(2) == 2  # once per process
+
+
+def test_a_forked_child_takes_one_thread_whatever_the_setting(monkeypatch):
+    """The OpenMP pool of the parent does not survive `fork` (`nlp.pipe(n_process=N)`)."""
+    monkeypatch.setattr(cpu_threads, "_IMPORTED_IN", os.getpid() + 1)
+    assert cpu_threads.thread_count(None) == cpu_threads.thread_count(4) == 1
 
 
 def test_no_warning_without_a_limit(tmp_path: Path, monkeypatch, two_threads):
     monkeypatch.setattr(cpu_threads, "CGROUP_ROOT", cgroup_v2(tmp_path, "max 100000"))
     if usable_cpus(tmp_path)[0] < 2:
         pytest.skip("this process may run on one core only")
-    assert cpu_threads.warn_if_oversubscribed() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ThreadsWarning)
+        assert use_threads(2) == 2
     assert not cpu_threads._warned
 
 
@@ -190,16 +201,12 @@ def test_pretrain_sets_its_threads_through_use_threads(tmp_path, calls):
     assert calls == [(2, "--threads")]
 
 
-def test_corpus_workers_and_forked_children_set_their_threads_through_use_threads(calls):
+def test_corpus_workers_set_their_threads_through_use_threads(calls):
     from spacy_elmo.corpus.engine import CorpusWorker
-    from spacy_elmo.layers.elmo_model import _one_torch_thread_in_child
 
     with pytest.raises(Stopped):
         CorpusWorker(None, 3, 0.0)
-    with pytest.raises(Stopped):
-        _one_torch_thread_in_child()
-    assert [call[0] for call in calls] == [3, 1]
-    assert calls[0][1] == "--threads-per-worker"
+    assert calls == [(3, "--threads-per-worker")]
 
 
 def test_probes_help_says_the_default_that_probe_has():
