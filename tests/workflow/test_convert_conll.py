@@ -107,4 +107,6 @@ def test_rejects_iob1_and_bad_lines():
 
 def test_missing_input_file(tmp_path, capsys):
     assert cc.main([str(tmp_path), str(tmp_path / "out")]) == 1
-    assert "train.txt" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "train.txt" in error and "`spacy project run fetch-conll-assets`" in error
+    assert "`spacy project assets`" in error

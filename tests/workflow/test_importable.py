@@ -44,3 +44,17 @@ def test_bench_corpus_runs_as_a_module():
     )
     assert done.returncode == 0, done.stderr
     assert "--sentences" in done.stdout
+
+
+def test_bench_pretrain_without_its_corpus_says_where_it_comes_from(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_pretrain", str(tmp_path / "dev.txt")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"bench_pretrain.py: error: argument corpus: {tmp_path / 'dev.txt'}")
+    assert "`spacy project run pretrain-default`" in last and "examples/train.txt" in last
