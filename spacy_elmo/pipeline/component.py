@@ -12,9 +12,10 @@ The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
   saved doc's `doc._.elmo` needs no pipeline.
 * `doc._.elmo_vector_layer`: with `vector_hooks = true`, the rule ("top", "average" or "mix")
   of the doc's ELMo `token.vector`, `span.vector`, `doc.vector` and `.similarity` (spaCy user
-  hooks, `extensions.py`); kept on the doc so that the hooks come back on a doc read from
-  bytes, which loses them (`nlp.pipe(n_process=N)`, `DocBin.get_docs`, the first read of an
-  extension, or `set_vector_hooks(doc)`).
+  hooks, `extensions.py`), whose vectors are in `doc.tensor` too. A doc read from bytes
+  (`nlp.pipe(n_process=N)`, `DocBin`) keeps the tensor, which spaCy serves as its vectors, and
+  this rule, by which the hooks come back at its first read of an ELMo extension or from
+  `set_vector_hooks(doc)`.
 
 Setting `doc._.elmo_layers` by hand is checked: a (L + 1, len(doc), 2P) float32 or float16
 array, L + 1 the number of the doc's mix coefficients when it has them.
@@ -55,7 +56,6 @@ from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, se
 from .extensions import (
     VECTOR_LAYERS,
     install_extensions,
-    install_hook_restoring,
     mix_layers,
     set_vector_hooks,
 )
@@ -123,8 +123,6 @@ def make_elmo(
     The layers are those of the component in turn on that many threads, bit for bit.
     threads: the biLM's torch CPU threads (null: torch's setting, at most the CPUs this
     process may use; 1 in `nlp.pipe(n_process=N)`'s workers; `util.threads.thread_count`)."""
-    if vector_hooks:  # docs of this pipeline that come back from bytes get the hooks back
-        install_hook_restoring(nlp)
     return Elmo(
         nlp.vocab,
         model,
@@ -173,6 +171,12 @@ class Elmo(TrainablePipe):
             raise ValueError(
                 f"vector_layer of the '{name}' component must be one of "
                 f"{', '.join(repr(v) for v in VECTOR_LAYERS)}, got {vector_layer!r}"
+            )
+        if set_tensor and vector_hooks and vector_layer != "mix":
+            raise ValueError(
+                f"the '{name}' component's set_tensor writes the mix into doc.tensor, where "
+                f'vector_hooks keeps its {vector_layer!r} vectors: set vector_layer = "mix" '
+                "(the same vectors), or one of set_tensor and vector_hooks to false"
             )
         self.vocab = vocab
         self.model = model
@@ -277,8 +281,9 @@ class Elmo(TrainablePipe):
             doc._.elmo_layers = doc_layers  # checked against the coefficients and the doc
             if self.cfg["set_tensor"]:
                 doc.tensor = mix_layers(doc_layers, coefficients)
-            if self.cfg["vector_hooks"]:
-                set_vector_hooks(doc, self.cfg["vector_layer"])
+            if self.cfg["vector_hooks"]:  # the vectors in doc.tensor unless the mix is there
+                tensor = not self.cfg["set_tensor"]
+                set_vector_hooks(doc, self.cfg["vector_layer"], vectors_as_tensor=tensor)
 
     # ------------------------------------------------------------------ training
     def update(

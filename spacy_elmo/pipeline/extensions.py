@@ -19,51 +19,32 @@ token that is one of the original tokens its own layers back.
 
 ## ELMo behind spaCy's vectors
 
-ELMo behind spaCy's vectors: `token.vector`, `span.vector`, `doc.vector`, `has_vector`,
-`vector_norm` and every `.similarity`, through a doc's user hooks.
+With `vector_hooks = true` the `elmo` component sets a doc's user hooks, so that
+`token.vector`, `span.vector`, `doc.vector`, `has_vector`, `vector_norm` and every
+`.similarity` use ELMo. A token's vector is one rule applied to its layers h_0 .. h_L,
+`vector_layer`: "top" (h_L, the most contextual), "average" (the mean of h_0 .. h_L) or "mix"
+(`token._.elmo`). A span's or doc's vector is the mean of its tokens' vectors (whitespace left
+out); `.similarity` the cosine of two vectors, with no short-cut for equal word forms.
 
-The `elmo` component sets them on each doc it annotates when `vector_hooks = true`. A token's
-vector is one rule applied to its layers h_0 .. h_L (`token._.elmo_layers`), `vector_layer`:
-
-* "top": h_L, the top biLSTM layer (the most contextual: it tells word senses apart best);
-* "average": the mean of h_0 .. h_L;
-* "mix": the component's own mix sum_j c_j h_j, i.e. `token._.elmo`.
-
-A span's or doc's vector is the mean of its tokens' vectors, whitespace tokens (which the biLM
-does not read: their layers are 0) left out. `.similarity` is the cosine of the two vectors,
-for a token, span or doc against a token, span or doc of any doc with ELMo layers (the other
-one's vector taken by the same rule); equal word forms get no short-cut, a vector of norm 0
-gives 0.0.
-
-Hooks are functions, not data: a pickled doc keeps them, but `Doc.to_bytes`, `DocBin` and
-`nlp.pipe(n_process=N)` (which sends docs as bytes) do not (spaCy warns W109). What they need is
-kept on the doc (`doc._.elmo_layers`, `doc._.elmo_mix_coefficients` and the rule,
-`doc._.elmo_vector_layer`), and the hooks are put back on such a doc (`restore_vector_hooks`)
-at its first read of an ELMo extension, by `set_vector_hooks(doc)`, and, for a pipeline whose
-`elmo` sets vector hooks, as it comes back (`install_hook_restoring(nlp)`, called when such a
-component is built): that pipeline's `nlp.pipe` (an attribute of that `nlp` only) restores the
-docs it yields, and `DocBin.get_docs(nlp.vocab)` the docs it reads with that pipeline's vocab;
-its `n_process` workers do not warn W109 (where the process forks them).
-
-Nothing of spaCy's is changed at import: the extensions and the msgpack encoder of GPU arrays
-are registered when an `elmo` component is built (`install_extensions`, which a process that
-reads saved docs without building one calls itself), and `DocBin.get_docs` is wrapped only
-once a pipeline with vector hooks is.
+Hooks are functions, which `Doc.to_bytes`, `DocBin` and `nlp.pipe(n_process=N)` do not keep
+(spaCy warns W109). The component also writes the tokens' vectors into `doc.tensor`, which
+spaCy keeps and serves as `token.vector`, `span.vector` and `doc.vector` of a pipeline without
+static vectors, as its own small pipelines serve context vectors. The hooks (ELMo's
+`.similarity`) come back on such a doc at its first read of an ELMo extension, or from
+`set_vector_hooks(doc)`, by the rule kept on it (`doc._.elmo_vector_layer`). Nothing of spaCy's
+is changed: the extensions and the msgpack encoder of GPU arrays are registered when an `elmo`
+component is built (`install_extensions`, which a process that reads saved docs without
+building one calls itself).
 """
 
 import functools
-import os
-import threading
-import warnings
-import weakref
 from functools import partial
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import numpy
 import srsly
 from spacy.attrs import IDX, LENGTH
-from spacy.language import Language
-from spacy.tokens import Doc, DocBin, Span, Token
+from spacy.tokens import Doc, Span, Token
 from thinc.api import get_array_module
 from thinc.types import Floats3d
 
@@ -74,12 +55,11 @@ def mix_layers(layers: Floats3d, coefficients) -> Any:
     return xp.tensordot(xp.asarray(coefficients, dtype="float32"), layers.astype("float32"), axes=1)
 
 
-# Where spaCy keeps a doc extension's value (Underscore's key), so that `Doc.to_bytes` and
-# `DocBin(store_user_data=True)` keep the layers as they keep any extension value; beside them,
-# the (n, 2) character offsets (start, end) of the n tokens they were computed for.
-_LAYERS_KEY = ("._.", "elmo_layers", None, None)
-_OFFSETS_KEY = ("._.", "elmo_token_offsets", None, None)
-VECTOR_LAYER_KEY = ("._.", "elmo_vector_layer", None, None)
+# Where a doc keeps its layers (`doc.user_data`, spaCy's storage for user data, which
+# `Doc.to_bytes` and `DocBin(store_user_data=True)` keep), beside the (n, 2) character offsets
+# (start, end) of the n tokens they were computed for.
+_LAYERS_KEY = "spacy_elmo.layers"
+_OFFSETS_KEY = "spacy_elmo.token_offsets"
 _LAYER_DTYPES = ("float32", "float16")
 
 
@@ -118,7 +98,7 @@ def layers_of_tokens(doc: Doc, start: int, end: int) -> Optional[Any]:
     layers = doc.user_data.get(_LAYERS_KEY)
     if layers is None:
         return None
-    if "vector" not in doc.user_token_hooks and doc.user_data.get(VECTOR_LAYER_KEY) is not None:
+    if "vector" not in doc.user_token_hooks and doc._.elmo_vector_layer is not None:
         # a doc read from bytes, which lost its ELMo vector hooks: put them back
         set_vector_hooks(doc)
     offsets = doc.user_data.get(_OFFSETS_KEY)
@@ -260,9 +240,13 @@ def _encode_cupy(obj, chain=None):
 VECTOR_LAYERS = ("top", "average", "mix")
 
 
-def set_vector_hooks(doc: Doc, vector_layer: Optional[str] = None) -> Doc:
+def set_vector_hooks(
+    doc: Doc, vector_layer: Optional[str] = None, *, vectors_as_tensor: bool = False
+) -> Doc:
     """Make `doc`'s tokens, spans and itself take their vectors and similarities from ELMo,
-    by `vector_layer` (default: the rule recorded on the doc, `doc._.elmo_vector_layer`)."""
+    by `vector_layer` (default: the rule recorded on the doc, `doc._.elmo_vector_layer`);
+    with `vectors_as_tensor`, write the tokens' vectors into `doc.tensor` too (the `elmo`
+    component does), which spaCy serves as `token.vector` where the hooks are lost."""
     install_extensions()
     if vector_layer is None:
         vector_layer = doc._.elmo_vector_layer
@@ -281,6 +265,9 @@ def set_vector_hooks(doc: Doc, vector_layer: Optional[str] = None) -> Doc:
             "set_vector_hooks: the doc has no ELMo layers (doc._.elmo_layers is None); run it "
             "through a pipeline with the elmo component first"
         )
+    if vectors_as_tensor:  # the vectors spaCy serves from the doc without the hooks
+        layers = layers_of_tokens(doc, 0, len(doc))  # (L + 1, n, D)
+        doc.tensor = _layer_rule(layers, vector_layer, doc._.elmo_mix_coefficients)  # (n, D)
     doc._.elmo_vector_layer = vector_layer
     vector = partial(elmo_vector, vector_layer=vector_layer)
     similarity = partial(elmo_similarity, vector_layer=vector_layer)
@@ -372,100 +359,3 @@ def _doc_of(obj: Union[Token, Span, Doc]) -> Doc:
 def _quote(obj: Any) -> str:
     text = getattr(obj, "text", str(obj))
     return repr(text if len(text) <= 40 else text[:37] + "...")
-
-
-def restore_vector_hooks(doc: Doc) -> Doc:
-    """Put the ELMo hooks back on a doc that records a `vector_layer`, holds ELMo layers and has
-    no vector hook (one read from bytes); other docs are left as they are."""
-    if (
-        "vector" not in doc.user_token_hooks
-        and doc.user_data.get(VECTOR_LAYER_KEY) is not None
-        and has_layers(doc)
-    ):
-        set_vector_hooks(doc)
-    return doc
-
-
-def install_hook_restoring(nlp: Language) -> None:
-    """Put ELMo's hooks back on the docs of `nlp` (a pipeline whose `elmo` sets vector hooks)
-    that come back from bytes: those `nlp.pipe` yields (from `n_process` workers, which do not
-    warn W109 where the process forks them) and those `DocBin.get_docs(nlp.vocab)` reads.
-    Other pipelines are left as they are; idempotent."""
-    install_extensions()
-    if not isinstance(nlp.__dict__.get("pipe"), PipeRestoringHooks):
-        nlp.pipe = PipeRestoringHooks(nlp)  # an attribute of this nlp: Language is unchanged
-    _register_fork_hook()
-    if not getattr(DocBin.get_docs, "restores_elmo_hooks", False):
-        DocBin.get_docs = _get_docs_restoring_hooks(DocBin.get_docs)
-
-
-# The pipelines that restore ELMo's hooks (`PipeRestoringHooks`): `DocBin.get_docs` restores
-# the docs read with the vocab of one of them (kept by pipeline: a Vocab takes no weak reference).
-_RESTORING_PIPELINES: "weakref.WeakSet[Language]" = weakref.WeakSet()
-# Set in the thread that runs a restoring `nlp.pipe` while it starts its workers.
-_STARTING_WORKERS = threading.local()
-
-
-class PipeRestoringHooks:
-    """`nlp.pipe` of a pipeline whose `elmo` sets vector hooks: spaCy's `Language.pipe`, each
-    doc it yields with ELMo's hooks put back (docs from `n_process` workers come as bytes)."""
-
-    def __init__(self, nlp: Language) -> None:
-        self.nlp = nlp
-        _RESTORING_PIPELINES.add(nlp)
-
-    def __setstate__(self, state: dict) -> None:  # a pickled or copied pipeline
-        self.__dict__.update(state)
-        _RESTORING_PIPELINES.add(self.nlp)
-
-    def __call__(self, texts, **kwargs) -> Any:
-        docs = type(self.nlp).pipe(self.nlp, texts, **kwargs)
-        return self._restoring(docs, forks=kwargs.get("n_process", 1) != 1)
-
-    @staticmethod
-    def _restoring(docs, forks: bool):
-        starting = getattr(_STARTING_WORKERS, "active", False)
-        _STARTING_WORKERS.active = forks or starting
-        try:  # spaCy forks its workers before the first doc comes back
-            item = next(docs, _DONE)
-        finally:
-            _STARTING_WORKERS.active = starting
-        try:
-            while item is not _DONE:
-                # Language.pipe(as_tuples=True) yields (doc, context)
-                restore_vector_hooks(item[0] if isinstance(item, tuple) else item)
-                yield item
-                item = next(docs, _DONE)
-        finally:  # a caller that stops early stops spaCy's workers now
-            docs.close()
-
-
-_DONE = object()
-
-
-@functools.cache
-def _register_fork_hook() -> None:
-    os.register_at_fork(after_in_child=_quiet_w109_in_worker)
-
-
-def _quiet_w109_in_worker() -> None:
-    """In a worker forked by a `PipeRestoringHooks`: no W109 when spaCy sends the docs back as
-    bytes (`Language.pipe`'s worker loop), since their hooks come back in the parent."""
-    if getattr(_STARTING_WORKERS, "active", False):
-        warnings.filterwarnings(
-            "ignore", r"\[W109\]", category=UserWarning, module=r"spacy\.language\Z"
-        )
-
-
-def _get_docs_restoring_hooks(get_docs: Callable) -> Callable:
-    """`DocBin.get_docs`, restoring ELMo's hooks on the docs read with the vocab of a pipeline
-    that restores them; the docs read with other vocabs are spaCy's, untouched."""
-
-    @functools.wraps(get_docs)
-    def wrapper(self: DocBin, vocab, *args, **kwargs):
-        restoring = any(nlp.vocab is vocab for nlp in list(_RESTORING_PIPELINES))
-        for doc in get_docs(self, vocab, *args, **kwargs):
-            yield restore_vector_hooks(doc) if restoring else doc
-
-    wrapper.restores_elmo_hooks = True
-    return wrapper

@@ -77,10 +77,15 @@ def test_layers_and_coefficients_are_what_a_saved_doc_keeps(nlp, bilm):
     layers are for are stored on the doc; the mixes and the span and token views of a doc read
     back from bytes are computed from them."""
     doc = nlp("river bank")
-    stored = {key[1]: value for key, value in doc.user_data.items() if key[0] == "._."}
-    assert sorted(stored) == ["elmo_layers", "elmo_mix_coefficients", "elmo_token_offsets"]
-    np.testing.assert_array_equal(stored["elmo_token_offsets"], [[0, 5], [6, 10]])
-    assert stored["elmo_mix_coefficients"] == pytest.approx([1 / 3] * 3)
+    # the layers under keys of spacy-elmo's own in `doc.user_data` (spaCy's store of user
+    # data), the coefficients as an extension's value
+    assert sorted(map(str, doc.user_data)) == [
+        "('._.', 'elmo_mix_coefficients', None, None)",
+        "spacy_elmo.layers",
+        "spacy_elmo.token_offsets",
+    ]
+    np.testing.assert_array_equal(doc.user_data["spacy_elmo.token_offsets"], [[0, 5], [6, 10]])
+    assert doc._.elmo_mix_coefficients == pytest.approx([1 / 3] * 3)
     doc._.elmo_mix_coefficients = [0.0, 0.0, 2.0]
     restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
     assert restored._.elmo_mix_coefficients == [0.0, 0.0, 2.0]

@@ -226,7 +226,7 @@ def test_a_retokenised_doc_keeps_its_vectors_through_bytes_and_docbin(nlp):
 
 def test_layers_that_cannot_follow_the_doc_are_an_error(nlp):
     doc = nlp(Doc(nlp.vocab, words=WORDS))
-    del doc.user_data[("._.", "elmo_token_offsets", None, None)]  # as a doc saved without them
+    del doc.user_data["spacy_elmo.token_offsets"]  # as a doc saved without them
     np.testing.assert_allclose(doc[4].vector, doc._.elmo_layers[:, 4].mean(0), atol=1e-6)
     with doc.retokenize() as retokenizer:
         retokenizer.merge(doc[2:4])

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import pickle
-import re
 import subprocess
 import sys
 import warnings
@@ -224,52 +223,61 @@ def assert_elmo_vectors(docs, vector_layer):
     assert similarities[1] == pytest.approx(cosine(a.mean(0), b.mean(0)), rel=1e-5)
 
 
+def assert_tensor_vectors(docs, vector_layer):
+    """Without hooks, spaCy serves `doc.tensor` as the vectors of a pipeline without static
+    vectors: the ELMo vectors of the rule, against NumPy on the docs' layers (no whitespace
+    in these texts, so spaCy's plain means are the hooks' means)."""
+    for doc in docs:
+        assert "vector" not in doc.user_token_hooks
+        expected = numpy_vectors(
+            doc.user_data["spacy_elmo.layers"], vector_layer, doc._.elmo_mix_coefficients
+        )
+        np.testing.assert_allclose(doc[2].vector, expected[2], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(doc[1:3].vector, expected[1:3].mean(0), atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(doc.vector, expected.mean(0), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.filterwarnings("ignore:.*W109")
-def test_docs_from_worker_processes_get_elmo_vectors_back(hooked):
-    """`nlp.pipe(n_process=2)` sends docs back as bytes, which drops spaCy's user hooks; the
-    docs that come back have ELMo's vectors and similarity again, also with `as_tuples`."""
+def test_docs_from_worker_processes_keep_the_vectors_and_get_the_hooks_back(hooked):
+    """`nlp.pipe(n_process=2)` sends docs back as bytes, which drops spaCy's user hooks: the
+    vectors come with `doc.tensor`, and `set_vector_hooks(doc)` gives ELMo's similarity back,
+    also with `as_tuples`."""
     nlp, vector_layer = hooked
     docs = list(nlp.pipe(TEXTS, n_process=2, batch_size=1))
-    assert all("vector" in doc.user_token_hooks for doc in docs)
-    assert_elmo_vectors(docs, vector_layer)
+    assert_tensor_vectors(docs, vector_layer)
+    assert_elmo_vectors([set_vector_hooks(doc) for doc in docs], vector_layer)
     pairs = list(nlp.pipe([(t, i) for i, t in enumerate(TEXTS)], as_tuples=True, n_process=2))
     assert [context for _, context in pairs] == [0, 1]
-    assert_elmo_vectors([doc for doc, _ in pairs], vector_layer)
+    assert_tensor_vectors([doc for doc, _ in pairs], vector_layer)
 
 
 @pytest.mark.filterwarnings("ignore:.*W109")
-def test_docs_from_a_docbin_get_elmo_vectors_back(hooked):
+def test_docs_from_a_docbin_get_elmo_vectors_back_from_set_vector_hooks(hooked):
+    """A DocBin keeps the layers and the rule (`store_user_data=True`), not the hooks nor the
+    tensor: `set_vector_hooks(doc)`, or the first read of an ELMo extension, puts them back."""
     nlp, vector_layer = hooked
     docbin = DocBin(store_user_data=True, docs=[nlp(text) for text in TEXTS])
     docs = list(DocBin().from_bytes(docbin.to_bytes()).get_docs(nlp.vocab))
-    assert_elmo_vectors(docs, vector_layer)
-    # docs without a vector rule, or without layers, are left to spaCy
-    plain = DocBin(store_user_data=True, docs=[nlp.make_doc(TEXTS[0])])
-    (doc,) = DocBin().from_bytes(plain.to_bytes()).get_docs(nlp.vocab)
-    assert not doc.user_token_hooks
+    assert not any(doc.user_token_hooks for doc in docs)
+    assert_elmo_vectors([set_vector_hooks(doc) for doc in docs], vector_layer)
+    again = list(DocBin().from_bytes(docbin.to_bytes()).get_docs(nlp.vocab))
+    assert again[0]._.elmo_layers is not None and again[1]._.elmo is not None
+    assert all("vector" in doc.user_token_hooks for doc in again)
+    # docs without a vector rule are left to spaCy
     no_rule = nlp(TEXTS[0])
     no_rule._.elmo_vector_layer = None
     no_rule.user_token_hooks.clear()
     (doc,) = DocBin(store_user_data=True, docs=[no_rule]).get_docs(nlp.vocab)
-    assert not doc.user_token_hooks
+    assert doc._.elmo_layers is not None and not doc.user_token_hooks
 
 
-@pytest.mark.filterwarnings("ignore:.*W109")
-def test_a_copied_pipeline_restores_the_hooks_and_others_are_left_to_spacy(bilm_dir):
-    """A pickled pipeline keeps its own `pipe` and restores docs read with its vocab; docs read
-    with the vocab of a pipeline without vector hooks stay spaCy's."""
-    nlp = tiny_nlp(bilm_dir, vector_hooks=True)
+def test_set_tensor_and_other_vectors_are_refused_together(bilm_dir):
+    with pytest.raises(ValueError, match="set_tensor writes the mix into doc.tensor"):
+        tiny_nlp(bilm_dir, vector_hooks=True, set_tensor=True, vector_layer="top")
+    nlp = tiny_nlp(bilm_dir, vector_hooks=True, set_tensor=True, vector_layer="mix")
     nlp.initialize()
-    copy = pickle.loads(pickle.dumps(nlp))
-    data = DocBin(store_user_data=True, docs=[nlp(text) for text in TEXTS]).to_bytes()
-    assert_elmo_vectors(list(DocBin().from_bytes(data).get_docs(copy.vocab)), "top")
-    assert_elmo_vectors(list(copy.pipe(TEXTS, n_process=2, batch_size=1)), "top")
-    plain = tiny_nlp(bilm_dir)
-    assert "pipe" not in vars(plain)
-    docs = list(DocBin().from_bytes(data).get_docs(plain.vocab))
-    assert not any(doc.user_token_hooks for doc in docs)
-    assert docs[0]._.elmo_layers is not None  # the first read of an extension restores them
-    assert "vector" in docs[0].user_token_hooks
+    doc = nlp(TEXTS[0])
+    np.testing.assert_allclose(doc.tensor, doc._.elmo, atol=1e-6)
 
 
 @pytest.mark.filterwarnings("ignore:.*W109")
@@ -277,6 +285,7 @@ def test_a_doc_from_bytes_gets_its_hooks_back_at_its_first_elmo_read(hooked):
     nlp, vector_layer = hooked
     docs = [Doc(nlp.vocab).from_bytes(nlp(text).to_bytes()) for text in TEXTS]
     assert all(not doc.user_token_hooks for doc in docs)
+    assert_tensor_vectors(docs, vector_layer)  # Doc.to_bytes keeps the tensor
     assert docs[0][2]._.elmo_layers is not None  # any read of an extension of the doc
     assert docs[1][0:2]._.elmo is not None
     assert all("vector" in doc.user_token_hooks for doc in docs)
@@ -287,13 +296,16 @@ FRESH_PROCESS = r"""
 import sys, warnings
 import spacy
 from spacy.tokens import DocBin
+from spacy_elmo.pipeline.extensions import set_vector_hooks
 
 warnings.simplefilter("ignore")  # W109 from the workers' Doc.to_bytes
-nlp = spacy.load(sys.argv[1])  # resolves the elmo factory by its entry point, no other import
+nlp = spacy.load(sys.argv[1])  # resolves the elmo factory by its entry point
 docs = list(nlp.pipe(["the river bank", "the investment bank"], n_process=2, batch_size=1))
+print(docs[0][2].vector @ docs[1][2].vector)  # doc.tensor's vectors, as spaCy serves them
 data = DocBin(store_user_data=True, docs=docs).to_bytes()
 back = list(DocBin().from_bytes(data).get_docs(nlp.vocab))
 for river, money in (docs, back):
+    set_vector_hooks(river), set_vector_hooks(money)
     print(river[2].similarity(money[2]), river._.elmo_layers[-1, 2] @ money._.elmo_layers[-1, 2])
 """
 
@@ -317,64 +329,16 @@ def run_on_saved_hooked_pipeline(script: str, bilm_dir, tmp_path):
 @pytest.mark.slow
 def test_a_loaded_pipeline_gives_elmo_similarity_after_n_process_and_docbin(bilm_dir, tmp_path):
     """What a user writes, in a fresh process: `spacy.load`, `nlp.pipe(n_process=2)`, a
-    DocBin; "bank" against "bank" is ELMo's cosine (top layer), not spaCy's 1.0."""
+    DocBin, `set_vector_hooks`; "bank" against "bank" is ELMo's cosine (top layer), not
+    spaCy's 1.0, and the vectors spaCy serves from `doc.tensor` are the top layer's."""
     nlp, run = run_on_saved_hooked_pipeline(FRESH_PROCESS, bilm_dir, tmp_path)
     river, money = nlp("the river bank"), nlp("the investment bank")
     a, b = river._.elmo_layers[-1, 2], money._.elmo_layers[-1, 2]
     expected = cosine(a.astype(np.float64), b.astype(np.float64))
     lines = run.stdout.splitlines()
-    assert len(lines) == 2, run.stdout
-    for line in lines:
+    assert len(lines) == 3, run.stdout
+    assert float(lines[0]) == pytest.approx(float(a @ b), rel=1e-4)
+    for line in lines[1:]:
         similarity, dot = map(float, line.split())
         assert similarity == pytest.approx(expected, rel=1e-5) and similarity < 0.9999
         assert dot == pytest.approx(float(a @ b), rel=1e-4)
-
-
-WORKER_WARNINGS = r"""
-import sys
-import numpy
-import spacy
-from spacy.language import Language
-
-
-@Language.component("user_hooks")
-def user_hooks(doc):
-    doc.user_hooks["has_vector"] = lambda doc: True  # a hook that no pipeline puts back
-    return doc
-
-
-texts = ["the river bank", "the investment bank"]
-hooked = spacy.load(sys.argv[1])
-river, money = hooked.pipe(texts, n_process=2, batch_size=1)
-similarity = river[2].similarity(money[2])  # before any read of an extension
-a, b = river._.elmo_layers[-1, 2].astype("float64"), money._.elmo_layers[-1, 2].astype("float64")
-print(similarity, a @ b / (numpy.linalg.norm(a) * numpy.linalg.norm(b)))
-print("-- to_bytes", file=sys.stderr, flush=True)
-river.to_bytes()
-print("-- other hooks", file=sys.stderr, flush=True)
-other = spacy.load(sys.argv[1], config={"components": {"elmo": {"vector_hooks": False}}})
-other.add_pipe("user_hooks")
-list(other.pipe(texts, n_process=2, batch_size=1))
-print("-- hooked again", file=sys.stderr, flush=True)
-list(hooked.pipe(texts, n_process=2, batch_size=1))
-"""
-
-
-def test_n_process_workers_warn_w109_only_where_the_hooks_do_not_come_back(bilm_dir, tmp_path):
-    """In a fresh process (the workers' stderr is the process's): a pipeline with vector hooks
-    runs `nlp.pipe(n_process=2)` without W109 and its docs' similarity is ELMo's cosine; W109
-    stays where the hooks are lost: `doc.to_bytes()`, and workers of a pipeline whose docs
-    carry hooks of its own that nothing puts back."""
-    _, run = run_on_saved_hooked_pipeline(WORKER_WARNINGS, bilm_dir, tmp_path)
-    similarity, cosine_of_layers = map(float, run.stdout.split())
-    assert similarity == pytest.approx(cosine_of_layers, rel=1e-5) and similarity < 0.9999
-    sections = re.split(r"^-- ", run.stderr, flags=re.MULTILINE)
-    assert [section.split("\n")[0] for section in sections[1:]] == [
-        "to_bytes",
-        "other hooks",
-        "hooked again",
-    ], run.stderr
-    hooked, to_bytes, other, hooked_again = (section.count("[W109]") for section in sections)
-    assert hooked == 0 and hooked_again == 0, run.stderr
-    assert to_bytes == 1, run.stderr
-    assert other >= 1, run.stderr  # each worker's first doc
