@@ -63,6 +63,12 @@ def init_config(
         help="Dropout on each component's mixed ELMo vector in training, in [0, 1) "
         "(spacy_elmo.ElmoTok2Vec.v2; the paper's 'moderate amount of dropout to ELMo').",
     ),
+    vector_hooks: Optional[bool] = typer.Option(
+        None,
+        "--vector-hooks/--no-vector-hooks",
+        help="ELMo behind token.vector, doc.vector and .similarity of the trained pipeline "
+        "(the elmo component's vector_hooks; default: on unless --vectors is given).",
+    ),
     force: bool = opt.force_option(),
     code: Optional[Path] = opt.code_option(),
 ) -> None:
@@ -94,6 +100,7 @@ def init_config(
         split_sentences=split_sentences,
         elmo_at_output=elmo_at_output,
         elmo_dropout=elmo_dropout,
+        vector_hooks=vector_hooks,
     )
     text = config_header(source, names, for_gpu) + config_text(config)
     if to_stdout:

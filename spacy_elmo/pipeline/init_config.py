@@ -170,8 +170,11 @@ def elmo_training_config(
     split_sentences: bool = True,
     elmo_at_output: bool = False,
     elmo_dropout: float = 0.0,
+    vector_hooks: Optional[bool] = None,
 ) -> Config:
-    """The filled training config: `elmo` first, then `components` with their listeners."""
+    """The filled training config: `elmo` first, then `components` with their listeners.
+    vector_hooks: ELMo behind `.vector` and `.similarity` of the trained pipeline (None: on
+    where the pipeline has no static vectors, whose place they would take)."""
     unknown = [name for name in components if name not in COMPONENTS]
     if unknown or not components:
         raise ValueError(
@@ -202,6 +205,9 @@ def elmo_training_config(
     for name in components:
         tok2vec = _tok2vec_block(vectors is not None, elmo_at_output, elmo_dropout)
         config["components"][name] = {"factory": name, "model": COMPONENTS[name](tok2vec)}
+    config["components"]["elmo"]["vector_hooks"] = (
+        vectors is None if vector_hooks is None else vector_hooks
+    )
     weights = source.weights_config()
     if weights is not None:
         config["initialize"]["components"]["elmo"] = {"weights": weights}
@@ -299,6 +305,8 @@ def config_header(source: ElmoSource, components: List[str], gpu: bool) -> str:
             "# weights at `initialize` and are written into the trained pipeline's config.",
             "# [components.elmo] split_sentences: whether elmo cuts docs without sentence",
             "# boundaries with spaCy's sentencizer rule, in training and on raw text alike.",
+            "# [components.elmo] vector_hooks: ELMo behind token.vector, doc.vector and",
+            "# .similarity of the trained pipeline (on unless it has static vectors).",
             f"#   {command}{' --gpu-id 0' if gpu else ''}",
             "",
             "",

@@ -5,7 +5,11 @@ from __future__ import annotations
 import io
 import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 import spacy
 from spacy.cli import app as spacy_app
@@ -143,6 +147,41 @@ def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, co
     assert [t.tag_ for t in a] == [t.tag_ for t in b]
     assert [t.dep_ for t in a] == [t.dep_ for t in b]
     assert a.cats == pytest.approx(b.cats, abs=1e-6)
+    assert_elmo_behind_vectors([loaded(text) for text in BANKS])
+    if not at_output:  # once: n_process, and a pipeline made a package by spaCy
+        assert_elmo_behind_vectors(list(loaded.pipe(BANKS, n_process=2)), hooks=False)
+        packaged = package(tmp_path / "out" / "model-last", tmp_path / "packages")
+        assert_elmo_behind_vectors([spacy.load(packaged)(text) for text in BANKS])
+
+
+BANKS = ["The river bank flooded .", "The investment bank lent money ."]
+
+
+def assert_elmo_behind_vectors(docs, hooks: bool = True) -> None:
+    """A pipeline trained from `init-config`'s default config has ELMo behind `.vector` (the
+    top layer, as `doc.tensor` where the hooks are lost) and, with its hooks, behind
+    `.similarity`: "bank" and "bank" get the cosine of their top layers, not spaCy's 1.0."""
+    river, money = docs
+    top_river, top_money = river._.elmo_layers[-1], money._.elmo_layers[-1]
+    assert river.vector.shape == (TINY_WIDTH,)
+    np.testing.assert_allclose(river[2].vector, top_river[2], atol=1e-6)
+    np.testing.assert_allclose(money.vector, top_money.mean(0), atol=1e-5)
+    a, b = top_river[2].astype("float64"), top_money[2].astype("float64")
+    cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    assert cosine < 0.9999
+    if hooks:  # a doc read from bytes gets them from set_vector_hooks (test_vectors.py)
+        assert river[2].similarity(money[2]) == pytest.approx(cosine, rel=1e-5)
+
+
+def package(model: Path, output: Path) -> Path:
+    """`spacy package` of `model` (no build): the packaged pipeline's data directory."""
+    output.mkdir()
+    command = [sys.executable, "-m", "spacy", "package", str(model), str(output)]
+    command += ["--name", "elmo_test", "--version", "0.0.1", "--build", "none"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (data,) = output.glob("*/*/*-0.0.1")
+    return data
 
 
 @pytest.mark.parametrize(
@@ -152,7 +191,8 @@ def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, co
         ["--for-gpu", "--fine-tune"],
         ["--vectors", "en_core_web_md", "--no-split-sentences"],
         ["--allennlp"],
-        ["--elmo-dropout", "0.3"],
+        ["--elmo-dropout", "0.3", "--no-vector-hooks"],
+        ["--vectors", "en_core_web_md", "--vector-hooks"],
     ],
 )
 def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fixture, extra):
@@ -167,6 +207,11 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
     assert elmo["frozen"] is ("--fine-tune" not in extra)
     split = config["components"]["elmo"]["split_sentences"]
     assert split is ("--no-split-sentences" not in extra)
+    # ELMo behind .vector: on unless static vectors are there or a flag says otherwise
+    hooks = "--vector-hooks" in extra or (
+        "--vectors" not in extra and "--no-vector-hooks" not in extra
+    )
+    assert config["components"]["elmo"]["vector_hooks"] is hooks
     assert config["system"]["gpu_allocator"] == ("pytorch" if "--for-gpu" in extra else None)
     tok2vec = config["components"]["ner"]["model"]["tok2vec"]
     assert tok2vec["embed"]["include_static_vectors"] is ("--vectors" in extra)
