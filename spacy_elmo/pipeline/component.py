@@ -306,11 +306,15 @@ class Elmo(TrainablePipe):
             layers, backprop_layers = self.model.begin_update(docs)
         ops = self.model.ops
         d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]
+        # The loss reported is the squared gradient that reaches a fine-tuned biLM; a frozen
+        # one, of which nothing trains, reports 0 (the listeners' mixes are in their own).
+        fine_tuned = not self.model.attrs["settings"].frozen
 
         def accumulate_gradient(one_d_layers: List[Floats3d]) -> List[Floats3d]:
-            for i, d in enumerate(one_d_layers):
-                d_layers[i] += d
-                losses[self.name] += float((d**2).sum())
+            if fine_tuned:
+                for i, d in enumerate(one_d_layers):
+                    d_layers[i] += d
+                    losses[self.name] += float((d**2).sum())
             return [ops.alloc(x.shape, dtype="float32") for x in layers]
 
         def backprop(one_d_layers: List[Floats3d]) -> List[Doc]:

@@ -85,6 +85,7 @@ def test_listeners_train_their_own_mixes_with_a_frozen_cached_bilm(bilm_dir, dat
     # ner loss goes up and down on 30 sentences, but is there and finite, and its mix moves.
     assert 0 < losses["tagger"] < first["tagger"] / 10
     assert 0 < losses["ner"] < math.inf and 0 < first["ner"] < math.inf
+    assert first["elmo"] == losses["elmo"] == 0.0  # nothing of a frozen biLM trains
     for key, value in bilm_state(nlp).items():
         assert torch.equal(value, before[key]), key  # frozen: no update of the biLM
     (tagger_s, _), (ner_s, _) = mixes(nlp, "tagger")[0], mixes(nlp, "ner")[0]
@@ -99,7 +100,8 @@ def test_fine_tuning_updates_the_bilm(bilm_dir, data):
     optimizer = nlp.create_optimizer()
     with counted_bilm_tokens() as bilm_tokens:
         for _ in range(2):  # the upstream's update lags one step behind (spaCy's update order)
-            nlp.update(examples, sgd=optimizer)
+            losses = nlp.update(examples, sgd=optimizer)
+    assert 0 < losses["elmo"] < math.inf  # the squared gradient that reaches the biLM
     changed = [k for k, v in bilm_state(nlp).items() if not torch.equal(v, before[k])]
     assert "forward_lstm.layers.1.recurrent_weight" in changed
     assert "char_cnn.char_embedding.weight" in changed
