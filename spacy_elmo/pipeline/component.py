@@ -121,8 +121,9 @@ def make_elmo(
     components after this one work on the batch before (on the CPU with two torch threads or
     more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other components.
     The layers are those of the component in turn on that many threads, bit for bit.
-    threads: the biLM's torch CPU threads (null: torch's setting, at most the CPUs this
-    process may use; 1 in `nlp.pipe(n_process=N)`'s workers; `util.threads.thread_count`)."""
+    threads: the biLM's torch CPU threads (null: 1 in training; else torch's setting, at most
+    the CPUs this process may use; 1 in `nlp.pipe(n_process=N)`'s workers;
+    `util.threads.bilm_threads`)."""
     return Elmo(
         nlp.vocab,
         model,
@@ -302,7 +303,8 @@ class Elmo(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         set_dropout_rate(self.model, drop)
         self._bilm_as_configured()
-        with torch_threads(bilm_threads(self.cfg["threads"])):
+        threads = bilm_threads(self.cfg["threads"], training=True)
+        with torch_threads(threads):
             layers, backprop_layers = self.model.begin_update(docs)
         ops = self.model.ops
         d_layers = [ops.alloc(x.shape, dtype="float32") for x in layers]
@@ -319,7 +321,8 @@ class Elmo(TrainablePipe):
 
         def backprop(one_d_layers: List[Floats3d]) -> List[Doc]:
             accumulate_gradient(one_d_layers)
-            d_docs = backprop_layers(d_layers)
+            with torch_threads(threads):
+                d_docs = backprop_layers(d_layers)
             if sgd is not None:
                 self.finish_update(sgd)
             return d_docs

@@ -108,10 +108,14 @@ def use_threads(threads: int | None, what: str = "--threads") -> int:
     return count
 
 
-def bilm_threads(threads: int | None, overlapped: bool = False) -> int:
+def bilm_threads(threads: int | None, *, overlapped: bool = False, training: bool = False) -> int:
     """The torch threads of the `elmo` component's biLM: `thread_count` of its `threads`
-    setting, one fewer when it runs beside the caller (`overlap`: a core left to the
-    components after it; 0 where there is no core to spare)."""
+    setting; by default (null) one in training, where torch's threads beside other work wait
+    on each other for most of the time (`spacy train` 10x slower: docs/performance.md) and a
+    second thread gains little. One fewer when the biLM runs beside the caller (`overlap`: a
+    core left to the components after it; 0 where there is no core to spare)."""
+    if threads is None and training:
+        threads = 1
     return thread_count(threads, "the elmo component's threads") - int(overlapped)
 
 

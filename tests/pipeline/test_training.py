@@ -75,8 +75,17 @@ def test_listeners_train_their_own_mixes_with_a_frozen_cached_bilm(bilm_dir, dat
     before = bilm_state(nlp)
     optimizer = nlp.create_optimizer()
     optimizer.learn_rate = 0.05
+    threads_seen = []
+
+    def record_threads(module, args, output) -> None:
+        if isinstance(module, BiLM):
+            threads_seen.append(torch.get_num_threads())
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record_threads)
     with counted_bilm_tokens() as bilm_tokens:
         first = nlp.update(examples, sgd=optimizer)  # first epoch: the biLM runs on every one
+        handle.remove()
+        assert set(threads_seen) == {1}  # by default the biLM trains on one torch thread
         assert bilm_tokens == [sum(len(eg.predicted) for eg in examples)]
         for _ in range(5):
             losses = nlp.update(examples, sgd=optimizer)

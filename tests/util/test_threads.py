@@ -95,6 +95,14 @@ def test_the_component_takes_the_usable_cpus_and_warns_once_beyond_them(
         assert cpu_threads.bilm_threads(2) == 2  # once per process
 
 
+def test_the_bilm_trains_on_one_thread_unless_its_setting_says_otherwise(two_threads):
+    """Beside other work torch's threads wait on each other (spacy train 10x slower:
+    docs/performance.md#threads-on-a-shared-machine); prediction keeps torch's count."""
+    assert cpu_threads.bilm_threads(None, training=True) == 1
+    assert cpu_threads.bilm_threads(2, training=True) == 2
+    assert cpu_threads.bilm_threads(None) == min(2, usable_cpus()[0])
+
+
 def test_a_forked_child_takes_one_thread_whatever_the_setting(monkeypatch):
     """The OpenMP pool of the parent does not survive `fork` (`nlp.pipe(n_process=N)`)."""
     monkeypatch.setattr(cpu_threads, "_IMPORTED_IN", os.getpid() + 1)
