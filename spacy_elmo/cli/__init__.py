@@ -1,7 +1,8 @@
 """The `spacy-elmo` command line: one module per command, each wiring a library function.
 
 `main` sets the signal handlers first, then imports the commands (torch and spaCy take seconds):
-Ctrl-C or SIGTERM at any moment prints one line and ends with 130 or 143 (util/signals.py).
+Ctrl-C, SIGTERM or SIGHUP at any moment prints one line and ends with 128 + its number
+(util/signals.py).
 """
 
 from __future__ import annotations
@@ -10,10 +11,16 @@ from typing import Any
 
 
 def main() -> None:
-    from ..util.signals import exit_on_signals
+    from ..util import signals
 
-    exit_on_signals()
-    _app()(prog_name="spacy-elmo")
+    signals.handle_signals()
+    try:
+        _app()(prog_name="spacy-elmo")
+    except signals.Stopped as stopped:  # before or after a command (which ends its own)
+        import sys
+
+        sys.stderr.write(f"{signals.LINES[stopped.signum]}\n")
+        sys.exit(128 + stopped.signum)
 
 
 def _app() -> Any:

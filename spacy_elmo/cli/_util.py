@@ -228,3 +228,19 @@ def check_new_output(path: Path, force: bool, inputs: list[Path]) -> None:
     check_output(path, inputs)
     if path.exists() and not force:
         raise ValueError(f"output {path} exists; use --force to replace it")
+
+
+def warn_if_raw(path: Path, name: Optional[str] = None) -> bool:
+    """Warn when pre-tokenised input looks like raw text (punctuation stuck to words): whether
+    it did. `embed` and `embed-corpus` read their input the same way and warn the same."""
+    from ..corpus.embed_file import raw_looking_token
+
+    found = raw_looking_token(path, name=name)
+    if found is not None:
+        number, token = found
+        typer.echo(
+            f"warning: {name or path} line {number} has the token '{token}', which looks like raw "
+            "text; lines are split on spaces only: give --raw (and --lang) to tokenise them",
+            err=True,
+        )
+    return found is not None

@@ -2,9 +2,8 @@
 
 ValueError, OSError, ImportError and config errors are the user's to fix: `error: <what>`, exit
 code 1. Anything else is a fault of spacy-elmo: one line naming it, exit code 2, and the
-traceback when SPACY_ELMO_TRACEBACK=1. Ctrl-C and SIGTERM end the command with one line and 130
-or 143, after its cleanup has run (temporary files removed, processes it started ended),
-wherever the signal lands (`util.signals`).
+traceback when SPACY_ELMO_TRACEBACK=1. A signal (`util.signals`: Ctrl-C, SIGTERM, SIGHUP) ends
+the command with one line and 128 + its number, after its cleanup has run.
 """
 
 from __future__ import annotations
@@ -12,12 +11,13 @@ from __future__ import annotations
 import configparser
 import functools
 import os
+import signal
 from typing import Any, Callable, NoReturn, Optional
 
 import typer
 
 from .. import __version__
-from ..util.signals import StopOnSignal, signal_behind
+from ..util import signals
 
 # Help is never cut at 80 columns.
 CONTEXT = {"max_content_width": 120, "help_option_names": ["-h", "--help"]}
@@ -74,22 +74,18 @@ def guard(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def run(*args: Any, **kwargs: Any) -> Any:
-        stops = StopOnSignal()
+        signals.forget()
         try:
-            with stops:
-                result = function(*args, **kwargs)
+            result = function(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):
-            # Exited on its own, or by a handler that was not ours (sys.exit(15)): a signal
-            # received meanwhile is still the exit code.
-            _end_by_signal(stops.ended_by())
+            end_if_signalled()  # a signal received meanwhile is still the exit code
             raise
         except BaseException as error:  # noqa: BLE001 - the one place that reports faults
-            _end_by_signal(signal_behind(error) or stops.ended_by())
+            end_if_signalled(error)
             if not isinstance(error, Exception):
                 raise
             if isinstance(error, _user_errors()):
                 fail(_message(error))
-            # raised inside an extension's call (a SystemError), or a fault
             if os.environ.get(TRACEBACK_VARIABLE) == "1":
                 raise
             fail(
@@ -98,15 +94,18 @@ def guard(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
                 "please report it",
                 code=2,
             )
-        # A signal whose exception was swallowed where it landed: never an exit code of 0.
-        _end_by_signal(stops.ended_by())
+        end_if_signalled()  # a signal whose exception was swallowed where it landed
         return result
 
     return run
 
 
-def _end_by_signal(ended: Optional[tuple[str, int]]) -> None:
-    """End the command with the signal's line and exit code, if a signal ended it."""
+def end_if_signalled(error: Optional[BaseException] = None) -> None:
+    """End the command with the signal's line and exit code if a signal was received (or
+    `error` is Ctrl-C's KeyboardInterrupt, where no handler of ours was set)."""
+    ended = signals.received()
+    if ended is None and isinstance(error, KeyboardInterrupt):
+        ended = (signals.LINES[signal.SIGINT], 128 + signal.SIGINT)
     if ended is not None:
         typer.echo(ended[0], err=True)
         raise typer.Exit(code=ended[1])

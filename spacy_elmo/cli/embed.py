@@ -94,7 +94,7 @@ def _embed(
     if opt.is_pretokenized(given.pretokenized, given.lang, given.pipeline, default=True):
         tokenize = whitespace_tokenizer
         if given.pretokenized is None:
-            warn_if_raw(input_file, input_name)
+            opt.warn_if_raw(input_file, input_name)
     else:
         tokenize = spacy_tokenizer(given.lang, given.pipeline)
     bilm = BiLM.from_source(source, stateful=given.stateful).to(device)
@@ -114,17 +114,3 @@ def _embed(
         **({"max_tokens": given.max_tokens} if given.max_tokens is not None else {}),
     )
     typer.echo(f"wrote {count} sentences to {output_file}")
-
-
-def warn_if_raw(path: Path, name: Optional[str] = None) -> None:
-    """Warn once when pre-tokenised input looks like raw text (punctuation stuck to words)."""
-    from ..corpus.embed_file import raw_looking_token
-
-    found = raw_looking_token(path, name=name)
-    if found is not None:
-        number, token = found
-        typer.echo(
-            f"warning: {name or path} line {number} has the token '{token}', which looks like raw "
-            "text; lines are split on spaces only: give --raw (and --lang) to tokenise them",
-            err=True,
-        )

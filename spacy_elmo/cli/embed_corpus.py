@@ -55,6 +55,12 @@ def embed_corpus(
     if top and average:
         raise ValueError("choose at most one of --top and --average")
     opt.import_code(code)
+    if pretokenized is None and lang is None and pipeline is None:  # as `embed` warns
+        from ..corpus.plan import find_inputs
+
+        for path in find_inputs(input, (".txt",))[1]:
+            if opt.warn_if_raw(path):
+                break  # one warning says it
     result = run(
         input,
         output_dir,

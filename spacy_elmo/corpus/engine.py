@@ -5,10 +5,12 @@ shared storage and writes to shared storage, so the driver moves no data, only s
 and results; an actor keeps its model between shards; and Ray's actor restarts retry the shard
 of a worker that was killed (docs/corpus.md argues the choice).
 
-`Cluster(workers=N)` starts a local Ray instance for the run and ends it after (its processes
-end when the driver ends, even by SIGKILL: Ray's fate sharing, and reaper.py for the agents
-that outlive it); `Cluster(address=...)` (or RAY_ADDRESS) joins a running cluster and leaves it
-running.
+`Cluster(workers=N)` starts a local Ray instance for the run and ends it after: `ray.shutdown()`,
+then whatever is left of the processes the run started (its new descendants, recorded while it
+runs; reaper.py ends them if the driver is killed); `Cluster(address=...)` (or RAY_ADDRESS)
+joins a running cluster and leaves it running. Ray's log lines written while it starts and ends
+are dropped, and `ray.init` runs in a thread of its own so that Ray leaves the command's signal
+handlers as they are (`util.signals`).
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ import resource
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 from ..util.extras import install_hint
-from ..util.signals import handlers_kept, shielded
-from .reaper import end_processes, own_processes, start_reaper, stop_reaper
+from ..util.signals import deferred
+from .reaper import descendants, end_processes, start_reaper, stop_reaper
 
 # A killed worker is restarted (each time: an overnight run may lose many), and the shard it was
 # running is retried this many times (a shard that kills every worker it meets then fails).
@@ -39,18 +43,10 @@ QUEUE_PER_WORKER = 1
 WAIT_SECONDS = 1.0
 # The local instance's shared-memory object store: only shard names and results pass through.
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2
-# What Ray's C++ code writes to standard error while it starts: while it looks for this
-# machine's IP address (it tries to reach 8.8.8.8 first), "[... W ...] network_util.cc:330:
-# Failed to determine local IP via external connectivity to: ...", and the log level it read
-# from RAY_BACKEND_LOG_LEVEL, "[... I ...] logging.cc:303: Set ray log level ...". Dropped under
-# --quiet.
-RAY_PROBE_LINE = re.compile(
-    rb"^\[[^\]]*\] (network_util\.cc:\d+: |logging\.cc:\d+: Set ray log level)"
-)
-# What Ray's C++ code writes to standard error when it is shut down with shards running (the
-# command was interrupted): "[... E ...] task_manager.cc:1545: Failed to push error to driver
-# for task ...". Always dropped: the command says why it ended.
-RAY_SHUTDOWN_LINE = re.compile(rb"^\[[^\]]*\] task_manager\.cc:\d+: Failed to push error to driver")
+# A line of Ray's own log (glog's form, "[2026-12-07 04:07:19,320 W 12927 12928] file.cc:330:
+# ..."), which its C++ code writes to standard error while it starts (its IP probe, the log
+# level it read) and ends (the shards it could not report): dropped.
+RAY_LOG_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
 
 
 class Job(Protocol):
@@ -111,6 +107,7 @@ class RunStats:
 
 def require_ray():
     """The `ray` module, or ImportError saying how to install it."""
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # read at Ray's import
     try:
         import ray
     except ImportError:
@@ -192,16 +189,22 @@ def run_tasks(
         cpus = usable_cpus()[0]  # this machine's cores, fewer under a container's CPU quota
         threads = threads or max(1, cpus // (workers or cpus))
         workers = workers or max(1, cpus // threads)
-    before = own_processes()  # the driver's processes from before: not Ray's to end
+    if not local:
+        from .ray_address import check_ray_address
+
+        check_ray_address(address)  # ray.init waits without end when nothing answers there
+    before = descendants()  # the driver's processes from before: not the run's to end
+    started: dict[int, int] = {}
     reaper = None
+    init = _init_local if local else _init_join
+    starter = _RayThread(init, ray, max(cpus, workers * threads) if local else address)
     try:
-        with handlers_kept(), _probe_lines_dropped(not progress):
+        with _ray_lines_dropped(), deferred():  # a signal is acted on once Ray has started
             if local:
-                with shielded():  # a watchdog that is never left behind
-                    reaper = start_reaper()
-                _init_local(ray, cpus=max(cpus, workers * threads))
-            else:
-                _init_join(ray, address)
+                reaper = start_reaper()
+            starter.start()
+            starter.ready.result()
+        started.update(_new(before, reaper))
         resources = ray.cluster_resources()
         node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         if not local:
@@ -221,6 +224,7 @@ def run_tasks(
         actors = [actor_class.remote(job, threads, cluster.gpus_per_worker) for _ in range(workers)]
         for info in _gather(ray, [a.setup.remote() for a in actors]):
             _count_worker(stats, info)
+        started.update(_new(before, reaper))  # the workers
         stats.startup_seconds = time.perf_counter() - start
         bar = tqdm(
             total=sum(task.lines for task in tasks),
@@ -235,7 +239,8 @@ def run_tasks(
         stats.run_seconds = time.perf_counter() - start - stats.startup_seconds
     finally:
         closing = time.perf_counter()
-        _end_ray(ray, before, reaper)
+        _end_ray(ray, before, started, reaper)
+        starter.done.set()
         stats.shutdown_seconds = time.perf_counter() - closing
     return stats
 
@@ -336,33 +341,51 @@ def _check_resources(resources, node_cpus, workers, threads, gpus, address) -> N
         )
 
 
-def _end_ray(ray, before: dict[int, int], reaper) -> None:
-    """Disconnect from Ray and end every process that its start left below this one (a local
-    instance's, or a start cut short by a signal), then the watchdog; a signal meanwhile waits
-    until they are gone (`shielded`), so that the command never exits before its processes."""
-    with shielded():
-        started = {
-            pid: start
-            for pid, start in own_processes().items()
-            if before.get(pid) != start and (reaper is None or pid != reaper.pid)
-        }
+class _RayThread(threading.Thread):
+    """`ray.init` off the main thread, so that Ray sets no signal handler of its own; the thread
+    lives until the run has ended Ray (`done`), since the processes Ray starts from it end with
+    it (PR_SET_PDEATHSIG)."""
+
+    def __init__(self, init: Callable[..., None], *args: Any) -> None:
+        super().__init__(name="ray-start", daemon=True)
+        self.init, self.args, self.ready, self.done = init, args, Future(), threading.Event()
+
+    def run(self) -> None:
         try:
-            with _probe_lines_dropped(True, RAY_SHUTDOWN_LINE):
-                ray.shutdown()
+            self.init(*self.args)
+        except BaseException as error:  # noqa: BLE001 - raised on the main thread
+            self.ready.set_exception(error)
+            return
+        self.ready.set_result(None)
+        self.done.wait()
+
+
+def _new(before: dict[int, int], reaper) -> dict[int, int]:
+    """The processes below this one that the run started (pid -> start time)."""
+    found = descendants()
+    return {
+        pid: start
+        for pid, start in found.items()
+        if before.get(pid) != start and (reaper is None or pid != reaper.pid)
+    }
+
+
+def _end_ray(ray, before: dict[int, int], started: dict[int, int], reaper) -> None:
+    """Disconnect from Ray (ending a local instance), then end what is left of the processes
+    the run started, then the watchdog; a signal meanwhile waits until they are gone."""
+    with deferred(), _ray_lines_dropped():
+        started.update(_new(before, reaper))
+        try:
+            ray.shutdown()
         finally:
             end_processes(started)
             stop_reaper(reaper)
 
 
 @contextmanager
-def _probe_lines_dropped(quiet: bool, lines: re.Pattern = RAY_PROBE_LINE) -> Iterator[None]:
-    """With `quiet`, what is written to standard error (file descriptor 2, where Ray's C++ code
-    writes) is held back, and passed on without Ray's `lines` (by default its IP probe lines,
-    RAY_PROBE_LINE) at the end, however the block ends. (Ray's own processes log to their
-    files, not to it.)"""
-    if not quiet:
-        yield
-        return
+def _ray_lines_dropped() -> Iterator[None]:
+    """What is written to standard error (file descriptor 2, where Ray's C++ code writes) is
+    held back, and passed on without Ray's own log lines (RAY_LOG_LINE) at the end."""
     sys.stderr.flush()
     kept = os.dup(2)
     with tempfile.TemporaryFile() as held:
@@ -375,7 +398,7 @@ def _probe_lines_dropped(quiet: bool, lines: re.Pattern = RAY_PROBE_LINE) -> Ite
             os.close(kept)
             held.seek(0)
             written = held.read().splitlines(keepends=True)
-            passed = b"".join(line for line in written if not lines.match(line))
+            passed = b"".join(line for line in written if not RAY_LOG_LINE.match(line))
             if passed:
                 os.write(2, passed)
 
@@ -396,9 +419,6 @@ def _init_local(ray, cpus: int) -> None:
 
 
 def _init_join(ray, address: str) -> None:
-    from .ray_address import check_ray_address
-
-    check_ray_address(address)  # ray.init waits without end when nothing answers there
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)

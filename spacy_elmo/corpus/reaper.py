@@ -1,9 +1,12 @@
-"""Ends the processes of a local Ray instance when its driver ends, however it ends (Linux).
+"""The processes a corpus run started, ended with it however it ends (Linux: /proc).
 
-Ray kills its raylet and GCS with the driver (kernel fate sharing), but the raylet's own
-children (the dashboard and runtime-env agents) outlive a driver killed by SIGKILL. This
-watchdog, started by the driver, notes the driver's new Ray descendants every half second; when
-the driver is gone (its pipe to us closes) it kills those that are still running.
+The driver ends its local Ray instance with `ray.shutdown()` and then whatever is left of the
+processes it started: its descendants that were not there before Ray started, recorded while
+the run lasts (a raylet's agents outlive the raylet, and are no longer below the driver once it
+is gone). A driver killed by SIGKILL ends nothing; this watchdog, started by the driver, records
+the driver's new descendants every half second and, when the driver is gone (its pipe to us
+closes), kills those still running. Nothing else is ended: not another run's processes, not a
+process that merely shares the driver's process group or has "ray" in its command line.
 
     python reaper.py DRIVER_PID   (stdin: a pipe from the driver; "+" on stdout when ready)
 """
@@ -20,8 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 POLL_SECONDS = 0.5
-# How long `end_processes` waits for the processes it killed to be gone.
-END_WAIT_SECONDS = 10.0
+END_WAIT_SECONDS = 10.0  # how long `end_processes` waits for the processes it killed
 
 
 def start_reaper() -> Optional[subprocess.Popen]:
@@ -49,46 +51,43 @@ def stop_reaper(reaper: Optional[subprocess.Popen]) -> None:
             reaper.kill()
 
 
-def _stat(pid: int) -> Optional[tuple[int, int]]:
-    """(parent pid, start time) of a process, None if it is gone."""
+def _stat(pid: int) -> Optional[tuple[str, int, int]]:
+    """(state letter, parent pid, start time) of a process, None if it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[1]), int(fields[19])
+    return fields[0], int(fields[1]), int(fields[19])
 
 
-def _state(pid: int) -> Optional[tuple[str, int, int]]:
-    """(state letter, process group, start time) of a process, None if it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[2]), int(fields[19])
-
-
-def own_processes() -> dict[int, int]:
-    """pid -> start time of every process below this one, and of Ray's processes in its process
-    group (Ray starts its processes in the driver's group, where the raylet's children stay
-    when it is gone). Empty where there is no /proc to read."""
-    if not Path("/proc/self/stat").exists():
-        return {}
-    found = _descendants(os.getpid())
-    group = os.getpgid(0)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            state = _state(int(entry))
-            if state is not None and state[1] == group and _is_ray(int(entry)):
-                found.setdefault(int(entry), state[2])
+def descendants(root: Optional[int] = None) -> dict[int, int]:
+    """pid -> start time of every process below `root` (default: this one); empty where there
+    is no /proc to read."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in os.listdir("/proc") if Path("/proc/self/stat").exists() else []:
+        stat = _stat(int(entry)) if entry.isdigit() else None
+        if stat is not None:
+            children.setdefault(stat[1], []).append((int(entry), stat[2]))
+    found, todo = {}, [root]
+    while todo:
+        for child, start in children.get(todo.pop(), []):
+            if child not in found and child != os.getpid():
+                found[child] = start
+                todo.append(child)
     return found
 
 
+def _running(pid: int, start: int) -> bool:
+    """Whether the process `pid` that started at `start` (not a reused pid) still runs."""
+    stat = _stat(pid)
+    return stat is not None and stat[2] == start and stat[0] not in ("Z", "X")
+
+
 def end_processes(processes: dict[int, int], wait: float = END_WAIT_SECONDS) -> list[int]:
-    """Kill (SIGKILL) each of `processes` (pid -> start time) still running and wait, at most
-    `wait` seconds, until each is gone (a zombie whose parent is not this process counts as
-    gone: it runs no more; this process's own are reaped). The pids still running after."""
+    """SIGKILL each of `processes` (pid -> start time) still running and wait, at most `wait`
+    seconds, until each is gone (this process's own children are reaped); the pids left."""
     left = {pid: start for pid, start in processes.items() if _running(pid, start)}
     for pid in left:
         try:
@@ -96,7 +95,7 @@ def end_processes(processes: dict[int, int], wait: float = END_WAIT_SECONDS) -> 
         except OSError:
             pass
     deadline = time.monotonic() + wait
-    while left:
+    while left and time.monotonic() < deadline:
         for pid in list(left):
             try:
                 os.waitpid(pid, os.WNOHANG)  # ours: reaped; another's: ChildProcessError
@@ -104,64 +103,22 @@ def end_processes(processes: dict[int, int], wait: float = END_WAIT_SECONDS) -> 
                 pass
             if not _running(pid, left[pid]):
                 del left[pid]
-        if not left or time.monotonic() > deadline:
-            break
         time.sleep(0.02)
     return sorted(left)
 
 
-def _running(pid: int, start: int) -> bool:
-    """Whether the process `pid` that started at `start` (not a reused pid) still runs."""
-    state = _state(pid)
-    return state is not None and state[2] == start and state[0] not in ("Z", "X")
-
-
-def _descendants(root: int) -> dict[int, int]:
-    """pid -> start time of every process below `root`."""
-    children: dict[int, list[int]] = {}
-    starts: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat is not None:
-                children.setdefault(stat[0], []).append(int(entry))
-                starts[int(entry)] = stat[1]
-    found, todo = {}, [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found and child != os.getpid():
-                found[child] = starts[child]
-                todo.append(child)
-    return found
-
-
-def _is_ray(pid: int) -> bool:
-    try:
-        return b"ray" in Path(f"/proc/{pid}/cmdline").read_bytes().lower()
-    except OSError:
-        return False
-
-
 def watch(driver: int) -> None:
-    earlier = _descendants(driver)  # the driver's own children from before: not ours to end
+    earlier = descendants(driver)  # the driver's children from before: not the run's to end
     os.write(sys.stdout.fileno(), b"+")
     seen: dict[int, int] = {}
-    while True:
-        for pid, start in _descendants(driver).items():
-            if earlier.get(pid) != start and pid not in seen and _is_ray(pid):
-                seen[pid] = start
+    while _stat(driver) is not None:
+        for pid, start in descendants(driver).items():
+            if earlier.get(pid) != start:
+                seen.setdefault(pid, start)
         ready, _, _ = select.select([sys.stdin], [], [], POLL_SECONDS)
         if ready and not os.read(sys.stdin.fileno(), 1024):
             break  # the pipe closed: the driver is done or dead
-        if _stat(driver) is None:
-            break
-    for pid, start in seen.items():
-        stat = _stat(pid)
-        if stat is not None and stat[1] == start:  # the same process, not a reused pid
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    end_processes(seen, wait=0)
 
 
 if __name__ == "__main__":

@@ -27,12 +27,12 @@ import pytest
 from spacy_elmo import BiLM
 from spacy_elmo.corpus import Cluster, apply_corpus, embed_corpus
 from spacy_elmo.corpus.embed import EmbedJob
+from spacy_elmo.corpus.embed_file import embed_file
 from spacy_elmo.corpus.manifest import MANIFEST_NAME, read_manifest
 from spacy_elmo.corpus.plan import plan_inputs
-from spacy_elmo.corpus.reaper import _descendants
+from spacy_elmo.corpus.reaper import descendants
 from spacy_elmo.corpus.runner import CorpusRunError, run_corpus
 from spacy_elmo.corpus.temporary import MARK
-from spacy_elmo.corpus.embed_file import embed_file
 from spacy_elmo.util.files import file_sha256
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -98,7 +98,7 @@ def wait_gone(before: dict[int, str], seconds: float = 20.0) -> dict[int, str]:
     the module cluster's (below this process; a dead driver's orphans are not)."""
     deadline = time.monotonic() + seconds
     while True:
-        ours = _descendants(os.getpid())
+        ours = descendants()
         left = {
             pid: args
             for pid, args in ray_processes().items()
@@ -456,9 +456,9 @@ def test_whole_parts_of_an_interrupted_run_are_reused_never_others(
 ):
     """A part left whole by an interrupted run (same input, model, options) is joined without
     being embedded again; parts of another input or model (another key) are deleted unused."""
-    from spacy_elmo.weights.sources import resolve_source
     from spacy_elmo.corpus.embed import model_identity
     from spacy_elmo.corpus.manifest import work_key
+    from spacy_elmo.weights.sources import resolve_source
 
     text = write(tmp_path / "in" / "big.txt", sentences(30, seed=40))
     out = tmp_path / "out"
@@ -507,3 +507,34 @@ def test_a_name_that_is_not_utf8_is_kept_whole_through_ray(tmp_path, cluster, ti
     )
     assert again.stats is None and len(again.skipped) == 2
     assert user.read_text() == "a user's own file"
+
+
+def test_two_runs_side_by_side_end_only_their_own_processes(tmp_path, tiny):
+    """Two `embed-corpus` runs started from one script (one process group), each with its local
+    Ray instance, and a bystander whose command line holds "ray" (a `x-ray-report` job): both
+    runs finish, whichever ends first, and the bystander is still running after both."""
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", "x-ray-report", "arrays"]
+    )
+    runs = []
+    try:
+        for name, lines in (("short", 6), ("long", 400)):
+            write(tmp_path / name / "in" / "a.txt", sentences(lines, seed=len(name)))
+            argv = [sys.executable, "-m", "spacy_elmo.cli", "embed-corpus"]
+            argv += [str(tmp_path / name / "in"), str(tmp_path / name / "out"), "-q"]
+            argv += ["--options", tiny["options_file"], "--weights", tiny["weights_file"]]
+            argv += ["--workers", "1", "--shard-lines", "50"]
+            env = {**os.environ, "PYTHONPATH": str(REPO)}
+            runs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True, env=env))  # fmt: skip
+        for run in runs:
+            out, err = run.communicate(timeout=600)
+            assert run.returncode == 0, err
+            assert err == "", err  # nothing of Ray's on the terminal
+        assert bystander.poll() is None, "the bystander was killed"
+    finally:
+        bystander.kill()
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+    assert sorted(read_manifest(tmp_path / "long" / "out")) == ["a.hdf5"]

@@ -114,6 +114,29 @@ def test_the_report_counts_what_the_command_reads(tmp_path, monkeypatch, command
         importlib.import_module(f"spacy_elmo.corpus.{module}"), function, lambda *a, **k: done
     )
     args = ["blank:en"] if command == "apply" else []
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("one line\n", encoding="utf-8")
     result = run(command, *args, str(tmp_path / "in"), str(tmp_path / "out"), "-q")
     assert result.exit_code == 0, result.output
     assert f"wrote 1 outputs (5 {unit}, 2.5/s on 1 workers" in result.output
+
+
+@pytest.mark.parametrize(
+    "given", [[], ["--pretokenized"], ["--raw"]], ids=["default", "tokens", "raw"]
+)
+def test_embed_corpus_warns_of_raw_looking_text_as_embed_does(tmp_path, given, inline, bilm_dir):
+    """The default reads lines as tokens: a line that looks like raw text gets `embed`'s
+    warning, once for the corpus; saying which kind the input is silences it."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("the cat sat .\n", encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_text("Hello, world.\nIt's raw.\n", encoding="utf-8")
+    result = run(
+        "embed-corpus", str(tmp_path / "in"), str(tmp_path / "out"), "-m", str(bilm_dir), "-q",
+        *given,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    warning = (
+        f"warning: {tmp_path / 'in' / 'b.txt'} line 1 has the token 'Hello,', which looks like "
+        "raw text; lines are split on spaces only: give --raw (and --lang) to tokenise them\n"
+    )
+    assert result.stderr == (warning if given == [] else "")

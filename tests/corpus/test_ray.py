@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
 import signal
 import subprocess
 import sys
