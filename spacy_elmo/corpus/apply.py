@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..util.files import file_sha256, files_sha256
+from ..util.files import atomic_path, files_sha256
 from .embed_file import LineRange, read_lines
 from .engine import Cluster
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
-from .temporary import owned_atomic_path
+from .temporary import staged, staged_result
 
 APPLY_SUFFIXES = (".jsonl", ".txt", ".spacy")
 DEFAULT_SHARD_DOCS = 2000
@@ -49,27 +49,23 @@ class ApplyJob:
     def run(self, nlp: Any, payload: dict[str, Any]) -> dict[str, Any]:
         from spacy.tokens import Doc, DocBin
 
-        output = Path(payload["output"])
-        if payload["kind"] == "join":
-            merged = DocBin(store_user_data=True)
-            for part in payload["parts"]:
-                merged.merge(DocBin(store_user_data=True).from_bytes(Path(part).read_bytes()))
-            with owned_atomic_path(output) as tmp:
-                tmp.write_bytes(merged.to_bytes())
-            return {"lines": len(merged), "sha256": file_sha256(output)}
+        output, install = Path(payload["output"]), payload["kind"] == "part"
         docbin = DocBin(store_user_data=True)
-        stream = read_documents(Path(payload["input"]), payload.get("range"), self.text_key, nlp)
-        drop_layers = Doc.has_extension("elmo_layers")
-        for doc in nlp.pipe(stream, batch_size=self.batch_size):
-            if drop_layers:
-                doc._.elmo_layers = None
-            docbin.add(doc)
-        with owned_atomic_path(output) as tmp:
+        if payload["kind"] == "join":
+            for part in payload["parts"]:
+                docbin.merge(DocBin(store_user_data=True).from_bytes(Path(part).read_bytes()))
+        else:
+            stream = read_documents(
+                Path(payload["input"]), payload.get("range"), self.text_key, nlp
+            )
+            drop_layers = Doc.has_extension("elmo_layers")
+            for doc in nlp.pipe(stream, batch_size=self.batch_size):
+                if drop_layers:
+                    doc._.elmo_layers = None
+                docbin.add(doc)
+        with staged(output, install) as stage, atomic_path(stage) as tmp:
             tmp.write_bytes(docbin.to_bytes())
-        result = {"lines": len(docbin)}
-        if payload["kind"] == "whole":
-            result["sha256"] = file_sha256(output)
-        return result
+        return staged_result(len(docbin), stage, install)
 
     def options(self) -> dict[str, Any]:
         return {"command": "apply", "text_key": self.text_key}

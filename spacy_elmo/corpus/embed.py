@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..util.files import file_sha256
+from ..util.files import atomic_path
 from .embed_file import MAX_TOKENS, OUTPUT_FORMATS, dataset_options, write_sentence_to_index
 from .engine import Cluster
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
-from .temporary import owned_atomic_path, staged
+from .temporary import staged, staged_result
 
 DEFAULT_SHARD_LINES = 2000
 
@@ -60,12 +60,13 @@ class EmbedJob:
     def run(self, state: Any, payload: dict[str, Any]) -> dict[str, Any]:
         from .embed_file import embed_file
 
-        output = Path(payload["output"])
+        output, install = Path(payload["output"]), payload["kind"] == "part"
         if payload["kind"] == "join":
-            lines = join_hdf5([Path(p) for p in payload["parts"]], output)
-            return {"lines": lines, "sha256": file_sha256(output)}
+            with staged(output, install) as stage:
+                lines = join_hdf5([Path(p) for p in payload["parts"]], stage)
+            return staged_result(lines, stage, install)
         bilm, tokenize = state
-        with staged(output) as stage:  # a temporary name the run knows for its own
+        with staged(output, install) as stage:  # a temporary name the run knows for its own
             lines = embed_file(
                 bilm,
                 payload["input"],
@@ -79,10 +80,7 @@ class EmbedJob:
                 compression=self.compression,
                 lines=payload.get("range"),
             )
-        result = {"lines": lines}
-        if payload["kind"] == "whole":
-            result["sha256"] = file_sha256(output)
-        return result
+        return staged_result(lines, stage, install)
 
     @property
     def quantize(self) -> Optional[str]:
@@ -117,7 +115,7 @@ def join_hdf5(parts: list[Path], output: Path) -> int:
 
     sentence_to_index: dict[str, str] = {}
     lines = 0
-    with owned_atomic_path(output) as tmp:
+    with atomic_path(output) as tmp:
         with h5py.File(tmp, "w") as out:
             for part in parts:
                 with h5py.File(part, "r") as source:

@@ -10,8 +10,8 @@ from typing import Callable, Iterator, Optional
 
 import numpy
 
-from ..util.files import atomic_path, check_output
 from ..bilm import BiLM
+from ..util.files import atomic_path, check_output
 
 OUTPUT_FORMATS = ("all", "top", "average")
 # Longer lines run as consecutive windows of this many tokens (like the spaCy component's

@@ -152,9 +152,11 @@ def make_record(
     model: dict[str, Any],
     options: dict[str, Any],
     output_sha256: str,
+    written: Optional[Path] = None,
 ) -> dict[str, Any]:
-    """The record of a finished output (its size and mtime read now)."""
-    stat = (output_dir / output_rel).stat()
+    """The record of a finished output (the size and mtime of `written`, the output under its
+    temporary name, else of the output, read now)."""
+    stat = (written or output_dir / output_rel).stat()
     return {
         "output": output_rel.as_posix(),
         "input": str(input_path),

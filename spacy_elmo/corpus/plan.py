@@ -26,6 +26,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 from ..util.files import place
 from .embed_file import LineRange
 
+
 @dataclass(frozen=True)
 class InputFile:
     """One input file, checked: where it is, what it is, and where its output goes."""

@@ -9,23 +9,29 @@ renamed when whole) into `OUTPUT_DIR/REL/.NAME.<suffix>.parts-<key>/` and joined
 names the input's sha256, the model and the options: a re-run after a crash reuses the parts
 that are whole, and never joins parts of another input or model.
 
-A run touches only what it writes: its outputs, their folders of parts, the manifest, the lock
-and the temporary files of those (named as temporary.py says); a user's own files in
-OUTPUT_DIR, `.tmp` or not, are left as they are.
+A run writes new files of its own, each under a temporary name renamed when whole, and deletes
+or replaces only files its own records name: its temporary files (named as temporary.py says),
+its folders of parts, and an output that the manifest records. An output is installed only
+after its record is written (a killed driver leaves an output the next run knows), and a file
+in an output's place that the manifest does not record (a model's, a user's, another
+program's) stops the run before anything is written, naming it.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..util.files import fsync_directory
 from .engine import Cluster, Job, RunStats, Task, run_tasks
 from .lock import output_lock
 from .manifest import (
     MANIFEST_NAME,
+    ManifestWarning,
     append_record,
     compact_manifest,
     is_done,
@@ -77,6 +83,9 @@ def run_corpus(
     """Run `job` over every input not yet done; raise CorpusRunError if a shard failed."""
     output_dir = Path(output_dir).absolute()
     result = CorpusResult()
+    with warnings.catch_warnings():  # said when it is read again, under the lock
+        warnings.simplefilter("ignore", ManifestWarning)
+        _check_replaceable(output_dir, inputs, read_manifest(output_dir))
     with output_lock(output_dir, command):
         records = read_manifest(output_dir)  # before anything is written: it may be refused
         _remove_temporary_files(output_dir, inputs)
@@ -130,7 +139,7 @@ def run_corpus(
                 target = output.parent.parent / whole
                 remaining_parts[target] -= 1
                 return [joins.pop(target)] if remaining_parts[target] == 0 else []
-            item = by_output[output]
+            item, stage = by_output[output], Path(outcome["staged"])
             record = make_record(
                 output_dir,
                 item.output_rel,
@@ -140,8 +149,11 @@ def run_corpus(
                 model,
                 options,
                 outcome["sha256"],
+                written=stage,
             )
-            append_record(output_dir, record)
+            append_record(output_dir, record)  # recorded, then installed
+            os.replace(stage, output)
+            fsync_directory(output.parent)
             result.written.append(item.output_rel.as_posix())
             if task.payload["kind"] == "join":
                 _remove_parts(Path(task.payload["parts"][0]).parent)
@@ -158,6 +170,19 @@ def run_corpus(
     if result.failures:
         raise CorpusRunError(result)
     return result
+
+
+def _check_replaceable(output_dir: Path, inputs: list[InputFile], records: dict) -> None:
+    """ValueError naming the first output whose place holds something that the manifest does
+    not record (a run replaces only its own outputs)."""
+    for item in inputs:
+        output = output_dir / item.output_rel
+        if item.output_rel.as_posix() not in records and (output.exists() or output.is_symlink()):
+            raise ValueError(
+                f"output {printable(output)} exists and {MANIFEST_NAME} does not record it: a "
+                "run replaces only the outputs it wrote; move it away or choose another output "
+                "folder"
+            )
 
 
 def _name(item: InputFile, line_range=None) -> str:

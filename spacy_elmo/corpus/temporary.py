@@ -40,20 +40,34 @@ def owned_name(filename: str) -> Optional[str]:
 
 
 @contextmanager
-def staged(path: Path) -> Iterator[Path]:
+def staged(path: Path, install: bool = True) -> Iterator[Path]:
     """A temporary name next to `path`, in the run's family; the block writes it whole (through
-    `atomic_path` or a writer that uses it, such as `embed_file`), and it is then renamed over
-    `path`. An error in the block removes it."""
+    `atomic_path` or a writer that uses it, such as `embed_file`). With `install` it is then
+    renamed over `path` (a part); else it is left for the driver, which installs an output only
+    once the manifest records it (`runner`). An error in the block removes it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     stage = path.parent / f".{path.name}{MARK}{secrets.token_hex(4)}"
     try:
         yield stage
-        os.replace(stage, path)
+        if install:
+            os.replace(stage, path)
     except BaseException:
         stage.unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def staged_result(lines: int, stage: Path, install: bool) -> dict:
+    """What a worker reports of a file it wrote: its lines, and for an output left staged, the
+    stage and its sha256."""
+    from ..util.files import file_sha256
+
+    return (
+        {"lines": lines}
+        if install
+        else {"lines": lines, "staged": str(stage), "sha256": file_sha256(stage)}
+    )
 
 
 @contextmanager

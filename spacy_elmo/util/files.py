@@ -14,9 +14,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
@@ -52,47 +50,24 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def place(path: str | Path, other: str | Path) -> Optional[str]:
-    """Where `path` is on disk with respect to `other`: "is" (the same file or folder),
-    "inside" (in the folder `other`, at any depth), "contains" (the folder `path` holds
-    `other`), or None (apart).
+    """Where `path` is with respect to `other`, their links and `..` resolved: "is" (the same
+    file or folder), "inside" (in the folder `other`, at any depth), "contains" (the folder
+    `path` holds `other`), or None (apart). Paths that do not exist yet are placed by name.
 
-    Files and folders are known by what they are (device and inode, as `os.path.samefile`),
-    not by how they are named: a symlink, a `..` path or a bind mount reaching the same folder
-    is that folder. The folders above each are walked with their links resolved; a path that
-    does not exist yet is placed by the folders above it that do.
-    """
-    path, other = Path(path).absolute(), Path(other).absolute()  # ".." kept: after a link
-    path_id, other_id = _identity(path), _identity(other)
-    if path_id is not None and path_id == other_id:
+    Only names are compared: what writes into a folder reached some other way (a bind mount)
+    is kept safe by the general rule, that a command writes new files of its own and replaces
+    or deletes only files its own records name."""
+    path, other = Path(path).resolve(), Path(other).resolve()
+    if path == other:
         return "is"
-    if path_id is None and other_id is None and path.resolve() == other.resolve():
-        return "is"  # neither exists yet: by name
-    if other_id is not None and other_id in _folders_above(path):
+    if other in path.parents:
         return "inside"
-    if path_id is not None and path_id in _folders_above(other):
-        return "contains"
-    # Through a folder mounted inside one of them, which no walk up from the other's own path
-    # passes through
-    if path_id is not None and _holds_by_mount(path, other, other_id):
-        return "contains"
-    if other_id is not None and _holds_by_mount(other, path, path_id):
-        return "inside"
-    return None
-
-
-def _holds_by_mount(folder: Path, item: Path, item_id: Optional[tuple[int, int]]) -> bool:
-    """Whether a folder mounted inside `folder` is `item` (identity `item_id`) or above it."""
-    mounts = _mounts_below(folder)
-    if not mounts:
-        return False
-    item_and_above = _folders_above(item) | {item_id}
-    return any(_identity(mount) in item_and_above for mount in mounts)
+    return "contains" if path in other.parents else None
 
 
 def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "input") -> None:
     """ValueError when the output folder `output` is, is inside or contains one of `others`
-    (inputs that writing it would overwrite, or that would be read back as its own output),
-    however each is reached (`place`)."""
+    (inputs that writing it would overwrite, or that would be read back as its own output)."""
     for other in others:
         where = place(output, other)
         if where is not None:
@@ -100,51 +75,6 @@ def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "i
             raise ValueError(
                 f"output {output} {problem} the {what} {other}: choose another output folder"
             )
-
-
-def _identity(path: Path) -> Optional[tuple[int, int]]:
-    """(device, inode) of what `path` names, links followed; None if it does not exist."""
-    try:
-        stat = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return stat.st_dev, stat.st_ino
-
-
-def _folders_above(path: Path) -> set[tuple[int, int]]:
-    """(device, inode) of every folder above `path`, its links and `..` resolved (a folder
-    reached through a bind mount has the identity of the mounted folder)."""
-    return {i for i in map(_identity, path.resolve().parents) if i is not None}
-
-
-def _mounts_below(folder: Path) -> list[Path]:
-    """The mount points strictly inside `folder`: a folder mounted there is held by `folder`
-    though no walk up from the mounted folder's own path passes through it."""
-    if not folder.is_dir():
-        return []
-    root = folder.resolve()
-    return [mount for mount in _mount_points() if root in mount.parents]
-
-
-_MOUNTS: list = [float("-inf"), ()]  # when read, the mount points then
-
-
-def _mount_points() -> tuple[Path, ...]:
-    """Every mount point of this process (Linux: /proc/self/mountinfo; none where it cannot be
-    read), read again at most once a second: a corpus check places every input file."""
-    if time.monotonic() - _MOUNTS[0] > 1.0:
-        try:
-            with open("/proc/self/mountinfo", encoding="utf-8") as lines:
-                points = [fields[4] for fields in map(str.split, lines) if len(fields) > 4]
-        except OSError:
-            points = []
-        # octal-escaped: \040 is a space
-        unescape = re.compile(r"\\([0-7]{3})")
-        _MOUNTS[:] = [
-            time.monotonic(),
-            tuple(Path(unescape.sub(lambda m: chr(int(m.group(1), 8)), p)) for p in points),
-        ]
-    return _MOUNTS[1]
 
 
 def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:
@@ -156,6 +86,8 @@ def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:
     for item in inputs:
         item = Path(item)
         where = place(output, item)
+        if output.exists() and item.exists() and os.path.samefile(output, item):
+            where = "is"  # the same file by another name (a hard link)
         if where == "is":
             raise ValueError(f"output {output} is the input {item}: writing it would destroy it")
         if where == "inside":

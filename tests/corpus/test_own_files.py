@@ -212,27 +212,44 @@ def test_an_output_folder_over_the_models_files_is_refused(
     assert tree(tmp_path) == before  # nothing written: no lock, no output, no manifest
 
 
-def test_an_output_folder_that_is_the_model_through_a_bind_mount_is_refused(tmp_path):
-    """The model's folder reached by a second path that no link or `..` explains: an input
-    named like its weights file would overwrite them."""
+def test_a_file_in_an_outputs_place_that_the_manifest_does_not_record_is_never_replaced(
+    tmp_path, allennlp_fixture
+):
+    """The model's folder reached by a second path that no link or `..` explains (a bind
+    mount): an input named like its weights file would overwrite them, but a run replaces only
+    the outputs its manifest records, and refuses before it writes anything."""
     from ..util.bind_mount import bind_mounted
 
     inputs = tmp_path / "in"
-    write(inputs / "model.txt", ["named like a saved model's weights"])
-    bilm = tmp_path / "bilm"
-    save_tiny_bilm(bilm)
+    write(inputs / "lm_weights.txt", ["named like the weights"])
+    pair = _pair(tmp_path, allennlp_fixture)
     mount = tmp_path / "mounted"
-    prefix = bind_mounted(bilm, mount)
-    before = tree(bilm)
+    prefix = bind_mounted(pair, mount)
+    before = tree(pair)
     result = subprocess.run(
         [*prefix, sys.executable, "-m", "spacy_elmo.cli", "embed-corpus", str(inputs),
-         str(mount), "--model", str(bilm), "--workers", "1", "--quiet"],
+         str(mount), "--options", str(pair / "options.json"), "--weights",
+         str(pair / "lm_weights.hdf5"), "--workers", "1", "--quiet"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stderr.startswith(f"error: output folder {mount} is the model's folder")
-    assert tree(bilm) == before
+    assert result.stderr == (
+        f"error: output {mount / 'lm_weights.hdf5'} exists and manifest.jsonl does not record "
+        "it: a run replaces only the outputs it wrote; move it away or choose another output "
+        "folder\n"
+    )
+    assert tree(pair) == before
+
+
+def test_a_users_file_in_an_outputs_place_is_refused(tmp_path, model, inline):
+    inputs, output = tmp_path / "in", tmp_path / "out"
+    write(inputs / "a.txt", ["a b"])
+    (output / "a.hdf5").parent.mkdir(parents=True)
+    (output / "a.hdf5").write_bytes(b"a user's own file")
+    with pytest.raises(ValueError, match=r"output .*a\.hdf5 exists and manifest\.jsonl does not"):
+        embed(inputs, output, model)
+    assert tree(output) == {"a.hdf5": b"a user's own file"}
 
 
 @pytest.mark.parametrize("case", ["is", "inside", "contains"])
@@ -392,7 +409,9 @@ def test_a_run_after_a_cut_manifest_goes_on(tmp_path, model, inline):
     whole = (output / MANIFEST_NAME).read_bytes()
     lines = whole.splitlines(keepends=True)
     cut = lines[1][: lines[1].index("é".encode()) + 1]
-    (output / MANIFEST_NAME).write_bytes(lines[0] + cut)  # z.txt's record half written
+    (output / MANIFEST_NAME).write_bytes(lines[0] + cut)  # a record half written
+    cut_output = json.loads(lines[1])["output"]
+    (output / cut_output).unlink()  # an output is installed only once its record is whole
     with pytest.warns(ManifestWarning, match=r"manifest .*manifest\.jsonl, line 2: ignored"):
         result = embed(inputs, output, model)
     assert result.skipped == ["z.hdf5"] or result.skipped == ["é.hdf5"]

@@ -16,6 +16,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.corpus import embed_corpus
 from spacy_elmo.corpus.apply import apply_corpus
 from spacy_elmo.corpus.embed import join_hdf5
+from spacy_elmo.corpus.embed_file import FLOAT16_RELATIVE_ERROR, LineRange, embed_file, read_lines
 from spacy_elmo.corpus.engine import require_ray
 from spacy_elmo.corpus.lock import LOCK_NAME, output_lock
 from spacy_elmo.corpus.manifest import (
@@ -27,7 +28,6 @@ from spacy_elmo.corpus.manifest import (
     read_manifest,
 )
 from spacy_elmo.corpus.plan import find_inputs, plan_inputs
-from spacy_elmo.corpus.embed_file import FLOAT16_RELATIVE_ERROR, LineRange, embed_file, read_lines
 
 SENTENCES = [
     "the cat sat on the mat .",

@@ -116,7 +116,7 @@ def test_an_atomic_write_that_fails_leaves_the_old_file_and_no_temporary_file(tm
 
 
 # --------------------------------------------------------------------- a folder's place
-def test_place_knows_a_folder_by_what_it_is_not_by_its_name(tmp_path):
+def test_place_resolves_links_and_dotdot(tmp_path):
     model = tmp_path / "models" / "bilm"
     (model / "sub").mkdir(parents=True)
     (tmp_path / "link").symlink_to(model)
@@ -133,42 +133,11 @@ def test_place_knows_a_folder_by_what_it_is_not_by_its_name(tmp_path):
             assert files.place(path, model) == want, path
 
 
-PLACE_THROUGH_MOUNT = """
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("files", sys.argv[1])
-files = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(files)
-model, mount = sys.argv[2], sys.argv[3]
-print(files.place(mount, model), files.place(mount + "/out", model), files.place(model, mount))
-"""
-
-
-def places_in_a_mount_namespace(model: Path, mount: Path, folder: Path) -> list[str]:
-    """`PLACE_THROUGH_MOUNT`'s three answers for `model` and `folder`, run where `model` is
-    bind-mounted on `mount` (skips where no mount namespace can be made)."""
-    from .bind_mount import bind_mounted
-
-    prefix = bind_mounted(model, mount)
-    command = [sys.executable, "-c", PLACE_THROUGH_MOUNT, files.__file__, str(model), str(folder)]
-    result = subprocess.run([*prefix, *command], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.split()
-
-
-def test_place_sees_through_a_bind_mount(tmp_path):
-    model = tmp_path / "model"
-    model.mkdir()
-    mount = tmp_path / "elsewhere"
-    assert places_in_a_mount_namespace(model, mount, mount) == ["is", "inside", "is"]
-
-
-def test_place_finds_a_folder_mounted_inside_another(tmp_path):
-    """An output folder that holds the model only through a bind mount inside it (no walk up
-    from the model's own path passes through the output) contains the model."""
-    model = tmp_path / "model"
-    model.mkdir()
-    outer = tmp_path / "outer"
-    (tmp_path / "apart").mkdir()
-    # place(outer, model), place(outer/out, model), place(model, outer)
-    assert places_in_a_mount_namespace(model, outer / "m", outer) == ["contains", "None", "inside"]
-    assert files.place(tmp_path / "apart", model) is None  # outside the namespace: apart
+def test_an_output_that_is_the_input_by_another_name_is_refused(tmp_path):
+    """A hard link is the same file under another name: writing the output would replace the
+    input (no name tells them apart, their identity does)."""
+    text = tmp_path / "input.txt"
+    text.write_text("the river bank .\n", encoding="utf-8")
+    os.link(text, tmp_path / "out.hdf5")
+    with pytest.raises(ValueError, match=r"output .*out\.hdf5 is the input .*input\.txt"):
+        files.check_output(tmp_path / "out.hdf5", [text])
