@@ -1,4 +1,4 @@
-"""The floor of the package, importing nothing of it: files written whole, hashed, locked and
-known by device and inode (`files`), size-bounded JSON (`json_files`), CPU threads (`threads`),
-signals that end a command cleanly (`signals`), downloads that resume only the same file
-(`download` over `transfer`), install hints read from the package's extras (`extras`)."""
+"""The floor of the package, importing nothing of it, thin over libraries: files written whole
+and hashed (`files`), size-bounded JSON (`json_files`, srsly), CPU threads (`threads`), signals
+handled once where a command starts (`signals`), downloads (`download`: requests, filelock,
+tqdm), install hints from the package's metadata (`extras`)."""

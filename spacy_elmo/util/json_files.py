@@ -1,16 +1,17 @@
-"""JSON files that describe a biLM, read with a bound on their size.
+"""JSON files that describe a biLM, read with a bound on their size (parsed by srsly).
 
 Every loader of this package reads its JSON through `read_json` (options.json, a saved biLM's
-config.json, an ELMoForManyLangs config.json and architecture JSON, lexicon.json): a file larger
-than its bound is refused from its size before any of it is read, and at most the bound is
-ever read (a FIFO or a device file reports no size).
+config.json, an ELMoForManyLangs config.json and architecture JSON, lexicon.json): at most the
+bound is ever read, and a file larger than it is refused (a FIFO or a device file reports no
+size, so the bound is on what is read, not on what `stat` says).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+import srsly
 
 # A description of a biLM (options.json, config.json, the architecture JSON) is a few hundred
 # bytes; a dictionary of words (lexicon.json) a few megabytes.
@@ -23,34 +24,25 @@ class MissingFileError(FileNotFoundError, ValueError):
 
 
 def read_json(path: str | Path, what: str, max_bytes: int = MAX_DESCRIPTION_BYTES) -> Any:
-    """The JSON value in `path` (UTF-8, a leading byte-order mark dropped).
-
-    `what` names the file in errors ("options file"): MissingFileError when it does not exist,
-    ValueError when it is larger than `max_bytes`, unreadable, not UTF-8 or not JSON.
-    """
+    """The JSON value in `path` (UTF-8, a leading byte-order mark dropped). `what` names the
+    file in errors ("options file"): MissingFileError when it does not exist, ValueError when
+    it is larger than `max_bytes`, unreadable, not UTF-8 or not JSON."""
     path = Path(path)
     if not path.exists():
         raise MissingFileError(2, f"{what} does not exist", str(path))
-    too_large = (
-        f"{what} {path} is larger than the {max_bytes:,} bytes that spacy-elmo reads for it; "
-        f"is it the right file?"
-    )
     try:
-        if path.is_file() and path.stat().st_size > max_bytes:
-            raise ValueError(too_large)
         with path.open("rb") as handle:
             data = handle.read(max_bytes + 1)
     except OSError as err:
         raise ValueError(f"cannot read {what} {path}: {err.strerror or err}") from None
     if len(data) > max_bytes:
-        raise ValueError(too_large)
+        raise ValueError(
+            f"{what} {path} is larger than the {max_bytes:,} bytes that spacy-elmo reads for "
+            "it; is it the right file?"
+        )
     try:
-        text = data.decode("utf-8-sig")
+        return srsly.json_loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError as err:
         raise ValueError(f"{what} {path} is not valid JSON (not UTF-8 text: {err})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
+    except ValueError as err:
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
-    except RecursionError:
-        raise ValueError(f"{what} {path} is not valid JSON: nested too deeply") from None
