@@ -115,7 +115,7 @@ def bilm_parts(path: Path, sentences: list[list[str]], rounds: int) -> dict:
     bilm = get_bilm(spacy.load(path).get_pipe("elmo").model)
     ids = [bilm.batch_to_ids([words]) for words in sentences]
     with torch.no_grad():
-        runs = [bilm._run(i) for i in ids]  # also warms the token cache
+        runs = [bilm._run(i, False) for i in ids]  # also warms the token cache
 
         def forward() -> None:
             for i in ids:
@@ -127,16 +127,12 @@ def bilm_parts(path: Path, sentences: list[list[str]], rounds: int) -> dict:
 
         times = {"forward": _fastest(forward, rounds), "char CNN": _fastest(char_cnn, rounds)}
         stacks = (bilm.forward_lstm, bilm.backward_lstm)
-        states = [
-            [bilm._initial_states(d, s, 1, torch.zeros(1, dtype=torch.long)) for d, s in
-             zip(("forward", "backward"), stacks)]
-            for _ in ids
-        ]  # fmt: skip
+        states = [list(bilm._states_in(1)) for _ in ids]
         packed_inputs = [_packed_tokens(run) for run in runs]
 
         def lstm() -> None:
             for (tokens, reverse, sizes), state in zip(packed_inputs, states):
-                run_stacks(stacks, [tokens, reverse], sizes, state)
+                run_stacks(stacks, [tokens, reverse], sizes, state, False)
 
         times["LSTM stacks"] = _fastest(lstm, rounds)
         with torch.profiler.profile() as profiler:

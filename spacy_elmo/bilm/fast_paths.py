@@ -1,16 +1,12 @@
 """The biLM's fast paths, the one switch that turns them off, and why each is there.
 
-`char_cnn.py`, `lstm.py` and `model.py` compute ELMo the way docs/MODEL.md writes it (§5-7).
-Where a faster route to the same numbers exists, they ask this module whether it applies
-(`ENABLED`, `at_inference`, `fused_training`) and take it from here; nothing else in the
-package chooses kernels or memory layouts, or calls private torch ops.
-
-`ENABLED = False` turns every fast path off: the products run as `F.linear`, one direction at a
-time; the char convolutions as `conv1d` over all 50 columns; the LSTM cells are recorded op by
-op under autograd; every update is out of place; no token vectors are cached; the weights keep
-their plain (out, in) layout. That plain route is the reference of the tests
-(tests/bilm/test_fast_paths.py, tests/bilm/test_fused.py) and of benchmarks/bench_pretrain.py.
-SPACY_ELMO_REFERENCE=1 in the environment sets it at import.
+`reference.py` computes ELMo the way docs/MODEL.md writes it (§4-8), and is the oracle of the
+tests (tests/bilm/test_reference_model.py). `model.BiLM` takes its route once per call: the
+reference's forward pass where `ENABLED` is False (SPACY_ELMO_REFERENCE=1 in the environment
+sets it at import) or under `torch.autocast`; else the routes below, the char CNN through
+`char_cnn` and the LSTM through `lstm.run_stacks`, fused where autograd records and in place at
+inference. Nothing else in the package chooses kernels or memory layouts, or calls private
+torch ops.
 
 With `ENABLED` (the default), timed in benchmarks/results/ (kernels_cpu.md for the per-step
 products, bilm_cpu.md for inference, pretrain_cpu.md for training):
@@ -22,7 +18,7 @@ Training, where autograd records:
   zero-filled gradient of the whole block to be added up. As one autograd node with a
   hand-written backward pass, a step is only its recurrent products and gate algebra; its
   forward pass is the compiled loop's `step_loop`, run as Python, keeping the activations. Values
-  and gradients equal the op-by-op ones up to float rounding. Not under `torch.autocast`,
+  and gradients equal the reference's up to float rounding. Not under `torch.autocast`,
   which needs the ops recorded one by one.
 * Trimmed character columns (at inference too). After a token's end-of-word every slot holds
   the padding character, so all windows wholly in the padding give one and the same value:
@@ -114,21 +110,45 @@ def records_autograd(*tensors: torch.Tensor, modules: Sequence[nn.Module] = ()) 
     )
 
 
-def at_inference(*tensors: torch.Tensor, modules: Sequence[nn.Module] = ()) -> bool:
-    """Whether the inference fast paths apply to an op on these tensors (no autograd)."""
-    return ENABLED and not records_autograd(*tensors, modules=modules)
-
-
-def fused_training(*tensors: torch.Tensor, modules: Sequence[nn.Module] = ()) -> bool:
-    """Whether LSTM cells over these tensors run as one autograd node (`fused.py`)."""
-    return (
-        ENABLED
-        and records_autograd(*tensors, modules=modules)
-        and not torch.is_autocast_enabled(tensors[0].device.type)
-    )
-
-
 # ---------------------------------------------------------------------- char CNN
+# The convolution outputs (n, filters, positions) are the largest tensors of the biLM: the
+# convolutions run on blocks of tokens so that one filter bank's output stays under
+# CNN_BLOCK_BYTES; the highway and projection GEMMs on blocks of at least TOP_BLOCK_ROWS tokens,
+# where they run at full speed.
+CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
+TOP_BLOCK_ROWS = 256
+
+
+def char_cnn(cnn: nn.Module, char_ids: torch.Tensor, padding_id: int) -> torch.Tensor:
+    """`reference.CharCNN`'s (n, P) vectors of (n, W) ids, on the columns that decide the max
+    (`trim_columns`), in blocks, the convolutions channels-last on the CPU at inference."""
+    words = None
+    if cnn.word_embedding is not None:  # rows are 50 char ids and a word id
+        words = cnn.word_embedding(char_ids[:, -1])  # (n, word_dim)
+        char_ids = char_ids[:, :-1]
+    widest = max(conv.kernel_size[0] for conv in cnn.convolutions)
+    char_ids = trim_columns(char_ids, padding_id, widest)
+    max_filters = max(conv.out_channels for conv in cnn.convolutions)
+    conv_rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
+    outputs = []
+    start = 0
+    for block in char_ids.split(max(conv_rows, TOP_BLOCK_ROWS)):
+        features = torch.cat([_features(cnn, part) for part in block.split(conv_rows)])
+        for highway in cnn.highways:
+            features = highway(features)
+        if words is not None:  # (n, word_dim + F), the word vector first
+            features = torch.cat([words[start : start + len(block)], features], dim=-1)
+        start += len(block)
+        outputs.append(cnn.projection(features))  # (n, P)
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+
+def _features(cnn: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
+    """(n, columns) character ids -> (n, F) max-pooled filter activations."""
+    chars = cnn.char_embedding(char_ids)  # (n, columns, e)
+    return torch.cat([cnn.activation(_conv_max(chars, conv)) for conv in cnn.convolutions], dim=-1)
+
+
 def trim_columns(char_ids: torch.Tensor, padding_id: int, widest_filter: int) -> torch.Tensor:
     """The first columns of (n, 50) char ids that decide the max-pooled features: those up to
     the longest token's end, plus the widest filter's (one all-padding window)."""
@@ -138,9 +158,11 @@ def trim_columns(char_ids: torch.Tensor, padding_id: int, widest_filter: int) ->
     return char_ids[:, :keep] if keep < char_ids.shape[-1] else char_ids
 
 
-def conv_max(chars: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """max over positions of conv(chars), (n, length, e) -> (n, filters), as a channels-last
-    2-d convolution of height 1 (on the CPU, without autograd)."""
+def _conv_max(chars: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """max over positions of conv(chars), (n, length, e) -> (n, filters): on the CPU without
+    autograd as a channels-last 2-d convolution of height 1."""
+    if chars.device.type != "cpu" or records_autograd(chars, modules=(conv,)):
+        return conv(chars.transpose(1, 2)).amax(dim=-1)
     x = chars.transpose(1, 2)[:, :, None, :].contiguous(memory_format=torch.channels_last)
     scores = F.conv2d(x, conv.weight[:, :, None, :], conv.bias)  # (n, filters, 1, positions)
     return scores.amax(dim=(2, 3))
@@ -168,7 +190,6 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and x.dtype == torch.float32
         and weight.dtype == torch.float32
         and weight.numel() >= ONEDNN_MIN_ELEMENTS
-        and at_inference(x, weight)
     )
 
 
@@ -188,7 +209,7 @@ def linear(
     y = F.linear(x, weight, bias)
     if add is None:
         return y
-    return y.add_(add) if at_inference(y) else y + add
+    return y.add_(add)
 
 
 def stacked_linear(
@@ -207,21 +228,17 @@ def stacked_linear(
 
 
 def stacked_kernels(
-    cells: Sequence[nn.Module], x: torch.Tensor
+    cells: Sequence[nn.Module],
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """The (k, hidden, 4D) recurrent and (k, D, P) projection kernels of k cells
-    (`lstm.LstmCellWithProjection`) for one batched GEMM per step, or None where that step
+    (`reference.LstmCell`) for one batched GEMM per step, or None where that step
     does not apply.
 
     Views of the weights where `lay_out` stored them so, else (in, out) copies.
     """
     recurrent = [cell.recurrent_weight for cell in cells]
     projection = [cell.projection_weight for cell in cells if cell.projection_weight is not None]
-    if (
-        len(cells) < 2
-        or recurrent[0].numel() > STACKED_MAX_ELEMENTS
-        or not at_inference(x, *recurrent, *projection)
-    ):
+    if len(cells) < 2 or recurrent[0].numel() > STACKED_MAX_ELEMENTS:
         return None
     return _as_stack(recurrent), _as_stack(projection) if projection else None
 

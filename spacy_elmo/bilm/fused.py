@@ -64,7 +64,7 @@ def run_cells(
     states: Sequence[tuple[torch.Tensor, torch.Tensor]],
 ) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
     """`lstm.run_cells` with autograd, as one node (`fused_cells`): k cells
-    (`lstm.LstmCellWithProjection`) over packed inputs with the same `batch_sizes`, from one
+    (`reference.LstmCell`) over packed inputs with the same `batch_sizes`, from one
     (h, c) state each; each cell's packed output and final state."""
     first = cells[0]
 

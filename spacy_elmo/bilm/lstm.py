@@ -1,16 +1,13 @@
-"""LSTM with projection and clipping, TF LSTMCell semantics (docs/MODEL.md §6).
+"""The fast step loop of the biLM's LSTM cells over packed sequences (docs/MODEL.md §6; the
+cells themselves, and the plain step they are held against, are `reference.LstmCell`).
 
-Each direction of the biLM is a stack of these cells over packed sequences (rows sorted by
-length, so the rows still active at a timestep are a prefix): the input products of a block of
-timesteps at once, then one recurrent product per timestep. The forward and backward stacks
-see the same lengths, so `run_stacks` steps both together, layer by layer: `run_cells` with k = 2
-cells, whose gate nonlinearities run in one kernel each.
-
-The step is written once, here (`run_cells`' loop and `_cell_update`). Its three matrix
-products come from the cells' `products` (`products.py`: float32, or bfloat16 through
-`quantize.py`). The fast paths beside it, chosen in `run_cells` and tested against it, share
-one in-place cell update and one step loop (`compiled_steps.py`): at inference scripted in
-TorchScript, and as the forward pass of the fused training node (`fused.py`).
+Rows are sorted by length, so the rows still active at a timestep are a prefix: the input
+products of a block of timesteps at once, then one recurrent product per timestep. The forward
+and backward stacks see the same lengths, so `run_stacks` steps both together, layer by layer:
+`run_cells` with k = 2 cells. With autograd the whole sequence is one node (`fused.py`); at
+inference every update is in place (`compiled_steps.cell_update_in_place`), and the loop runs
+in TorchScript where `products` give its arguments (`compiled_steps.step_loop`) or here. The
+products are float32 (`products.Float32Products`) or bfloat16 (`quantize.py`).
 """
 
 from __future__ import annotations
@@ -18,17 +15,11 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from . import fast_paths, fused
 from .products import Float32Products, MakeProducts
-
-# Gate blocks of width D, in the order of the bilm-tf weights: input, candidate, forget, output.
-INPUT_GATE, CANDIDATE, FORGET_GATE, OUTPUT_GATE = range(4)
-FORGET_BIAS = 1.0  # TF adds this at run time; it is not stored in the weights file
-
-State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
+from .reference import LstmCell, LstmStack, State
 
 # The input projections are computed for blocks of whole timesteps of at most this many packed
 # rows (at least one timestep), not for the whole batch at once: still a large GEMM, and 16 MB
@@ -37,71 +28,29 @@ State = tuple[torch.Tensor, torch.Tensor]  # h (rows, P), c (rows, D)
 GATE_BLOCK_ROWS = 256
 
 
-class LstmCellWithProjection(nn.Module):
-    """One TF LSTMCell(num_proj, cell_clip, proj_clip, forget_bias=1) over packed sequences."""
-
-    # The products of its steps (with those of the cells stepped with it, as `run_cells` asks
-    # the first cell): float32, or bfloat16 ones that `quantize.set_quantize` puts here.
-    products: MakeProducts = Float32Products
-
-    def __init__(
-        self,
-        input_dim: int,
-        cell_dim: int,
-        projection_dim: int,
-        cell_clip: float | None,
-        proj_clip: float | None,
-        use_projection: bool = True,
-    ) -> None:
-        super().__init__()
-        hidden_dim = projection_dim if use_projection else cell_dim
-        self.cell_dim = cell_dim
-        self.hidden_dim = hidden_dim
-        self.cell_clip = cell_clip
-        self.proj_clip = proj_clip
-        self.input_weight = nn.Parameter(torch.empty(4 * cell_dim, input_dim))
-        self.recurrent_weight = nn.Parameter(torch.empty(4 * cell_dim, hidden_dim))
-        self.bias = nn.Parameter(torch.empty(4 * cell_dim))  # without the forget bias
-        self.projection_weight = (
-            nn.Parameter(torch.empty(projection_dim, cell_dim)) if use_projection else None
-        )
-        forget = torch.zeros(4 * cell_dim)
-        forget[FORGET_GATE * cell_dim : (FORGET_GATE + 1) * cell_dim] = FORGET_BIAS
-        self.register_buffer("forget_bias", forget, persistent=False)
-
-    def forward(
-        self, inputs: torch.Tensor, batch_sizes: list[int], state: State
-    ) -> tuple[torch.Tensor, State]:
-        """Run over packed `inputs` (sum of lengths, in); return packed h and final states.
-
-        `batch_sizes[t]` is the number of sequences longer than t; `state` holds one row per
-        sequence in the packed (length-sorted) order.
-        """
-        (output,), (final,) = run_cells([self], [inputs], batch_sizes, [state])
-        return output, final
-
-
 def run_cells(
-    cells: Sequence[LstmCellWithProjection],
+    cells: Sequence[LstmCell],
     inputs: Sequence[torch.Tensor],
     batch_sizes: list[int],
     states: Sequence[State],
+    training: bool,
+    products: MakeProducts = Float32Products,
 ) -> tuple[list[torch.Tensor], list[State]]:
     """Step k cells of the same shape together over packed inputs with the same `batch_sizes`.
 
     Cell d reads `inputs[d]` (N, in) from `states[d]`; the result is each cell's packed output
-    (N, hidden) and final state, as `LstmCellWithProjection.forward` gives for one cell. The
-    products are those that the first cell's `products` makes.
+    (N, hidden) and final state. `training`: as one autograd node (`fused.py`); else in place,
+    with the products that `products` makes.
     """
     first = cells[0]
     cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    if fast_paths.fused_training(*inputs, modules=cells):  # autograd: one node (fused.py)
+    if training:
         return fused.run_cells(cells, inputs, batch_sizes, states)
-    products = first.products(cells, inputs)
+    step = products(cells, inputs)
     h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
     c = torch.stack([state[1] for state in states])  # (k, rows, D)
     biases = [cell.bias + cell.forget_bias for cell in cells]
-    compiled = getattr(products, "compiled_steps", None)
+    compiled = getattr(step, "compiled_steps", None)
     steps = compiled() if compiled is not None else None
     if steps is not None:  # the loop below as one call, without the GIL (fast_paths.py)
         packed, final_h, final_c = fast_paths.run_compiled_steps(
@@ -114,26 +63,24 @@ def run_cells(
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
     outputs = []
     block_end = offset = 0  # packed rows: end of the block of input gates, start of this step
-    for step, active in enumerate(batch_sizes):
+    for index, active in enumerate(batch_sizes):
         if offset == block_end:
             # The input projections of the next block of timesteps, (k, rows, 4D).
-            block_start, block_end = offset, _block_end(batch_sizes, step, GATE_BLOCK_ROWS, offset)
+            block_start, block_end = offset, _block_end(batch_sizes, index, GATE_BLOCK_ROWS, offset)
             gates_from_input = None  # freed before the next block is allocated
-            gates_from_input = products.input_gates(
-                [x[block_start:block_end] for x in inputs], biases
-            )
+            gates_from_input = step.input_gates([x[block_start:block_end] for x in inputs], biases)
         start = offset - block_start  # this step's rows in the block
-        z = products.recurrent_gates(h, gates_from_input, slice(start, start + active))
-        c_t, m_t = _cell_update(z, c, cell_clip, products.in_place(z))  # (k, active, D) each
+        z = step.recurrent_gates(h, gates_from_input, slice(start, start + active))
+        c_t, m_t = fast_paths.cell_update(z, c, cell_clip)  # (k, active, D) each, over z
         if first.projection_weight is None:
             h_t = m_t  # TF applies proj_clip only together with the projection
         else:
-            h_t = products.projection(m_t)  # (k, active, P)
+            h_t = step.projection(m_t)  # (k, active, P)
             if proj_clip is not None:
-                h_t = _clamp(h_t, proj_clip)
+                h_t = h_t.clamp_(-proj_clip, proj_clip)
         outputs.append(h_t)
         offset += active
-        following = batch_sizes[step + 1] if step + 1 < len(batch_sizes) else 0
+        following = batch_sizes[index + 1] if index + 1 < len(batch_sizes) else 0
         if following < active:
             final_h[:, following:active] = h_t[:, following:]
             final_c[:, following:active] = c_t[:, following:]
@@ -152,60 +99,16 @@ def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) ->
     return end
 
 
-def _cell_update(
-    z: torch.Tensor, c: torch.Tensor, cell_clip: float | None, in_place: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """New cell state c_t and m_t = o * tanh(c_t) from the gate pre-activations z (..., 4D),
-    written over z where `in_place`."""
-    if in_place:
-        return fast_paths.cell_update(z, c, cell_clip)
-    i, j, f, o = z.chunk(4, dim=-1)
-    c_t = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
-    if cell_clip is not None:
-        c_t = c_t.clamp(-cell_clip, cell_clip)
-    return c_t, torch.sigmoid(o) * torch.tanh(c_t)
-
-
-def _clamp(x: torch.Tensor, clip: float) -> torch.Tensor:
-    return x.clamp_(-clip, clip) if fast_paths.at_inference(x) else x.clamp(-clip, clip)
-
-
-class LstmStack(nn.Module):
-    """L stacked cells of one direction, residual connections from the second layer on."""
-
-    def __init__(
-        self,
-        n_layers: int,
-        dim: int,
-        cell_dim: int,
-        cell_clip: float | None,
-        proj_clip: float | None,
-        use_skip_connections: bool,
-        use_projection: bool = True,
-    ) -> None:
-        super().__init__()
-        self.use_skip_connections = use_skip_connections
-        self.dropout = 0.0  # on each layer's input, in training mode only (LM pretraining)
-        self.layers = nn.ModuleList(
-            LstmCellWithProjection(dim, cell_dim, dim, cell_clip, proj_clip, use_projection)
-            for _ in range(n_layers)
-        )
-
-    def forward(
-        self, inputs: torch.Tensor, batch_sizes: list[int], states: list[State]
-    ) -> tuple[list[torch.Tensor], list[State]]:
-        """Packed inputs (N, P) -> packed output of every layer, and final states per layer."""
-        (outputs,), (final_states,) = run_stacks([self], [inputs], batch_sizes, [states])
-        return outputs, final_states
-
-
 def run_stacks(
     stacks: Sequence[LstmStack],
     inputs: Sequence[torch.Tensor],
     batch_sizes: list[int],
     states: Sequence[list[State]],
+    training: bool,
+    products: Sequence[MakeProducts] | None = None,
 ) -> tuple[list[list[torch.Tensor]], list[list[State]]]:
-    """`LstmStack.forward` for stacks of the same shape, stepped together layer by layer.
+    """Stacks of the same shape over packed inputs, stepped together layer by layer
+    (`run_cells`; `products`: those of each layer, float32 where None).
 
     Returns, per stack, the packed output of every layer and the final state of every layer.
     """
@@ -220,15 +123,15 @@ def run_stacks(
             for stack, x in zip(stacks, layer_inputs)
         ]
         layer_states = [stack_states[index] for stack_states in states]
-        layer_outputs, layer_finals = run_cells(cells, cell_inputs, batch_sizes, layer_states)
+        make = products[index] if products is not None else Float32Products
+        layer_outputs, layer_finals = run_cells(
+            cells, cell_inputs, batch_sizes, layer_states, training, make
+        )
         for d, stack in enumerate(stacks):
             output = layer_outputs[d]
             if index > 0 and stack.use_skip_connections:
                 # The residual is added to the output, not to h.
-                if fast_paths.at_inference(output, layer_inputs[d]):
-                    output = output.add_(layer_inputs[d])
-                else:
-                    output = output + layer_inputs[d]
+                output = output + layer_inputs[d] if training else output.add_(layer_inputs[d])
             outputs[d].append(output)
             final_states[d].append(layer_finals[d])
             layer_inputs[d] = output

@@ -1,4 +1,11 @@
-"""The ELMo biLM: char CNN token layer, forward and backward LSTM stacks (docs/MODEL.md §4-8)."""
+"""`BiLM`: the reference biLM (reference.py) with its files, state, tokens to ids, and the fast
+routes to the same numbers (docs/MODEL.md §4-8).
+
+The route is taken once per call: the reference's forward pass where the fast paths are off
+(`fast_paths.ENABLED`) or under `torch.autocast`; else the packed route, whose LSTM steps run as
+one fused autograd node where autograd records (`fused.py`) and in place at inference
+(`lstm.py`, `compiled_steps.py`), its token vectors computed once per distinct token
+(`fast_paths.char_cnn`, `token_cache.py`)."""
 
 from __future__ import annotations
 
@@ -7,16 +14,15 @@ from typing import Sequence
 
 import numpy
 import torch
-from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ..description.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
+from ..description.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, PADDING_CHAR, batch_to_ids
 from ..description.options import BiLMOptions
 from . import fast_paths
-from .char_cnn import CharCNN
 from .embedding import embed_sentences
 from .loading import BiLMFiles
-from .lstm import LstmStack, State, run_stacks
+from .lstm import run_stacks
+from .reference import ReferenceBiLM, State, token_vectors
 from .token_cache import TOKEN_CACHE_SIZE, TokenCache
 
 DIRECTIONS = ("forward", "backward")
@@ -56,7 +62,7 @@ class BiLMActivations:
     lengths: torch.Tensor  # (batch,) tokens per sentence, boundaries excluded
 
 
-class BiLM(BiLMFiles, nn.Module):
+class BiLM(BiLMFiles, ReferenceBiLM):
     """ELMo's bidirectional language model, numerically equal to bilm-tf / AllenNLP.
 
     With `stateful=False` (the default) every sentence starts from a zero LSTM state, so its
@@ -66,6 +72,9 @@ class BiLM(BiLMFiles, nn.Module):
 
     # "bf16" where the LSTM products run in bfloat16 (`quantize.set_quantize`), else None.
     quantize: str | None = None
+    # What makes each layer's products at inference (`lstm.run_stacks`): float32 where None,
+    # bfloat16 under `quantize.set_quantize`.
+    layer_products: list | None = None
 
     def __init__(
         self,
@@ -78,29 +87,19 @@ class BiLM(BiLMFiles, nn.Module):
         """`initialise=False` leaves the large parameters unwritten and not yet laid out for
         the batched step: for weights about to be replaced (loading, which lays them out once
         they are in), so that their memory is never touched."""
-        super().__init__()
-        self.options = options
+        super().__init__(options)  # the char CNN and both LSTM stacks (reference.py)
         self.stateful = stateful
         # At inference the char-CNN vectors of the tokens seen last (a fast path).
         self.token_cache = TokenCache(token_cache_size)
         # Counts the writes into the weights that torch's version counters miss (`weights_changed`)
         self.weights_generation = 0
-        self.char_cnn = CharCNN(options)
-        stack_args = dict(
-            n_layers=options.n_layers,
-            dim=options.projection_dim,
-            cell_dim=options.lstm_dim,
-            cell_clip=options.cell_clip,
-            proj_clip=options.proj_clip,
-            use_skip_connections=options.use_skip_connections,
-            use_projection=options.has_lstm_projection,
-        )
-        self.forward_lstm = LstmStack(**stack_args)
-        self.backward_lstm = LstmStack(**stack_args)
         self._carried_states: dict[str, list[State]] = {}
-        # How tokens become ids: None is ELMo's UTF-8 byte mapping (`chars.py`); an
+        # How tokens become ids: None is ELMo's UTF-8 byte mapping (`description/chars.py`); an
         # ELMoForManyLangs model carries its dictionaries (`weights.efml_lexicon.EfmlLexicon`).
         self.lexicon = None
+        # The id of the padding character after the end of a word (ELMo's 260, shifted; an
+        # ELMoForManyLangs model's `<pad>` is set from its dictionary).
+        self.padding_id = PADDING_CHAR + 1
         if initialise:  # random weights (`loading.BiLMFiles.reset_parameters`)
             fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
@@ -108,12 +107,19 @@ class BiLM(BiLMFiles, nn.Module):
     # ------------------------------------------------------------------ the forward pass
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
-        run = self._run(char_ids)
+        char_ids = self._checked(char_ids)
+        if not self._fast(char_ids):
+            states = self._states_in(char_ids.shape[0])
+            layers, finals = super().forward(char_ids, states, self._boundary_ids())
+            self._states_out(finals)
+            return BiLMOutput(layers=layers, mask=(char_ids > 0).any(dim=-1))
+        training = fast_paths.records_autograd(modules=(self,))
+        run = self._run(char_ids, training)
         mask = _token_mask(run.lengths, run.tokens.shape[1] - 2)  # (batch, time)
-        if fast_paths.at_inference(modules=(self,)):
+        if not training:  # the same layers, without the autograd route's copies
             layers = fast_paths.scatter_layers(
                 run.tokens, run.outputs, run.lengths, run.cpu_lengths, run.reverse_index, mask
-            )  # the same layers, without the autograd route's copies
+            )
             return BiLMOutput(layers=layers, mask=mask)
         acts = self._activations(run)
         layers = [torch.cat([acts.token_embeddings, acts.token_embeddings], dim=-1)]
@@ -123,24 +129,45 @@ class BiLM(BiLMFiles, nn.Module):
 
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
         """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
-        return self._activations(self._run(char_ids))
+        char_ids = self._checked(char_ids)
+        if not self._fast(char_ids):
+            states = self._states_in(char_ids.shape[0])
+            tokens, forward, backward, lengths, finals = self.run(
+                char_ids, states, self._boundary_ids()
+            )
+            self._states_out(finals)
+            positions = torch.arange(tokens.shape[1], device=tokens.device)
+            mask = positions[None, :] < lengths[:, None]
+            return BiLMActivations(tokens, forward, backward, mask, lengths - 2)
+        training = fast_paths.records_autograd(modules=(self,))
+        return self._activations(self._run(char_ids, training))
 
-    def _run(self, char_ids: torch.Tensor) -> PackedRun:
+    def _fast(self, char_ids: torch.Tensor) -> bool:
+        """Whether this call takes the fast routes (else the reference's forward pass)."""
+        return fast_paths.ENABLED and not torch.is_autocast_enabled(char_ids.device.type)
+
+    def _checked(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """(batch, time, W) ids on the biLM's device; ValueError for another shape, or an
+        all-zero (padding) row before a token."""
+        width = len(self._boundary_ids()[0])
+        if char_ids.dim() != 3 or char_ids.shape[-1] != width:
+            raise ValueError(
+                f"char_ids must have shape (batch, time, {width}), got {tuple(char_ids.shape)}"
+            )
+        char_ids = char_ids.to(self.char_cnn.char_embedding.weight.device)
+        token_mask = (char_ids > 0).any(dim=-1)  # (batch, time)
+        positions = torch.arange(char_ids.shape[1], device=char_ids.device)
+        if not torch.equal(token_mask, positions[None, :] < token_mask.sum(dim=1)[:, None]):
+            raise ValueError("char_ids has an all-zero (padding) row before a token")
+        return char_ids
+
+    def _run(self, char_ids: torch.Tensor, training: bool) -> PackedRun:
         """Token vectors and the packed output of every LSTM layer of both directions."""
         bos_ids, eos_ids = self._boundary_ids()
-        if char_ids.dim() != 3 or char_ids.shape[-1] != len(bos_ids):
-            raise ValueError(
-                f"char_ids must have shape (batch, time, {len(bos_ids)}), "
-                f"got {tuple(char_ids.shape)}"
-            )
         batch, time, _ = char_ids.shape
-        device = self.char_cnn.char_embedding.weight.device
-        char_ids = char_ids.to(device)
-        token_mask = (char_ids > 0).any(dim=-1)  # (batch, time)
-        lengths = token_mask.sum(dim=1)  # (batch,)
+        device = char_ids.device
+        lengths = (char_ids > 0).any(dim=-1).sum(dim=1)  # (batch,)
         positions = torch.arange(time + 2, device=device)
-        if not torch.equal(token_mask, positions[None, :time] < lengths[:, None]):
-            raise ValueError("char_ids has an all-zero (padding) row before a token")
 
         # Add <S> at 0 and </S> right after each sentence's last token.
         bounded = char_ids.new_zeros((batch, time + 2, char_ids.shape[-1]))
@@ -166,15 +193,18 @@ class BiLM(BiLMFiles, nn.Module):
         ]  # forward and backward inputs, each packed (N, P), N = sum of bounded_lengths
         sorted_indices, unsorted_indices = packed[0].sorted_indices, packed[0].unsorted_indices
         states = [
-            self._initial_states(direction, stack, batch, sorted_indices)
-            for direction, stack in zip(DIRECTIONS, stacks)
+            [(h[sorted_indices], c[sorted_indices]) for h, c in direction]
+            for direction in self._states_in(batch)
         ]
         outputs, final_states = run_stacks(
-            stacks, [p.data for p in packed], packed[0].batch_sizes.tolist(), states
+            stacks,
+            [p.data for p in packed],
+            packed[0].batch_sizes.tolist(),
+            states,
+            training,
+            self.layer_products,
         )  # per direction, per layer: packed outputs (N, P) and final (h, c)
-        if self.stateful:
-            for direction, finals in zip(DIRECTIONS, final_states):
-                self._carry_states(direction, finals, unsorted_indices)
+        self._states_out(final_states, unsorted_indices)
         return PackedRun(
             tokens=tokens,
             outputs=outputs,
@@ -192,6 +222,8 @@ class BiLM(BiLMFiles, nn.Module):
 
         The char CNN runs once per distinct token in the batch.
         """
+        if not self._fast(char_ids):
+            return token_vectors(self.char_cnn, char_ids)
         mask = (char_ids > 0).any(dim=-1)
         output = char_ids.new_zeros(
             (*char_ids.shape[:-1], self.options.projection_dim),
@@ -199,13 +231,20 @@ class BiLM(BiLMFiles, nn.Module):
         )
         if mask.any():
             distinct, inverse = fast_paths.distinct_rows(char_ids[mask])  # (k, 50), (n,)
-            if self.token_cache.applies():  # the vectors of tokens seen before (token_cache.py)
+            inference = not fast_paths.records_autograd(modules=(self.char_cnn,))
+            if inference and self.token_cache.max_size > 0:  # tokens seen before: token_cache.py
                 version = (self.weights_generation, self.quantize)
-                vectors = self.token_cache.char_cnn(self.char_cnn, distinct, version)
+                vectors = self.token_cache.char_cnn(
+                    self._char_cnn, self.char_cnn.parameters(), distinct, version
+                )
             else:
-                vectors = self.char_cnn(distinct)  # (k, P)
+                vectors = self._char_cnn(distinct)  # (k, P)
             output[mask] = vectors[inverse]
         return output
+
+    def _char_cnn(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """The char CNN's (n, P) vectors of (n, W) distinct ids, on the fast route."""
+        return fast_paths.char_cnn(self.char_cnn, char_ids, self.padding_id)
 
     def _activations(self, run: PackedRun) -> BiLMActivations:
         """Each layer's padded outputs, the backward ones in the original word order."""
@@ -238,39 +277,48 @@ class BiLM(BiLMFiles, nn.Module):
         """Forget the carried LSTM states (stateful mode); the next call starts from zeros."""
         self._carried_states = {}
 
-    def _initial_states(
-        self, direction: str, stack: LstmStack, batch: int, sorted_indices: torch.Tensor
-    ) -> list[State]:
-        """One (h, c) per layer, rows in the packed (length-sorted) order."""
-        device = sorted_indices.device
+    def _states_in(self, batch: int) -> tuple[list[State], list[State]]:
+        """Each direction's initial (h, c) per layer, one row per sentence: zeros, or in stateful
+        mode the states carried into those rows (§8)."""
         dtype = self.char_cnn.char_embedding.weight.dtype
-        states = []
-        for index, cell in enumerate(stack.layers):
-            h = torch.zeros(batch, cell.hidden_dim, device=device, dtype=dtype)
-            c = torch.zeros(batch, cell.cell_dim, device=device, dtype=dtype)
-            carried = self._carried_states.get(direction)
-            if self.stateful and carried is not None:
-                stored_h, stored_c = carried[index]
-                rows = min(batch, stored_h.shape[0])
-                h[:rows] = stored_h[:rows]
-                c[:rows] = stored_c[:rows]
-            states.append((h[sorted_indices], c[sorted_indices]))
-        return states
+        device = self.char_cnn.char_embedding.weight.device
+        directions = []
+        for direction, stack in zip(DIRECTIONS, (self.forward_lstm, self.backward_lstm)):
+            carried = self._carried_states.get(direction) if self.stateful else None
+            states = []
+            for index, cell in enumerate(stack.layers):
+                h = torch.zeros(batch, cell.hidden_dim, device=device, dtype=dtype)
+                c = torch.zeros(batch, cell.cell_dim, device=device, dtype=dtype)
+                if carried is not None:
+                    stored_h, stored_c = carried[index]
+                    rows = min(batch, stored_h.shape[0])
+                    h[:rows] = stored_h[:rows]
+                    c[:rows] = stored_c[:rows]
+                states.append((h, c))
+            directions.append(states)
+        return directions[0], directions[1]
 
-    def _carry_states(
-        self, direction: str, final_states: list[State], unsorted_indices: torch.Tensor
+    def _states_out(
+        self, final_states: Sequence[list[State]], order: torch.Tensor | None = None
     ) -> None:
-        """Store each row's final state at its row index; rows beyond the batch keep theirs."""
-        carried = self._carried_states.get(direction)
-        updated = []
-        for index, (h, c) in enumerate(final_states):
-            h, c = h[unsorted_indices].detach(), c[unsorted_indices].detach()
-            if carried is not None and carried[index][0].shape[0] > h.shape[0]:
-                old_h, old_c = carried[index]
-                h = torch.cat([h, old_h[h.shape[0] :]])
-                c = torch.cat([c, old_c[c.shape[0] :]])
-            updated.append((h, c))
-        self._carried_states[direction] = updated
+        """In stateful mode, store each row's final state at its row index (rows in the packed
+        order where `order`, the unsorted indices, is given); rows beyond the batch keep
+        theirs."""
+        if not self.stateful:
+            return
+        for direction, finals in zip(DIRECTIONS, final_states):
+            carried = self._carried_states.get(direction)
+            updated = []
+            for index, (h, c) in enumerate(finals):
+                if order is not None:
+                    h, c = h[order], c[order]
+                h, c = h.detach(), c.detach()
+                if carried is not None and carried[index][0].shape[0] > h.shape[0]:
+                    old_h, old_c = carried[index]
+                    h = torch.cat([h, old_h[h.shape[0] :]])
+                    c = torch.cat([c, old_c[c.shape[0] :]])
+                updated.append((h, c))
+            self._carried_states[direction] = updated
 
     # ------------------------------------------------------------------ tokens to ids
     def set_lexicon(self, lexicon) -> None:
@@ -279,7 +327,7 @@ class BiLM(BiLMFiles, nn.Module):
             raise ValueError("a lexicon is for a biLM with 'char_vocabulary': 'dictionary'")
         lexicon.check_sizes(self.options, "lexicon")
         self.lexicon = lexicon
-        self.char_cnn.padding_id = lexicon.padding_id
+        self.padding_id = lexicon.padding_id
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         """Ids of a batch of pre-tokenised sentences, (batch, max_tokens, row width), for this

@@ -22,7 +22,7 @@ Gates = Union[torch.Tensor, Sequence[torch.Tensor]]  # (k, rows, 4D), or k x (ro
 class Products(Protocol):
     """The matrix products of one step of the k cells that `lstm.run_cells` steps together:
     cell d's gates z = x W_input^T + b + h W_recurrent^T and its output m W_projection^T (the
-    weights (out, in) of `lstm.LstmCellWithProjection`, b its bias with the forget bias)."""
+    weights (out, in) of `reference.LstmCell`, b its bias with the forget bias)."""
 
     def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
         """inputs[d] (rows, in) W_input^T + biases[d] for a block of packed rows, each (rows,
@@ -38,10 +38,6 @@ class Products(Protocol):
         """m (k, active, D) W_projection^T: (k, active, P), before the projection clip."""
         ...
 
-    def in_place(self, z: torch.Tensor) -> bool:
-        """Whether the cell update may overwrite the gates z (nothing records it for autograd)."""
-        ...
-
     def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
         """The arguments of the TorchScript step loop for these products, or None where the
         Python loop runs them (optional: products without it run in the Python loop)."""
@@ -55,7 +51,7 @@ class Float32Products:
     def __init__(self, cells: Sequence[nn.Module], inputs: Sequence[torch.Tensor]) -> None:
         self.cells = cells
         # The per-step kernels of all k cells for one batched GEMM, or None.
-        self.stacked = fast_paths.stacked_kernels(cells, inputs[0])
+        self.stacked = fast_paths.stacked_kernels(cells)
 
     def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
         if self.stacked is not None:
@@ -83,9 +79,6 @@ class Float32Products:
         return torch.stack(
             [fast_paths.linear(m[d], cell.projection_weight) for d, cell in enumerate(self.cells)]
         )  # (k, active, P)
-
-    def in_place(self, z: torch.Tensor) -> bool:
-        return fast_paths.at_inference(z)
 
     def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
         return fast_paths.float32_steps(self.cells, self.stacked)

@@ -6,7 +6,7 @@ dict, saving, export and fine-tuning are unchanged); what changes is how each LS
 input, recurrent and projection products run where no autograd records: the input rows, the
 state h and the cell output m are rounded to bfloat16 and multiplied with bfloat16 kernels
 (oneDNN, float32 sums), each product rounded to bfloat16 and added to the rest in float32.
-Everything else is float32 and the same code as `lstm.py` and `char_cnn.py`: the char CNN,
+Everything else is float32 and the same code as `lstm.py` and `fast_paths.char_cnn`: the char CNN,
 the gates, ELMo's cell clip on c_t and projection clip on h_t, the residual connections. The
 bfloat16 kernels are made from the float32 weights on first use and again whenever a weight
 changes (loading, an optimiser step).
@@ -30,8 +30,8 @@ import torch
 from torch import nn
 
 from . import compiled_steps, fast_paths
-from .lstm import LstmCellWithProjection
-from .products import Float32Products, Products
+from .products import Products
+from .reference import LstmCell
 
 BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
 
@@ -83,9 +83,7 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
                 "float32 on a GPU"
             )
         _warn_if_slow_here()
-    for stack in (bilm.forward_lstm, bilm.backward_lstm):
-        for cell in stack.layers:
-            cell.products = Bf16Cell() if mode else Float32Products
+    bilm.layer_products = [Bf16Cell() for _ in range(bilm.options.n_layers)] if mode else None
     bilm.quantize = mode
     return bilm
 
@@ -158,13 +156,9 @@ class Bf16Cell:
         self.recurrent = Bf16Kernels()
         self.projection = Bf16Kernels()
 
-    def __call__(
-        self, cells: Sequence[LstmCellWithProjection], inputs: Sequence[torch.Tensor]
-    ) -> Products:
-        """The products of a step of `cells` in bfloat16, or in float32 where autograd records
-        them (fine-tuning)."""
-        if fast_paths.records_autograd(*inputs, modules=cells):
-            return Float32Products(cells, inputs)
+    def __call__(self, cells: Sequence[LstmCell], inputs: Sequence[torch.Tensor]) -> Products:
+        """The products of a step of `cells` in bfloat16 (at inference only: with autograd the
+        cells run as one fused node in float32, `fused.py`)."""
         return Bf16Products(self, cells)
 
 
@@ -175,7 +169,7 @@ class Bf16Products:
     `compiled_steps.bf16_product`), each product rounded to bfloat16 and added to the rest in
     float32."""
 
-    def __init__(self, kernels: Bf16Cell, cells: Sequence[LstmCellWithProjection]) -> None:
+    def __init__(self, kernels: Bf16Cell, cells: Sequence[LstmCell]) -> None:
         self.input_kernels = list(kernels.input.stack([cell.input_weight for cell in cells]))
         self.recurrent = kernels.recurrent.stack([cell.recurrent_weight for cell in cells])
         self.projection_kernels = (
@@ -200,9 +194,6 @@ class Bf16Products:
     def projection(self, m: torch.Tensor) -> torch.Tensor:
         product = compiled_steps.bf16_product(m, self.projection_kernels)
         return product.to(torch.float32)  # (k, active, P)
-
-    def in_place(self, z: torch.Tensor) -> bool:
-        return True  # never under autograd (`Bf16Cell`), with the fast paths on or off
 
     def compiled_steps(self) -> Optional[compiled_steps.CompiledSteps]:
         compiled = fast_paths.ENABLED and fast_paths.COMPILED_STEPS

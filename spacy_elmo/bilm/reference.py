@@ -127,13 +127,17 @@ class LstmCell(nn.Module):
         self.projection_weight = (
             nn.Parameter(torch.empty(projection_dim, cell_dim)) if use_projection else None
         )
+        forget = torch.zeros(4 * cell_dim)
+        forget[2 * cell_dim : 3 * cell_dim] = FORGET_BIAS  # on the f block
+        self.register_buffer("forget_bias", forget, persistent=False)
 
     def forward(self, x: torch.Tensor, state: State) -> State:
         """One step: x (batch, in), state (h, c) -> the new (h, c)."""
         h, c = state
-        z = F.linear(x, self.input_weight, self.bias) + F.linear(h, self.recurrent_weight)
+        bias = self.bias + self.forget_bias
+        z = F.linear(x, self.input_weight, bias) + F.linear(h, self.recurrent_weight)
         i, j, f, o = z.chunk(4, dim=-1)  # (batch, D) each
-        c = torch.sigmoid(f + FORGET_BIAS) * c + torch.sigmoid(i) * torch.tanh(j)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
         if self.cell_clip is not None:
             c = c.clamp(-self.cell_clip, self.cell_clip)
         m = torch.sigmoid(o) * torch.tanh(c)
@@ -223,16 +227,17 @@ class ReferenceBiLM(nn.Module):
         reference.load_state_dict(bilm.state_dict())
         return reference
 
-    def forward(
+    def run(
         self,
         char_ids: torch.Tensor,
         states: tuple[list[State], list[State]] | None = None,
         boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_CHAR_IDS, EOS_CHAR_IDS),
-    ) -> tuple[torch.Tensor, tuple[list[State], list[State]]]:
-        """The (L + 1, batch, time, 2P) layers, zero where no token is, and the final states of
-        both directions. `states` (§8): each direction's initial (h, c) per cell, one row per
-        sentence; zeros where None. `boundaries`: the id rows of `<S>` and `</S>`."""
-        time = char_ids.shape[1]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor, tuple]:
+        """For (batch, time, W) ids, with `<S>` and `</S>` added (`boundaries`: their id rows):
+        the token vectors (batch, time + 2, P), each cell's forward and backward outputs
+        (batch, time + 2, P; the backward ones in the original order), the lengths with the
+        boundaries (batch,) and the final states of both directions. `states` (§8): each
+        direction's initial (h, c) per cell, one row per sentence; zeros where None."""
         bounded, lengths = add_boundaries(char_ids, *boundaries)  # (batch, time + 2, W)
         tokens = token_vectors(self.char_cnn, bounded)  # (batch, time + 2, P)
         forward_states, backward_states = states if states is not None else (None, None)
@@ -241,10 +246,20 @@ class ReferenceBiLM(nn.Module):
             reverse_within(tokens, lengths), lengths, backward_states
         )
         backward = [reverse_within(output, lengths) for output in backward]
+        return tokens, forward, backward, lengths, (forward_finals, backward_finals)
+
+    def forward(
+        self,
+        char_ids: torch.Tensor,
+        states: tuple[list[State], list[State]] | None = None,
+        boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_CHAR_IDS, EOS_CHAR_IDS),
+    ) -> tuple[torch.Tensor, tuple[list[State], list[State]]]:
+        """The (L + 1, batch, time, 2P) layers, zero where no token is, and the final states of
+        both directions (`run`'s arguments)."""
+        time = char_ids.shape[1]
+        tokens, forward, backward, lengths, finals = self.run(char_ids, states, boundaries)
         layers = [torch.cat([tokens, tokens], dim=-1)]
         layers += [torch.cat(pair, dim=-1) for pair in zip(forward, backward)]
-        mask = (
-            torch.arange(time, device=lengths.device)[None, :] < (lengths - 2)[:, None]
-        )  # (batch, time)
+        mask = torch.arange(time, device=lengths.device)[None, :] < (lengths - 2)[:, None]
         stacked = torch.stack(layers)[:, :, 1 : time + 1]  # boundaries removed
-        return stacked * mask[None, :, :, None], (forward_finals, backward_finals)
+        return stacked * mask[None, :, :, None], finals

@@ -9,12 +9,10 @@ changes. Exact: a cached vector is the one the char CNN gave (tests/bilm/test_em
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
-from torch import nn
 
-from . import fast_paths
 from .cache import RowCache
 
 TOKEN_CACHE_SIZE = 20000  # distinct tokens whose char-CNN vectors are kept at inference
@@ -35,10 +33,6 @@ class TokenCache:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def applies(self) -> bool:
-        """Whether the char CNN's vectors are looked up here: at inference, fast paths on."""
-        return fast_paths.ENABLED and not torch.is_grad_enabled() and self.max_size > 0
-
     def clear(self) -> None:
         """Forget every vector (the weights changed where no version counter saw it)."""
         with self.lock:
@@ -47,15 +41,16 @@ class TokenCache:
 
     def char_cnn(
         self,
-        char_cnn: nn.Module,
+        char_cnn: Callable[[torch.Tensor], torch.Tensor],
+        parameters: Iterable[torch.Tensor],
         distinct: torch.Tensor,
         version: tuple,
     ) -> torch.Tensor:
         """char_cnn(distinct) (k, P) for k distinct rows of char ids (k, 50), the tokens seen
         before read from the cache. The cache is emptied first where the weights changed: one
-        of char_cnn's parameters replaced or written in place, or `version` (what the biLM
-        counts besides: `BiLM.weights_generation`, its `quantize`) is another."""
-        weights = (version, _weights_key(char_cnn.parameters()))
+        of the char CNN's `parameters` replaced or written in place, or `version` (what the
+        biLM counts besides: `BiLM.weights_generation`, its `quantize`) is another."""
+        weights = (version, _weights_key(parameters))
         keys = [row.tobytes() for row in distinct.cpu().numpy()]
         with self.lock:
             if weights != self.weights:

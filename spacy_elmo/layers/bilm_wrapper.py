@@ -197,6 +197,6 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
 
 def _has_dropout(bilm: torch.nn.Module) -> bool:
     """Whether a biLM (or a `PendingBiLM`) behaves differently in train mode: an LSTM stack
-    with dropout on its inputs (`bilm.lstm.LstmStack.dropout`)."""
+    with dropout on its inputs (`bilm.reference.LstmStack.dropout`)."""
     stacks = (getattr(bilm, "forward_lstm", None), getattr(bilm, "backward_lstm", None))
     return any(getattr(stack, "dropout", 0.0) for stack in stacks)

@@ -1,6 +1,6 @@
 """The fast paths (`bilm/fast_paths.py`: oneDNN products, batched GEMMs over both directions on
 weights laid out for them, in-place updates and output, blocked input projections and char CNN)
-and the plain route of `fast_paths.ENABLED = False`, against NumPy and against each other."""
+and the reference route of `fast_paths.ENABLED = False`, against NumPy and against each other."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import batch_to_ids, char_cnn, fast_paths, lstm
+from spacy_elmo.bilm import batch_to_ids, fast_paths, lstm, model
 from spacy_elmo.bilm.compiled_steps import cell_update_in_place
 from spacy_elmo.bilm.quantize import Bf16SpeedWarning, set_quantize
 
@@ -25,7 +25,7 @@ from .util import tiny_options, write_random_model
 NEVER, ALWAYS = 1 << 62, 0
 
 # kernel thresholds and block sizes per path; "plain" is F.linear and one GEMM per direction;
-# "reference" has every fast path off.
+# "reference" has every fast path off (the forward pass of `reference.py`).
 PATHS = {
     "reference": dict(onednn=NEVER, stacked=-1, enabled=False),
     "plain": dict(onednn=NEVER, stacked=-1),
@@ -59,7 +59,7 @@ def use_path(
     if gate_block is not None:
         monkeypatch.setattr(lstm, "GATE_BLOCK_ROWS", gate_block)
     if cnn_block is not None:
-        monkeypatch.setattr(char_cnn, "CNN_BLOCK_BYTES", cnn_block)
+        monkeypatch.setattr(fast_paths, "CNN_BLOCK_BYTES", cnn_block)
     if tanh_min is not None:
         monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", tanh_min)
 
@@ -187,7 +187,7 @@ def test_stacked_kernels_follow_weight_changes(monkeypatch, files, tmp_path):
 
 
 def test_one_direction_stack_equals_the_lockstep_run(files):
-    """LstmStack.forward (one direction alone) gives what run_stacks gives for it."""
+    """run_stacks on one direction alone gives what it gives for it beside the other."""
     bilm = BiLM.from_allennlp(*files)
     rng = torch.Generator().manual_seed(0)
     batch_sizes = [3, 3, 2, 1]
@@ -198,9 +198,11 @@ def test_one_direction_stack_equals_the_lockstep_run(files):
     ]
     stacks = [bilm.forward_lstm, bilm.backward_lstm]
     with torch.inference_mode():
-        together, together_final = lstm.run_stacks(stacks, inputs, batch_sizes, states)
+        together, together_final = lstm.run_stacks(stacks, inputs, batch_sizes, states, False)
         for d, stack in enumerate(stacks):
-            alone, alone_final = stack(inputs[d], batch_sizes, states[d])
+            (alone,), (alone_final,) = lstm.run_stacks(
+                [stack], [inputs[d]], batch_sizes, [states[d]], False
+            )
             # The two runs use different GEMM kernels (batched against per direction): equal up
             # to float32 rounding, amplified a little by the recurrence.
             for a, b in zip(alone, together[d]):
@@ -250,7 +252,7 @@ def assert_stacked_views(bilm):
     for layer in range(bilm.options.n_layers):
         cells = layer_cells(bilm, layer)
         with torch.no_grad():
-            recurrent, projection = fast_paths.stacked_kernels(cells, torch.zeros(1))
+            recurrent, projection = fast_paths.stacked_kernels(cells)
         for name, stacked in (("recurrent_weight", recurrent), ("projection_weight", projection)):
             for d, cell in enumerate(cells):
                 weight = getattr(cell, name)
@@ -313,7 +315,7 @@ def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, r
                 weight.data = weight.detach().clone(memory_format=torch.contiguous_format)
     cells = layer_cells(bilm, 0)
     with torch.no_grad():
-        recurrent, _ = fast_paths.stacked_kernels(cells, torch.zeros(1))
+        recurrent, _ = fast_paths.stacked_kernels(cells)
     assert recurrent.data_ptr() not in {cell.recurrent_weight.data_ptr() for cell in cells}
     assert torch.equal(recurrent[1], cells[1].recurrent_weight.t())
     for a, b in zip(bilm.embed(SENTENCES), expected):
@@ -325,25 +327,20 @@ def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, r
 
 
 def test_the_switch_turns_every_fast_path_off(monkeypatch, files, reference):
-    """`fast_paths.ENABLED = False`: plain (out, in) weights, no batched step, no oneDNN, no token
-    cache, conv1d over all columns; still the reference's numbers."""
+    """`fast_paths.ENABLED = False`: plain (out, in) weights, and every call the forward pass of
+    `reference.py` (no fast char CNN, no packed LSTM, no token cache); the reference's numbers."""
     use_path(
         monkeypatch, onednn=ALWAYS if fast_paths.ONEDNN else NEVER, stacked=NEVER, enabled=False
     )
     bilm = BiLM.from_allennlp(*files)
     for name, parameter in bilm.named_parameters():
         assert parameter.is_contiguous(), name
-    cells = layer_cells(bilm, 0)
-    with torch.inference_mode():
-        assert fast_paths.stacked_kernels(cells, torch.zeros(1)) is None
-        assert not fast_paths.uses_onednn(torch.zeros(1, 8), cells[0].recurrent_weight)
-    trimmed = []
-    monkeypatch.setattr(fast_paths, "trim_columns", lambda *args: trimmed.append(args))
-    channels_last = []
-    monkeypatch.setattr(fast_paths, "conv_max", lambda *args: channels_last.append(args))
+    fast = []
+    monkeypatch.setattr(fast_paths, "char_cnn", lambda *args: fast.append(args))
+    monkeypatch.setattr(model, "run_stacks", lambda *args: fast.append(args))
     for tokens, got in zip(SENTENCES, bilm.embed(SENTENCES)):
         np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
-    assert not bilm.token_cache and not trimmed and not channels_last
+    assert not bilm.token_cache and not fast
 
 
 @pytest.mark.parametrize(
@@ -403,15 +400,10 @@ def test_onednn_linear_matches_float64(monkeypatch, rows):
     np.testing.assert_allclose(full.numpy(), x @ w.T + bias + add, atol=1e-5, rtol=0)
 
 
-def test_onednn_is_not_used_with_autograd_or_other_dtypes(monkeypatch):
-    monkeypatch.setattr(fast_paths, "ENABLED", True)
+def test_onednn_is_not_used_for_other_dtypes(monkeypatch):
     monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", ALWAYS)
-    x, w = torch.randn(4, 6), torch.randn(5, 6, requires_grad=True)
-    assert not fast_paths.uses_onednn(x, w)  # autograd: F.linear, differentiable
-    y = fast_paths.linear(x, w, add=torch.ones(4, 5))
-    y.sum().backward()
-    torch.testing.assert_close(w.grad, x.sum(0).expand(5, 6))
-    assert not fast_paths.uses_onednn(x.double(), w.detach().double())
+    x, w = torch.randn(4, 6), torch.randn(5, 6)
+    assert not fast_paths.uses_onednn(x.double(), w.double())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -1,38 +1,46 @@
-"""The fused training path of the LSTM cells (`fused.py`) against the op-by-op autograd path
-and against finite differences."""
+"""The fused training path of the LSTM cells (`fused.py`) against the reference stacks'
+op-by-op autograd (`reference.LstmStack`) and against finite differences."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from spacy_elmo.bilm import fast_paths, fused
 from spacy_elmo.bilm.fused import fused_cells
-from spacy_elmo.bilm.lstm import LstmStack, run_stacks
+from spacy_elmo.bilm.lstm import run_stacks
+from spacy_elmo.bilm.reference import LstmStack
+from spacy_elmo.description.options import BiLMOptions
+from spacy_elmo.pretrain.presets import preset
 
 BATCH_SIZES = [4, 4, 3, 1]  # packed: four sequences of lengths 4, 3, 3, 1... sorted
+LENGTHS = torch.tensor([4, 3, 3, 2])  # of the sequences BATCH_SIZES packs
 
 
 def _stacks(use_projection: bool, clip: float | None, dim: int) -> list[LstmStack]:
-    stacks = [
-        LstmStack(2, dim, 10, clip, clip, True, use_projection=use_projection).double()
-        for _ in range(2)
-    ]
+    options = BiLMOptions.from_dict(preset("tiny"))
+    lstm = dict(lstm_dim=10, projection_dim=dim, n_layers=2, use_skip_connections=True)
+    options = options.__class__(**{**vars(options), **lstm, "cell_clip": clip, "proj_clip": clip})
+    assert options.has_lstm_projection == use_projection
+    stacks = [LstmStack(options).double() for _ in range(2)]
     for stack in stacks:
         for parameter in stack.parameters():
             torch.nn.init.uniform_(parameter, -0.8, 0.8)  # large enough for clipping to bite
     return stacks
 
 
-def _run(stacks, inputs, states, fused: bool, monkeypatch):
-    monkeypatch.setattr(fast_paths, "ENABLED", fused)  # off: the cells recorded op by op
-    outputs, finals = run_stacks(stacks, inputs, BATCH_SIZES, states)
+def _gradients(stacks, inputs, outputs):
     weights = [
         torch.arange(o.numel(), dtype=o.dtype).reshape(o.shape).sin() for d in outputs for o in d
     ]
     loss = sum((o * w).sum() for o, w in zip((o for d in outputs for o in d), weights))
     parameters = [*inputs, *(p for s in stacks for p in s.parameters())]
-    return outputs, finals, torch.autograd.grad(loss, parameters)
+    return torch.autograd.grad(loss, parameters)
+
+
+def _packed(padded: torch.Tensor) -> torch.Tensor:
+    return pack_padded_sequence(padded, LENGTHS, batch_first=True).data
 
 
 @pytest.mark.parametrize("use_projection", [True, False])
@@ -52,8 +60,19 @@ def test_fused_equals_op_by_op_autograd(use_projection, clip, monkeypatch):
         ]
         for _ in stacks
     ]
-    reference = _run(stacks, inputs, states, False, monkeypatch)
-    fused = _run(stacks, inputs, states, True, monkeypatch)
+    # The reference: each direction over the padded sequences, one cell and step at a time.
+    batch_sizes = torch.tensor(BATCH_SIZES)
+    padded = [
+        pad_packed_sequence(PackedSequence(x, batch_sizes), batch_first=True)[0] for x in inputs
+    ]
+    expected_outputs, expected_finals = [], []
+    for stack, x, start in zip(stacks, padded, states):
+        outputs, finals = stack(x, LENGTHS, start)
+        expected_outputs.append([_packed(o) for o in outputs])
+        expected_finals.append(finals)
+    reference = (expected_outputs, expected_finals, _gradients(stacks, inputs, expected_outputs))
+    outputs, finals = run_stacks(stacks, inputs, BATCH_SIZES, states, training=True)
+    fused = (outputs, finals, _gradients(stacks, inputs, outputs))
     for ref_dir, fused_dir in zip(reference[0], fused[0]):
         for ref, got in zip(ref_dir, fused_dir):
             torch.testing.assert_close(got, ref, rtol=0, atol=1e-12)
@@ -90,12 +109,13 @@ def test_fused_cells_gradients_match_finite_differences():
 
 
 def test_the_fused_path_is_taken_only_with_autograd(monkeypatch):
-    """With autograd the cells run fused; without it, or under autocast, never."""
-    monkeypatch.setattr(fast_paths, "ENABLED", True)
+    """With autograd the cells run fused; without it, under autocast (the reference's forward
+    pass) or with the fast paths off, never."""
+    from spacy_elmo.bilm import BiLM, batch_to_ids
+
     torch.manual_seed(2)
-    stacks = _stacks(True, 0.5, 6)
-    inputs = [torch.randn(sum(BATCH_SIZES), 6, dtype=torch.float64) for _ in stacks]
-    states = [[(torch.zeros(4, 6).double(), torch.zeros(4, 10).double())] * 2 for _ in stacks]
+    bilm = BiLM(BiLMOptions.from_dict(preset("tiny")))
+    ids = batch_to_ids([["a", "river"], ["bank"]])
     calls = []
 
     def counted(*args):
@@ -104,32 +124,30 @@ def test_the_fused_path_is_taken_only_with_autograd(monkeypatch):
 
     monkeypatch.setattr(fused, "fused_cells", counted)
     with torch.no_grad():
-        run_stacks(stacks, inputs, BATCH_SIZES, states)
+        bilm(ids)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        run_stacks(stacks, inputs, BATCH_SIZES, states)
+        bilm(ids)
     assert calls == []
-    run_stacks(stacks, inputs, BATCH_SIZES, states)
-    assert len(calls) == 2  # one node per layer, both directions together
+    bilm(ids)
+    assert len(calls) == bilm.options.n_layers  # one node per layer, both directions together
     monkeypatch.setattr(fast_paths, "ENABLED", False)
-    run_stacks(stacks, inputs, BATCH_SIZES, states)
-    assert len(calls) == 2
+    bilm(ids)
+    assert len(calls) == bilm.options.n_layers
 
 
 def test_char_cnn_on_trimmed_columns_equals_all_fifty():
     """Columns past the longest token + the widest filter hold only padding windows."""
     from spacy_elmo.bilm import BiLM, batch_to_ids
-    from spacy_elmo.description.options import BiLMOptions
-    from spacy_elmo.pretrain.presets import preset
 
     torch.manual_seed(3)
-    cnn = BiLM(BiLMOptions.from_dict(preset("tiny"))).char_cnn
+    bilm = BiLM(BiLMOptions.from_dict(preset("tiny")))
     ids = batch_to_ids([["a", "river", "bank", "x" * 20, "🙂"]])[0]
-    widest = max(width for width, _ in cnn.options.filters)
+    widest = max(width for width, _ in bilm.options.filters)
     assert widest == 3
-    trimmed = fast_paths.trim_columns(ids, cnn.padding_id, widest)
+    trimmed = fast_paths.trim_columns(ids, bilm.padding_id, widest)
     assert trimmed.shape[1] == 22 + 3  # the 20-byte token + begin/end of word, widest filter 3
     with torch.no_grad():
-        full = cnn.projection(cnn.highways[0](torch.cat([cnn._features(row[None]) for row in ids])))
-        torch.testing.assert_close(cnn(ids), full, rtol=0, atol=1e-6)
+        fast = fast_paths.char_cnn(bilm.char_cnn, ids, bilm.padding_id)
+        torch.testing.assert_close(fast, bilm.char_cnn(ids), rtol=0, atol=1e-6)
     long = batch_to_ids([["y" * 60]])[0]  # 48 bytes + 2: nothing to trim
-    assert torch.equal(fast_paths.trim_columns(long, cnn.padding_id, widest), long)
+    assert torch.equal(fast_paths.trim_columns(long, bilm.padding_id, widest), long)

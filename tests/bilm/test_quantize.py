@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
-from spacy_elmo.bilm.lstm import LstmCellWithProjection
 from spacy_elmo.bilm.quantize import (
     Bf16Cell,
     Bf16SpeedWarning,
@@ -22,6 +21,7 @@ from spacy_elmo.bilm.quantize import (
     quantize_mode,
     set_quantize,
 )
+from spacy_elmo.bilm.reference import LstmCell
 
 # bfloat16, measured the same way: layer 0 exact (the char CNN runs in float32), layers 1 / 2
 # relative 0.0022 / 0.0019, max abs 0.011 / 0.012. Bounds with 2x of margin.
@@ -70,7 +70,7 @@ def test_bf16_products_match_the_numpy_model_of_the_scheme(rows, out, inn):
 
     cells = []
     for _ in range(2):
-        cell = LstmCellWithProjection(inn, cell_dim, hidden, 3.0, 3.0)
+        cell = LstmCell(inn, cell_dim, hidden, 3.0, 3.0, use_projection=True)
         cell.input_weight = weights(4 * cell_dim, inn)
         cell.recurrent_weight = weights(4 * cell_dim, hidden)
         cell.projection_weight = weights(hidden, cell_dim)
