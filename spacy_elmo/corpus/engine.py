@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import resource
 import socket
 import sys
 import tempfile
@@ -95,13 +94,10 @@ class RunStats:
 
     startup_seconds: float = 0.0  # Ray start (or connect) + every worker's model loaded
     run_seconds: float = 0.0  # first shard submitted -> last result
-    shutdown_seconds: float = 0.0
     tasks: int = 0
     lines: int = 0
-    task_seconds: list[float] = field(default_factory=list)  # inside the worker, per task
-    cpu_seconds: float = 0.0  # CPU time of the workers on the tasks, all threads
     failures: list[tuple[str, str]] = field(default_factory=list)  # (task name, error)
-    workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # "host:pid" -> stats
+    workers: dict[str, int] = field(default_factory=dict)  # "host:pid" -> shards run
     nodes: set[str] = field(default_factory=set)
 
 
@@ -124,39 +120,16 @@ class CorpusWorker:
         from ..util.threads import use_threads
 
         use_threads(threads, "--threads-per-worker")
-        self.job, self.state, self.gpus = job, None, gpus
-        self.load_seconds = 0.0
+        self.job, self.state = job, None
 
     def setup(self) -> dict[str, Any]:
         if self.state is None:
-            start = time.perf_counter()
             self.state = self.job.setup()
-            self.load_seconds = time.perf_counter() - start
-        return self._identity()
+        return {"worker": f"{socket.gethostname()}:{os.getpid()}", "node": _node_id()}
 
     def run(self, payload: Any) -> dict[str, Any]:
-        self.setup()  # after a restart (the worker was killed), the model is loaded again
-        start, cpu = time.perf_counter(), _cpu_seconds()
-        result = self.job.run(self.state, payload)
-        result["seconds"] = time.perf_counter() - start
-        result["cpu_seconds"] = _cpu_seconds() - cpu
-        result.update(self._identity())
-        return result
-
-    def _identity(self) -> dict[str, Any]:
-        return {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "node": _node_id(),
-            "load_seconds": self.load_seconds,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        }
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process so far, all its threads."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+        identity = self.setup()  # after a restart (the worker was killed), loaded again
+        return {**self.job.run(self.state, payload), **identity}
 
 
 def run_tasks(
@@ -223,7 +196,8 @@ def run_tasks(
         )(CorpusWorker)
         actors = [actor_class.remote(job, threads, cluster.gpus_per_worker) for _ in range(workers)]
         for info in _gather(ray, [a.setup.remote() for a in actors]):
-            _count_worker(stats, info)
+            stats.workers.setdefault(info["worker"], 0)
+            stats.nodes.add(info["node"])
         started.update(_new(before, reaper))  # the workers
         stats.startup_seconds = time.perf_counter() - start
         bar = tqdm(
@@ -238,10 +212,8 @@ def run_tasks(
             _drive(ray, actors, tasks, on_done, stats, bar)
         stats.run_seconds = time.perf_counter() - start - stats.startup_seconds
     finally:
-        closing = time.perf_counter()
         _end_ray(ray, before, started, reaper)
         starter.done.set()
-        stats.shutdown_seconds = time.perf_counter() - closing
     return stats
 
 
@@ -285,9 +257,8 @@ def _drive(ray, actors, tasks, on_done, stats, bar) -> None:
             submit(actor)
             continue
         stats.lines += task.lines
-        stats.task_seconds.append(result["seconds"])
-        stats.cpu_seconds += result["cpu_seconds"]
-        _count_worker(stats, result)
+        stats.workers[result["worker"]] = stats.workers.get(result["worker"], 0) + 1
+        stats.nodes.add(result["node"])
         bar.update(task.lines)
         for follow_up in on_done(task, result):
             stats.tasks += 1
@@ -300,17 +271,6 @@ def _drive(ray, actors, tasks, on_done, stats, bar) -> None:
 def _fail(stats: RunStats, bar, task: Task, message: str) -> None:
     stats.failures.append((task.name, message))
     bar.write(f"error: {task.name}: {message}", file=sys.stderr)
-
-
-def _count_worker(stats: RunStats, info: dict[str, Any]) -> None:
-    key = f"{info['host']}:{info['pid']}"
-    worker = stats.workers.setdefault(key, {"tasks": 0, "peak_rss_mb": 0.0})
-    worker["peak_rss_mb"] = max(worker["peak_rss_mb"], info["peak_rss_mb"])
-    worker["load_seconds"] = info["load_seconds"]
-    worker["node"] = info["node"]
-    if "seconds" in info:
-        worker["tasks"] += 1
-    stats.nodes.add(info["node"])
 
 
 def _gather(ray, refs: list) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ def run_inline(job, tasks, cluster, on_done, progress=True, description="shards"
         stats.tasks += len(follow_ups)
         queue[:0] = follow_ups
     stats.run_seconds = time.perf_counter() - start
-    stats.workers["inline"] = {"tasks": stats.tasks}
+    stats.workers["inline"] = stats.tasks
     return stats
 
 
