@@ -5,8 +5,8 @@ the final name only when complete: an interrupted write (Ctrl-C, SIGKILL, a full
 the earlier file as it was, and a half-written file never has the final name.
 
 A file's sha256 is read in blocks of HASH_BLOCK_BYTES (`file_sha256`, `files_sha256`); a run
-that must be alone takes an exclusive lock on a file (`lock_file`), which the kernel drops when
-the run ends, however it ends.
+that must be alone takes an exclusive lock on a file (`lock_file`, filelock's), which the kernel
+drops when the run ends, however it ends.
 """
 
 from __future__ import annotations
@@ -166,65 +166,32 @@ def _update(digest: Any, path: Path) -> None:
 
 # ------------------------------------------------------------------------------- locking
 class LockHeld(BlockingIOError):
-    """The lock on `path` is held by another open file (another run): `text` is what the file
-    holds, its holder's description where the holder wrote one."""
+    """The lock on `path` is held by another run: `text` is what the lock file holds, its
+    holder's description where the holder wrote one."""
 
     def __init__(self, path: Path, text: str) -> None:
         super().__init__(errno.EWOULDBLOCK, f"{path} is locked by another process")
         self.path, self.text = path, text
 
 
-class FileLock:
-    """An exclusive lock taken by `lock_file`, held until `release` (or the end of its `with`
-    block) or until its process ends."""
+def lock_file(path: str | Path, holder: Optional[str] = None) -> Any:
+    """An exclusive lock on `path` (filelock's, an flock that the kernel drops when its process
+    ends, however it ends), taken without waiting and held until `release()` or the end of its
+    `with` block. `holder`: what the file then holds (who holds it), for a refused run to name.
+    LockHeld when another run holds it; OSError when the file cannot be opened or locked."""
+    from filelock import FileLock, Timeout
 
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path = path
-        self._fd: Optional[int] = fd
+    def describe(fd: int) -> None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode("utf-8"), 0)
 
-    def release(self) -> None:
-        """Let the lock go (a second call does nothing)."""
-        if self._fd is not None:
-            import fcntl
-
-            fd, self._fd = self._fd, None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)  # also where a forked child shares the file
-            finally:
-                os.close(fd)
-
-    def __enter__(self) -> FileLock:
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.release()
-
-
-def lock_file(path: str | Path, holder: Optional[str] = None) -> FileLock:
-    """Take an exclusive advisory lock (flock(2)) on `path`, created if missing, without waiting.
-
-    `holder`: the text the file then holds in place of its contents (who holds it), for a
-    refused run to name; None leaves the file as it is (a file locked for its own contents).
-    LockHeld when another open file holds the lock; OSError when the file cannot be opened or
-    locked; ImportError where the system has no flock (not POSIX). The kernel releases the lock
-    when its process ends, however it ends: a lock file left behind is not a held lock.
-    """
-    import fcntl
-
-    path = Path(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    lock = FileLock(path, blocking=False, on_acquired=describe if holder else None)
     try:
+        lock.acquire()
+    except Timeout:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            text = os.pread(fd, LOCK_TEXT_BYTES, 0).decode("utf-8", "replace")
-            raise LockHeld(path, text) from None
-        if holder is not None:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, holder.encode("utf-8"), 0)
-    except BaseException:
-        os.close(fd)
-        raise
-    return FileLock(path, fd)
+            text = Path(path).read_bytes()[:LOCK_TEXT_BYTES].decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        raise LockHeld(Path(path), text) from None
+    return lock
