@@ -1,10 +1,5 @@
-"""Training checkpoints: written atomically, read without unpickling arbitrary objects.
-
-A checkpoint is a `torch.save` archive of plain types only (dicts, lists, numbers, strings and
-tensors: the weights, the optimizer and scheduler state, the RNG state), so that it loads with
-`torch.load(weights_only=True)`, which refuses any other object: a crafted file cannot run
-code.
-"""
+"""Training checkpoints: written atomically, of plain types and tensors only, so that they load
+with `torch.load(weights_only=True)` and a crafted file cannot run code."""
 
 from __future__ import annotations
 
@@ -79,8 +74,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 def training_state(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, device: torch.device
 ) -> dict[str, Any]:
-    """What a checkpoint holds of the training itself: the weights, the optimizer and scheduler
-    state and the random number generators'."""
+    """The weights, the optimizer's, scheduler's and random number generators' state."""
     return {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -98,8 +92,7 @@ def restore_training_state(
     device: torch.device,
     path: Path,
 ) -> None:
-    """Put `training_state` back from a checked checkpoint (read from `path`); ValueError when
-    it does not fit the model."""
+    """Put `training_state` back; ValueError when the checkpoint at `path` does not fit."""
     try:
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])

@@ -74,10 +74,8 @@ class PretrainConfig:
         for name in ("output", "preset", "lang"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
-        for name in ("pipeline",):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{name} must be a string or None, got {value!r}")
+        if self.pipeline is not None and not isinstance(self.pipeline, str):
+            raise ValueError(f"pipeline must be a string or None, got {self.pipeline!r}")
 
 
 # setting -> (type, lower bound, whether it is exclusive, exclusive upper bound, None allowed)
@@ -102,12 +100,10 @@ _BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
     "vectors_weight": ((int, float), 0, False, None, False),
     "max_memory_gb": ((int, float), 0, True, None, True),
 }
-# Where the run happens, not what it computes: a resumed run takes the values given for it (the
-# directory was moved; another GPU, thread count or memory limit).
+# Where the run happens, not what it computes: a resumed run takes the values given for it.
 LOCATION_SETTINGS = ("output", "gpu_id", "threads", "max_memory_gb")
-# Settings of earlier versions that are gone: the transformer teacher's
-# (docs/research/teacher.md). A checkpoint that holds them resumes when `teacher` was None (then
-# the others changed nothing).
+# The retired transformer teacher's settings (docs/research/teacher.md): a checkpoint holding
+# them resumes when `teacher` was None.
 RETIRED_SETTINGS = (
     "teacher",
     "teacher_layer",
@@ -118,8 +114,7 @@ RETIRED_SETTINGS = (
 
 
 def warmup_longer_than_run(config: PretrainConfig) -> Optional[str]:
-    """A warning when the learning-rate warm-up outlasts the run (warmup_steps > max_steps):
-    the rate rises linearly over the warm-up, so the run never reaches its peak; else None."""
+    """A warning when the warm-up outlasts the run (the rate never reaches its peak); else None."""
     if config.max_steps is None or config.warmup_steps <= config.max_steps:
         return None
     end = config.max_steps / config.warmup_steps
@@ -143,12 +138,10 @@ def build_options(config: PretrainConfig) -> BiLMOptions:
 def resumed_config(
     saved: dict[str, Any], given: PretrainConfig, source: Path, explicit: Optional[Collection[str]]
 ) -> PretrainConfig:
-    """The checkpoint's configuration, after checking that `given` does not contradict it.
+    """The checkpoint's configuration; ValueError where `given` contradicts what it computes.
 
-    What the run computes is kept: only `max_steps` may change (when given, not None), and the
-    LOCATION_SETTINGS take the values given for this resume. With `explicit` (the names of the
-    settings the user gave) only those are compared or taken; the others come from the
-    checkpoint (the output directory is always the one given).
+    `max_steps` (when given) and the LOCATION_SETTINGS take the given values. With `explicit`
+    (the settings the user gave) only those are compared or taken (the output always is).
     """
     saved = _without_retired(saved, source)
     unknown = sorted(set(saved) - {f.name for f in fields(PretrainConfig)})
@@ -186,8 +179,7 @@ def resumed_config(
 
 
 def _without_retired(saved: dict[str, Any], source: Path) -> dict[str, Any]:
-    """The checkpoint's settings without RETIRED_SETTINGS; ValueError for a run that used them
-    (it cannot continue as it was started)."""
+    """The checkpoint's settings without RETIRED_SETTINGS; ValueError for a run that used them."""
     if saved.get("teacher") is not None:
         raise ValueError(
             f"checkpoint {source} is of a run with a transformer teacher (teacher "
@@ -198,8 +190,7 @@ def _without_retired(saved: dict[str, Any], source: Path) -> dict[str, Any]:
 
 
 def moved_settings(saved: dict[str, Any], resumed: PretrainConfig) -> dict[str, tuple[Any, Any]]:
-    """{setting: (the checkpoint's value, the resumed run's)} of the LOCATION_SETTINGS that a
-    resume changed, the output directory left out (a moved directory computes the same)."""
+    """{setting: (old, new)} of the LOCATION_SETTINGS a resume changed, the output left out."""
     return {
         name: (saved.get(name), getattr(resumed, name))
         for name in LOCATION_SETTINGS
@@ -217,9 +208,8 @@ def _same_setting(name: str, old: Any, new: Any) -> bool:
 
 
 def check_sources(config: PretrainConfig) -> None:
-    """Raise ValueError / FileNotFoundError for an input, held-out text, biLM to adapt or
-    static-vectors pipeline that is not there, so that nothing is written for a run that
-    cannot start."""
+    """ValueError or FileNotFoundError for a source that is not there (inputs, held-out text,
+    biLM to adapt, pipelines), before anything is written."""
     import spacy
 
     if config.options is None:

@@ -1,8 +1,5 @@
-"""Training text: find input files, tokenise them once into a cache, stream batches from it.
-
-The cache is one tokenised sentence per line (tokens separated by single spaces), so that a
-resumed run can replay the exact batch sequence of an uninterrupted one by skipping batches.
-"""
+"""Training text: find input files, tokenise them once into a cache (a sentence a line, tokens
+between single spaces) and stream batches from it, a pure function of (seed, cache)."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ import random
 import re
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence
 
@@ -33,11 +31,8 @@ SKIPPED = "corpus/skipped.json"  # a run's input lines that were not text, by fi
 
 
 def iter_input_files(inputs: Sequence[str | Path], refuse_binary: bool = False) -> list[Path]:
-    """Expand files and folders (recursively, sorted) into the list of readable text files.
-
-    Empty files are skipped with a warning naming them; binary ones too, or with
-    `refuse_binary` a ValueError naming the file.
-    """
+    """The text files of `inputs` (folders recursively, sorted); empty and binary files are
+    skipped with a warning, or binary ones refused (`refuse_binary`)."""
     files: list[Path] = []
     for item in inputs:
         path = Path(item)
@@ -93,13 +88,11 @@ def iter_lines(
     not_text: Literal["skip", "refuse"] = "skip",
     skipped: Optional[SkippedLines] = None,
 ) -> Iterator[str]:
-    """Stream the non-blank lines of text files, every byte checked as it is read.
+    """The non-blank lines of text files, a leading byte-order mark dropped.
 
-    A line holding bytes that are not UTF-8 or a NUL byte is skipped (`not_text="skip"`: one
-    warning a file naming its first such line and their count, which `skipped` adds up) or
-    refused (`"refuse"`: ValueError naming the file, line and byte). A leading byte-order mark
-    is dropped. A line longer than `max_chars` characters comes in pieces cut at whitespace,
-    with a warning naming the file and line (each piece checked on its own).
+    A line with a NUL or bytes that are not UTF-8 is skipped (one warning a file, counted in
+    `skipped`) or refused (`not_text="refuse"`: ValueError naming file, line and byte). A line
+    over `max_chars` characters comes in pieces cut at whitespace, with a warning.
     """
     for path in files:
         count, first = 0, ""
@@ -168,9 +161,8 @@ def _cut(text: str, max_chars: int) -> tuple[str, str]:
 def spacy_sentence_splitter(
     lang: str = "en", pipeline: Optional[str] = None, batch_size: int = 256
 ) -> Callable[[Iterable[str]], Iterator[list[str]]]:
-    """Sentences of tokens from raw lines: with a spaCy `pipeline` (installed name or
-    directory) when one is named, else `lang`'s blank tokenizer plus the rule-based sentencizer.
-    """
+    """Sentences of tokens from raw lines: by a spaCy `pipeline` (name or directory), else by
+    `lang`'s blank tokenizer and the sentencizer."""
     import spacy
 
     try:
@@ -211,13 +203,9 @@ def write_tokenized(
     dev_every: int = 0,
     skipped: Optional[SkippedLines] = None,
 ) -> tuple[int, int]:
-    """Tokenise `files` into `output` (sentences longer than `max_tokens` are cut in pieces).
-
-    With `dev_output`, every `dev_every`-th sentence goes there instead (a held-out split).
-    Lines that are not text are skipped and counted in `skipped` (`iter_lines`).
-    Returns (sentences, tokens) written to `output`. Files are written under a temporary name
-    and renamed when complete; ValueError when `output` or the held-out split would be empty.
-    """
+    """Tokenise `files` into `output` atomically, sentences cut at `max_tokens`, every
+    `dev_every`-th to `dev_output` when given; (sentences, tokens) written to `output`.
+    ValueError when `output` or the held-out split would be empty."""
     n_sentences = n_tokens = n_seen = n_dev = 0
     with ExitStack() as stack:
         tmp = stack.enter_context(atomic_path(output))
@@ -260,19 +248,15 @@ def read_sentences(path: Path) -> Iterator[list[str]]:
 
 
 def spread_sample(path: Path, n: int) -> list[list[str]]:
-    """At most about `n` sentences of the tokenised file `path`, evenly spaced over all of it
-    (every k-th, from the first)."""
+    """At most about `n` sentences of `path`, every k-th from the first."""
     total = sum(1 for _ in read_sentences(path))
     stride = max(1, -(-total // n))
     return [s for i, s in enumerate(read_sentences(path)) if i % stride == 0]
 
 
 def interleaved_sentences(path: Path, n_streams: int = 64) -> Iterator[list[str]]:
-    """Sentences of `path` read round-robin from `n_streams` equal byte ranges of the file.
-
-    A file written corpus after corpus then yields a mixture of all of them from the start,
-    while reading stays streaming (one open handle per range).
-    """
+    """Sentences of `path` read round-robin from `n_streams` equal byte ranges, so that a file
+    written corpus after corpus yields a mixture of them from the start, still streaming."""
     size = path.stat().st_size
     starts = sorted({_line_start(path, size * i // n_streams) for i in range(n_streams)})
     ends = [*starts[1:], size]
@@ -318,27 +302,14 @@ def iter_batches(
     chunk_sentences: int = 20000,
     max_sentences: int = 512,
 ) -> Iterator[tuple[int, list[list[str]]]]:
-    """An endless, deterministic stream of (epoch, batch) over the tokenised file.
-
-    Each chunk of sentences is shuffled with a seed derived from (seed, epoch, chunk), sorted
-    by length so that batches are length-homogeneous (little padding), cut into batches of at
-    most `batch_tokens` tokens (boundaries included), and the batch order shuffled again.
-    """
+    """An endless, deterministic stream of (epoch, batch) over the tokenised file: each chunk
+    shuffled by (seed, epoch, chunk), sorted by length, cut into batches of at most
+    `batch_tokens` (boundaries included), and the batches shuffled."""
     epoch = 0
     while True:
-        chunk: list[list[str]] = []
-        chunk_index = 0
         any_batch = False
-        for sentence in interleaved_sentences(path):
-            chunk.append(sentence)
-            if len(chunk) == chunk_sentences:
-                for batch in _chunk_batches(
-                    chunk, seed, epoch, chunk_index, batch_tokens, max_sentences
-                ):
-                    any_batch = True
-                    yield epoch, batch
-                chunk, chunk_index = [], chunk_index + 1
-        if chunk:
+        sentences = interleaved_sentences(path)
+        for chunk_index, chunk in enumerate(_chunks(sentences, chunk_sentences)):
             for batch in _chunk_batches(
                 chunk, seed, epoch, chunk_index, batch_tokens, max_sentences
             ):
@@ -347,6 +318,12 @@ def iter_batches(
         if not any_batch:
             raise ValueError(f"tokenised corpus {path} holds no sentences")
         epoch += 1
+
+
+def _chunks(items: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
+    """Lists of `size` items (the last one shorter) until `items` ends."""
+    while chunk := list(islice(items, size)):
+        yield chunk
 
 
 def _chunk_batches(

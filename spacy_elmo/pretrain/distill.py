@@ -1,18 +1,7 @@
-"""Static word vectors as auxiliary targets of biLM pretraining (`static_vectors`).
-
-A biLM trained on a few million words knows far fewer words than static vectors trained on
-billions (spaCy's `en_core_web_md`: 684,830 keys). Two auxiliary losses carry that knowledge
-into the biLM without changing its architecture (it still exports to the bilm-tf layout):
-
-* token: the char-CNN vector of each word, through a linear map, should point where the
-  word's static vector points (cosine distance), so that layer 0 learns what the static
-  vectors know and the char CNN extends it to words they lack;
-* context: the top LSTM output that predicts the next word (forward LM) or the previous word
-  (backward LM), through another linear map, should point where that word's static vector
-  points: a continuous-output language-model target (Kumar and Tsvetkov, 2019) next to the
-  softmax, which puts the same knowledge into the contextual layers.
-
-The two maps are training-only heads: they are not part of the saved biLM.
+"""Static word vectors as auxiliary targets of biLM pretraining (`static_vectors`): through
+training-only linear heads, each word's char-CNN vector (token) and the top LSTM output that
+predicts it (context, Kumar and Tsvetkov 2019) should point where its static vector points.
+The saved biLM keeps its architecture (docs/research/pretrain-probes.md says why).
 """
 
 from __future__ import annotations
@@ -110,8 +99,8 @@ class DistillationHeads(nn.Module):
     ) -> torch.Tensor:
         """(4,): summed token cosine distance, its count, summed context distance, its count.
 
-        `rows` (batch, time + 2) holds each position's static-vector row (NO_VECTOR if none);
-        the outputs are (batch, time + 2, P) with <S> at 0.
+        `rows` (batch, time + 2): each position's static-vector row (NO_VECTOR: none); the
+        outputs (batch, time + 2, P), <S> at 0.
         """
         token_valid = rows >= 0
         token = self._distance(self.token, token_embeddings[token_valid], rows[token_valid])

@@ -1,5 +1,5 @@
-"""A run's processes under `torchrun` (without it: rank 0 of 1) and the collective operations
-the run uses; in a single process each one is a no-op or the local answer."""
+"""A run's processes under `torchrun` (without it, rank 0 of 1) and the collectives it uses,
+each a no-op or the local answer in a single process."""
 
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ class Ranks:
             torch.distributed.barrier()
 
     def any(self, flag: bool) -> bool:
-        """Whether `flag` holds on any rank: every rank gets the same answer, so that all of
-        them stop together."""
+        """Whether `flag` holds on any rank (the same answer on all, so that all stop)."""
         if not self.distributed:
             return flag
         value = torch.tensor([1.0 if flag else 0.0], device=self.device)
@@ -43,8 +42,7 @@ class Ranks:
         return value.item() > 0
 
     def stop_signal(self, signum: Optional[int]) -> Optional[int]:
-        """The stop signal of any rank (the largest number; None for none): every rank stops
-        when one was signalled."""
+        """The largest stop signal of any rank, or None."""
         if not self.distributed:
             return signum
         flag = torch.tensor([float(signum or 0)], device=self.device)

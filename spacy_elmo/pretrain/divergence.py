@@ -1,10 +1,6 @@
-"""Divergence: a run stops at the step where its loss, gradient norm, weights or held-out
-perplexity stop being finite, before such a value reaches the weights or a file.
-
-The run then writes `DIVERGED` beside its checkpoint, which is kept as it was; the error says
-how to continue. While that record is there, a resumed run may change the
-`DIVERGENCE_REMEDIES` (with the same settings it would replay the same batches and diverge
-again); the next checkpoint removes it.
+"""Divergence: a run stops where its loss, gradient, weights or held-out perplexity stop being
+finite, before such a value reaches the weights or a file. It records `DIVERGED` beside the
+kept checkpoint; until the next checkpoint a resume may change the `DIVERGENCE_REMEDIES`.
 """
 
 from __future__ import annotations
@@ -23,14 +19,12 @@ from ..util.files import write_text
 from .config import PretrainConfig
 from .objective import MAX_LOG_FLOAT
 
-# The step, loss, gradient norm, learning rate and the step of the checkpoint kept.
 logger = logging.getLogger("spacy_elmo.pretrain")
 
-DIVERGED = "checkpoints/diverged.json"
+DIVERGED = "checkpoints/diverged.json"  # the step, what happened, the rate, the kept step
 DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
-# A mean NLL (nats a token) past this has a perplexity no float holds (exp overflows): counted
-# as a divergence like NaN, as no model reaches it that has not blown up (uniform guessing over
-# V words costs ln V, about 11 nats for 50,000).
+# A mean NLL (nats a token) whose perplexity no float holds counts as a divergence (guessing
+# uniformly over 50,000 words costs about 11 nats).
 MAX_LOSS = MAX_LOG_FLOAT
 DEFAULT_LEARNING_RATE = next(f.default for f in fields(PretrainConfig) if f.name == "learning_rate")
 
@@ -40,8 +34,7 @@ class TrainingDiverged(ValueError):
 
 
 def step_problem(loss: torch.Tensor, grad_norm: torch.Tensor) -> tuple[bool, str]:
-    """Whether a step's loss or gradient norm is not finite (or the loss past MAX_LOSS), and
-    the two values in words."""
+    """Whether a step's loss (or past MAX_LOSS) or gradient norm is not finite; both in words."""
     values = torch.stack([loss.detach().float(), grad_norm.detach().float().to(loss.device)])
     loss_value, norm_value = values.tolist()
     bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
@@ -68,8 +61,8 @@ def weights_problem(model: nn.Module, optimizer: torch.optim.Optimizer) -> Optio
 
 
 def warn_if_worse_than_guessing(dev_ppl: float, vocab_size: int, config: PretrainConfig) -> None:
-    """A warning when a finished run's held-out perplexity is over twice the vocabulary's size:
-    finite, yet worse than guessing every word equally likely."""
+    """Warn when the held-out perplexity is over twice the vocabulary's size: worse than
+    guessing, so the run has probably diverged."""
     if dev_ppl > 2 * vocab_size:
         logger.warning(
             "the held-out perplexity %.4g is over twice the vocabulary's size (%d): far worse "
@@ -91,9 +84,8 @@ def divergence_error(
     checkpoint: Path,
     record: Optional[Path],
 ) -> TrainingDiverged:
-    """The error that stops a run diverged at `step` (`what` happened, at learning rate
-    `rate`), saying how to continue from the checkpoint of step `kept` (None: none written);
-    the divergence is written to `record` (DIVERGED) unless None."""
+    """The error of a run diverged at `step`, saying how to continue from the checkpoint of
+    step `kept` (None: none written); written to `record` (DIVERGED) unless None."""
     if record is not None:
         entry = {"step": step, "what": what, "learning_rate": rate, "checkpoint_step": kept}
         write_text(record, json.dumps(entry) + "\n")
@@ -125,8 +117,8 @@ def remedies_after_divergence(
     marker: Path,
     explicit: Optional[Collection[str]],
 ) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
-    """The checkpoint's settings with the DIVERGENCE_REMEDIES given for this resume, when the
-    run diverged after that checkpoint (`marker` exists); and {setting: (old, new)} changed."""
+    """The checkpoint's settings with the DIVERGENCE_REMEDIES given for this resume when the
+    run diverged after it (`marker` exists), and {setting: (old, new)} changed."""
     if not marker.exists():
         return saved, {}
     changed = {}

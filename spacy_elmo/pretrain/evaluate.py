@@ -7,33 +7,33 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from ..bilm import BiLM, batch_to_ids
+from ..bilm import batch_to_ids
 from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.lm_head import LMHead
 from ..weights.sources import BiLMSource, resolve_source
 from .corpus import iter_input_files, iter_lines, pretokenized_splitter, spacy_sentence_splitter
+from .objective import (
+    LanguageModel,
+    directional_perplexities,
+    load_init_model,
+    target_tensor,
+)
 from .vocab import Vocab
 
 
-def load_language_model(model: str | Path | BiLMSource):
-    """The biLM, its softmax and vocabulary: the bundled biLM or one `spacy-elmo pretrain`
-    wrote (its run directory or the run's `model/`), named as `weights.sources` takes it."""
-    from ..weights.tensors import read_safetensors
-    from .objective import LanguageModel, load_head
-
+def load_language_model(model: str | Path | BiLMSource) -> tuple[LanguageModel, Vocab]:
+    """The biLM with its softmax and vocabulary: the bundled biLM or one `spacy-elmo pretrain`
+    wrote, named as `weights.sources` takes it."""
     source = model if isinstance(model, BiLMSource) else resolve_source(model)
-    model_dir = source.path
-    head_path = model_dir / "lm_head.safetensors" if model_dir is not None else None
-    if head_path is None or not head_path.exists():
+    bilm, vocab, head_state = load_init_model(source)
+    if vocab is None or head_state is None:
         raise ValueError(
-            f"{source.describe()} has no softmax (lm_head.safetensors): perplexity needs the "
-            "bundled biLM or one written by `spacy-elmo pretrain` (bilm-tf/AllenNLP and "
-            "ELMoForManyLangs files hold none)"
+            f"{source.describe()} has no softmax (lm_head.safetensors and vocab.txt): "
+            "perplexity needs the bundled biLM or one written by `spacy-elmo pretrain` "
+            "(bilm-tf/AllenNLP and ELMoForManyLangs files hold none)"
         )
-    bilm = BiLM.from_source(source)
-    vocab = Vocab.from_file(model_dir / "vocab.txt")
     head = LMHead(bilm.options.projection_dim, len(vocab))
-    load_head(head, read_safetensors(head_path), str(head_path), model_dir / "vocab.txt")
+    head.load_state_dict(head_state)
     return LanguageModel(bilm, head, dropout=0.0).eval(), vocab
 
 
@@ -48,10 +48,8 @@ def perplexity(
     max_sentence_tokens: int = 50,
 ) -> dict[str, Any]:
     """Forward, backward and average perplexity over every sentence of `inputs`, with what
-    decides whether two perplexities can be compared: the vocabulary's size, the tokens scored
-    and the share of them out of the vocabulary (scored as <UNK>, a word of the softmax)."""
-    from .objective import perplexity_of, target_tensor
-
+    decides whether two compare: the vocabulary's size, the tokens scored, the share of them
+    out of the vocabulary (scored as <UNK>)."""
     model, vocab = load_language_model(model)
     splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(lang, pipeline)
     sums = torch.zeros(4, dtype=torch.float64)
@@ -74,8 +72,7 @@ def perplexity(
     if n_sentences == 0:
         raise ValueError(f"no sentences in {', '.join(str(p) for p in inputs)}")
     # A model this bad (a mean NLL past 709 nats) has an infinite perplexity, not an error.
-    forward = perplexity_of(sums[0].item(), sums[1].item())
-    backward = perplexity_of(sums[2].item(), sums[3].item())
+    forward, backward = directional_perplexities(sums)
     tokens = int(sums[1].item()) - n_sentences  # targets minus one </S> per sentence
     return {
         "sentences": n_sentences,
@@ -94,7 +91,7 @@ def perplexity(
 
 
 def describe(result: dict[str, Any]) -> str:
-    """`perplexity`'s result as a line of text."""
+    """`perplexity`'s result in a line."""
     return (
         f"perplexity {result['ppl']:.2f} (forward {result['ppl_forward']:.2f}, backward "
         f"{result['ppl_backward']:.2f}) over {result['tokens']:,} tokens in "

@@ -1,5 +1,5 @@
-"""Whether a run fits in memory: a generous estimate of what training needs, checked against
-what the device has (or `max_memory_gb`) before the weights exist."""
+"""Whether a run fits in memory: a generous estimate of training's needs against what the
+device has (or `max_memory_gb`), checked before the weights exist."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What pretraining optimises: the biLM with its softmax head (`LanguageModel`), the
-per-batch sums it returns and the loss made of them; and the model a run starts from
-(`build_language_model`: new, resumed, or a biLM to adapt, `load_init_model`)."""
+"""What pretraining optimises: the biLM with its softmax head (`LanguageModel`), its per-batch
+sums and the loss made of them; and the model a run starts from (new, resumed or adapted)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from torch.nn import functional as F
 
 from ..bilm import BiLM
 from ..bilm.lm_head import LMHead
-from ..weights.sources import resolve_source
+from ..weights.sources import BiLMSource, resolve_source
 from ..weights.tensors import check_weights, read_safetensors
 from .checkpoint import CHECKPOINT
 from .config import PretrainConfig, build_options
@@ -50,11 +49,10 @@ class LanguageModel(nn.Module):
         target_ids: torch.Tensor,
         vector_rows: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """(4,) tensor: forward NLL sum, forward count, backward NLL sum, backward count.
+        """(4,): forward NLL sum and count, backward NLL sum and count; with `vector_rows`,
+        (8,): then the static-vector token and context distance sums and counts (`distill.py`).
 
         `target_ids` (batch, time + 2) holds the word ids of <S> w_1 .. w_n </S>, -1 after.
-        With distillation heads and `vector_rows` (static-vector rows of the same positions),
-        (8,): then the token and context cosine-distance sums and counts (`distill.py`).
         """
         acts = self.bilm.activations(char_ids)
         top_forward = F.dropout(acts.forward[-1], self.dropout, self.training)
@@ -97,8 +95,7 @@ def target_tensor(sentences: list[list[str]], vocab: Vocab) -> torch.Tensor:
 
 
 def mean_loss(sums: torch.Tensor, vectors_weight: float) -> torch.Tensor:
-    """The training loss from `LanguageModel`'s sums: the mean NLL of both LMs, plus
-    `vectors_weight` times the mean static-vector cosine distances (8 sums)."""
+    """The mean NLL of both LMs, plus `vectors_weight` times the mean static-vector distances."""
     loss = (sums[0] / sums[1].clamp(min=1) + sums[2] / sums[3].clamp(min=1)) / 2
     if sums.shape[0] > 4:
         distance = sums[4] / sums[5].clamp(min=1) + sums[6] / sums[7].clamp(min=1)
@@ -112,10 +109,19 @@ def perplexity_of(nll_sum: float, count: float) -> float:
     return math.exp(mean) if mean < MAX_LOG_FLOAT else (math.inf if mean == mean else math.nan)
 
 
-def load_init_model(source: str) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
-    """The biLM to adapt, named as every entry point names one (`weights.sources`), with its
-    softmax and vocabulary when it has them (the bundled biLM, a `spacy-elmo pretrain` run)."""
-    resolved = resolve_source(source)
+def directional_perplexities(sums: torch.Tensor) -> tuple[float, float]:
+    """The forward and backward perplexities of `LanguageModel`'s sums."""
+    return perplexity_of(sums[0].item(), sums[1].item()), perplexity_of(
+        sums[2].item(), sums[3].item()
+    )
+
+
+def load_init_model(
+    source: str | Path | BiLMSource,
+) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
+    """A biLM named as `weights.sources` takes it, with its vocabulary and softmax weights
+    where it has them (the bundled biLM, a `spacy-elmo pretrain` run), else None for both."""
+    resolved = source if isinstance(source, BiLMSource) else resolve_source(source)
     bilm = BiLM.from_source(resolved)
     directory = resolved.path
     if directory is None or resolved.kind not in ("bundled", "saved", "run"):
@@ -153,13 +159,11 @@ def build_language_model(
     device: torch.device,
     write_vocab: bool,
 ) -> tuple[LanguageModel, Vocab, Optional[StaticVectors]]:
-    """The run's model on `device`, its vocabulary (work/vocab.txt, written when
-    `write_vocab`) and static vectors: a new biLM, the one to adapt (`init_from`), or for a
-    resumed run (`checkpoint`) the one it trained, whose weights the caller then restores.
+    """The run's model on `device` (new, adapted from `init_from`, or resumed: the caller
+    restores the `checkpoint`'s weights), its vocabulary (work/vocab.txt, written when
+    `write_vocab`) and static vectors. The memory is checked before the weights exist.
 
-    A run whose vocabulary is there (resumed, or not adapting one that brings its own) keeps
-    it; else it is the adapted biLM's or built from `train_path`. The memory is checked before
-    the weights exist.
+    A vocabulary already in `work` is kept unless a new run adapts a biLM that brings its own.
     """
     init_vocab = init_head = None
     bilm: Optional[BiLM] = None

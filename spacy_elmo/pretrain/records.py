@@ -1,6 +1,5 @@
-"""What a run records: `metrics.jsonl` (a line per logged window of steps and per held-out
-evaluation), where each part of the run happened ("ran_with"), and what a finished run writes
-(model/ with pretrain.json, the bilm-tf export, the perplexity plot)."""
+"""What a run records: metrics.jsonl, where each part of it ran ("ran_with"), the lines that
+say its budget, and a finished run's outputs (model/, the bilm-tf export, the plot)."""
 
 from __future__ import annotations
 
@@ -40,9 +39,7 @@ class TrainWindow:
     def record(
         self, step: int, epoch: int, tokens: int, lr: float, train_seconds: float
     ) -> dict[str, Any]:
-        """The metrics line of the window at `step` (`tokens` seen in all, learning rate `lr`):
-        its training perplexity and speed, and its static-vector cosine distances when it has
-        them; the window starts again."""
+        """The window's metrics line at `step` (`tokens` seen in all); the window restarts."""
         elapsed = time.perf_counter() - self.start
         window = self.sums
         ppl = perplexity_of((window[0] + window[2]).item(), (window[1] + window[3]).item())
@@ -69,11 +66,8 @@ def append_metrics(path: Path, record: dict[str, Any]) -> None:
 
 
 def truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines a killed run wrote after its last checkpoint.
-
-    A line that is not a JSON record (the half-written last line of a killed run) is dropped
-    with a warning naming the file and line.
-    """
+    """Drop the metric lines after `step` and, with a warning, any that is not a JSON record
+    (the half-written last line of a killed run)."""
     if not path.exists():
         return
     kept = []
@@ -95,9 +89,8 @@ def truncate_metrics(path: Path, step: int) -> None:
 def ran_with(
     checkpoint: Optional[dict[str, Any]], step: int, placement: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """The run's parts: [{"step": where a part starts, **its PLACEMENT}], from the checkpoint's
-    record (a checkpoint without one: its settings from step 0) with this part added when it
-    runs elsewhere than the last one did."""
+    """[{"step": where a part starts, **its PLACEMENT}]: the checkpoint's parts (without a
+    record, its settings from step 0), this part added when it runs elsewhere."""
     if checkpoint is None:
         return [{"step": 0, **placement}]
     record = checkpoint.get("ran_with")
@@ -136,8 +129,8 @@ def read_skipped(path: Path) -> dict[str, Any]:
 def write_outputs(
     work: Path, config: PretrainConfig, model: LanguageModel, vocab: Vocab, summary: dict
 ) -> None:
-    """A finished run's model/ (the biLM, its softmax and vocabulary, `summary` as
-    pretrain.json), the bilm-tf export if asked for, and the perplexity plot of its metrics."""
+    """model/ (biLM, softmax, vocabulary, `summary` as pretrain.json), the bilm-tf export if
+    asked for, and the perplexity plot."""
     model_dir = work / "model"
     bilm = model.bilm
     bilm.eval()
@@ -205,9 +198,8 @@ def estimate_line(config: PretrainConfig, step: int, seconds_per_step: float) ->
 
 
 class BudgetTiming:
-    """Times the first steps of a run for `estimate_line`: the first step is left out (it warms
-    up), the next `ESTIMATE_AFTER` are averaged; `add` is true once, when the mean is ready and
-    steps are left to estimate."""
+    """The mean time of steps 2 to ESTIMATE_AFTER + 1 (the first warms up); `add` is true
+    once, when it is ready and steps are left to estimate."""
 
     def __init__(self, step: int, max_steps: int) -> None:
         self.left = max_steps - step

@@ -1,6 +1,5 @@
-"""What a resumed run starts from: its checkpoint and the settings it continues with (the
-checkpoint's, with what this resume may change: where it runs, `max_steps`, and after a
-divergence the remedies), and the lines that say what changed."""
+"""What a resumed run starts from: its checkpoint, the settings it continues with, and the
+lines that say what this resume changed."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ class Resume:
 
 
 def resume_run(work: Path, given: PretrainConfig, explicit: Optional[Collection[str]]) -> Resume:
-    """The checkpoint of the run in `work` and the settings it continues with (see
-    `resumed_config` for what `given` may change, and `explicit`)."""
+    """The checkpoint of the run in `work` and its settings (`resumed_config`)."""
     path = work / CHECKPOINT
     checkpoint = load_checkpoint(path)
     saved, remedied = remedies_after_divergence(

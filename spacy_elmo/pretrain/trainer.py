@@ -1,16 +1,8 @@
-"""The pretraining loop: train a biLM with forward and backward language-model losses.
+"""The pretraining loop: a biLM trained on its forward and backward language-model losses.
 
-The settings are `config.py`'s, the model and its loss `objective.py`'s; what a resumed run
-starts from `resume.py`'s; the memory check `memory.py`'s, the divergence checks
-`divergence.py`'s, the metrics and outputs `records.py`'s, the ranks under torchrun
-`distributed.py`'s.
-
-Resumable bit for bit: a checkpoint holds the weights, optimizer, scheduler, RNG state and
-the number of batches consumed; the batch stream is a pure function of (seed, corpus), so a
-resumed run skips the consumed batches and continues exactly where the killed run was. A resume
-may run elsewhere (another thread count, GPU or memory limit: `PLACEMENT`); it then computes the
-same steps, but its floating-point sums may round differently.
-Under `torchrun` it trains with DistributedDataParallel, rank r taking every r-th batch.
+Resumable bit for bit: the checkpoint holds all training state and the batch stream is a pure
+function of (seed, corpus), so a resumed run skips the consumed batches. Under `torchrun` it
+trains with DistributedDataParallel, rank r taking every r-th batch.
 """
 
 from __future__ import annotations
@@ -53,8 +45,7 @@ from .divergence import (
     warn_if_worse_than_guessing,
     weights_problem,
 )
-from .objective import build_language_model, mean_loss, target_tensor
-from .objective import perplexity_of as _perplexity
+from .objective import build_language_model, directional_perplexities, mean_loss, target_tensor
 from .records import (
     METRICS,
     PLACEMENT,
@@ -69,20 +60,16 @@ from .records import (
     write_outputs,
 )
 from .resume import log_changes, resume_run
-from .rundir import RunDirectoryLock, prepare_run_directory
+from .rundir import locked_run_directory, prepare_run_directory
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-# ---------------------------------------------------------------------- the run
 class Pretrainer:
-    """One pretraining run in `config.output`; call it with the directory locked (`pretrain`).
-
-    With `resume`, the run continues from its checkpoint with the checkpoint's settings (see
-    `resumed_config` for what `config` may change, and `explicit`).
-    """
+    """One pretraining run in `config.output`, new or resumed from its checkpoint (`resume`);
+    call it with the directory locked (`pretrain`)."""
 
     def __init__(
         self,
@@ -150,7 +137,7 @@ class Pretrainer:
         self.checkpoint_ppl: Optional[float] = None  # the last one logged before the checkpoint
 
     def _placement(self) -> dict[str, Any]:
-        """Where this part of the run happens: the PLACEMENT settings (threads as set)."""
+        """The PLACEMENT settings of this part of the run (threads as set)."""
         return {**{name: getattr(self.config, name) for name in PLACEMENT}, "threads": self.threads}
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
@@ -168,8 +155,7 @@ class Pretrainer:
         self.train_seconds = float(checkpoint["train_seconds"])
 
     def _set_learning_rate(self) -> None:
-        """The scheduler's base rate and the current rate from `config` (a resumed run whose
-        learning rate or warm-up changed after a divergence; the checkpoint holds the old)."""
+        """The scheduler's rates from `config` (a resume that changed them after a divergence)."""
         rate = self.config.learning_rate
         for group in self.optimizer.param_groups:
             group["initial_lr"] = rate
@@ -200,7 +186,7 @@ class Pretrainer:
     def _loss(
         self, sentences: list[list[str]], module: nn.Module, aux: bool = True
     ) -> torch.Tensor:
-        """The sums of `LanguageModel` for a batch; `aux=False`: the language models' only."""
+        """`LanguageModel`'s sums for a batch; `aux=False`: the language models' only."""
         char_ids = batch_to_ids(sentences).to(self.device)
         targets = target_tensor(sentences, self.vocab).to(self.device)
         rows = None
@@ -288,8 +274,7 @@ class Pretrainer:
                     self.step,
                 )
             return {"interrupted": True, "step": self.step, "signal": self.stop_signal}
-        summary = self.finish()
-        return summary
+        return self.finish()
 
     def _say(self, bar, line: str) -> None:
         """Log `line` on the main rank without tearing the progress bar."""
@@ -309,10 +294,8 @@ class Pretrainer:
         self.stop_requested = self.stop_signal is not None
         return self.stop_requested
 
-    # ------------------------------------------------------------------ divergence
     def _check_step(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """TrainingDiverged when the loss or the gradient norm is not finite on any rank
-        (called before the optimizer's step, which would write them into the weights)."""
+        """TrainingDiverged when the loss or gradient norm is not finite on any rank."""
         bad, what = step_problem(loss, grad_norm)
         if self.ranks.any(bad):
             self._diverged(what, self.step + 1)
@@ -330,8 +313,7 @@ class Pretrainer:
             self._diverged(bad or "a weight on another rank holds NaN or inf")
 
     def _diverged(self, what: str, step: Optional[int] = None) -> NoReturn:
-        """Stop the run: record the divergence beside the checkpoint, which is kept as it was,
-        and raise TrainingDiverged saying how to continue."""
+        """Record the divergence beside the checkpoint and raise TrainingDiverged."""
         raise divergence_error(
             self.config,
             what,
@@ -360,8 +342,7 @@ class Pretrainer:
             sums += self._loss(batch, self.model, aux=False)[:4].cpu()
         if sums[1].item() == 0:  # not a perplexity of 1.0
             raise ValueError(f"the held-out file {self.dev_path} has no sentences")
-        forward = _perplexity(sums[0].item(), sums[1].item())
-        backward = _perplexity(sums[2].item(), sums[3].item())
+        forward, backward = directional_perplexities(sums)
         return {
             "dev_ppl_forward": forward,
             "dev_ppl_backward": backward,
@@ -375,8 +356,8 @@ class Pretrainer:
         return list(self._dev_cache)
 
     def save_checkpoint(self) -> None:
-        """Write checkpoints/last.pt atomically (rank 0 only); never from non-finite weights,
-        which leave the last checkpoint as it was (TrainingDiverged)."""
+        """Write checkpoints/last.pt atomically (rank 0); TrainingDiverged for weights that
+        are not finite, which leave the last checkpoint as it was."""
         self._check_weights()
         self._barrier()
         if self.is_main:
@@ -405,7 +386,6 @@ class Pretrainer:
         self._check_held_out(final_eval)
         if self.is_main:
             warn_if_worse_than_guessing(final_eval["dev_ppl"], len(self.vocab), self.config)
-        if self.is_main:
             bilm = self.model.bilm
             summary.update(
                 {
@@ -433,16 +413,12 @@ def pretrain(
     explicit: Optional[Collection[str]] = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run (or resume) a pretraining run; returns the summary written to model/pretrain.json
-    (`progress`: a progress bar on standard error).
-
-    The run directory is locked for the whole run. A directory that already holds a run is
-    refused unless `resume` (continue it) or `overwrite` (delete it and start again).
-    """
+    """Run or resume a pretraining run in its locked directory; the summary written to
+    model/pretrain.json. A directory holding a run needs `resume` or `overwrite`."""
     is_main = int(os.environ.get("RANK", "0")) == 0
     if not resume:
         check_sources(config)  # before the run directory or anything in it is made
-    lock = RunDirectoryLock(Path(config.output)) if is_main else nullcontext()
+    lock = locked_run_directory(Path(config.output)) if is_main else nullcontext()
     with lock:
         if is_main:
             prepare_run_directory(Path(config.output), resume, overwrite)

@@ -1,12 +1,6 @@
 """The probes' data: where each data set lies under the asset folder and which package holds
-it, and the readers of the tagged WSJ sample and the Brown corpus.
-
-- WSJ sample: one line of `word/TAG` tokens per line (a line may hold several sentences); the
-  first 80% of the lines train, the last 20% test.
-- Brown corpus (Form C): files `ca01` ... `cr09`, one sentence a line. A seeded sample of
-  sentences, shuffled, split 80/20. Tags are mapped with `brown_tag`.
-- WordNet 3.0 data files: read by `wordnet.py`.
-"""
+it, and the readers of the tagged WSJ sample and the Brown corpus (`word/TAG` tokens, a line
+of them a line; WordNet is `wordnet.py`'s)."""
 
 from __future__ import annotations
 
@@ -19,13 +13,10 @@ from pathlib import Path
 TASKS = ("pos-wsj", "pos-brown", "wsd")
 
 
-# What each probe reads under the asset folder, and the registry package it comes from
-# (project.yml's assets; tests/probes/test_probe.py checks that the two agree).
-
-
 @dataclass(frozen=True)
 class ProbeData:
-    """One probe's data set: what it reads under the asset folder, and the package it is in."""
+    """One probe's data set: what it reads under the asset folder, and the package it is in
+    (as project.yml's assets; tests/probes/test_probe.py checks that the two agree)."""
 
     name: str  # its name for `python -m workflow.fetch_assets` (in a repository checkout)
     path: str  # what the probe reads (a file or a folder), under the asset folder
@@ -100,9 +91,8 @@ def missing_files(assets: Path, tasks: Sequence[str]) -> dict[str, list[Path]]:
 
 
 def missing_message(assets: Path, missing: dict[str, list[Path]]) -> str:
-    """The error for `missing_files`, one line per item (a command-line error joins them with
-    "; "): what is missing, the command that fetches it in a checkout of the repository, and
-    the registry package and file of each data set, to fetch by hand."""
+    """The error for `missing_files`, a line an item: what is missing, the command that fetches
+    it in a checkout of the repository, and each data set's registry package and file."""
     names = " ".join(PROBE_DATA[task].name for task in missing)
     lines = [f"missing probe data under {assets}"]
     lines += [f"{task}: {', '.join(str(p) for p in paths)}" for task, paths in missing.items()]
@@ -121,21 +111,12 @@ def missing_message(assets: Path, missing: dict[str, list[Path]]) -> str:
 
 
 def check_assets(assets: Path, tasks: Sequence[str]) -> dict[str, Path]:
-    """task -> what it reads under `assets`.
-
-    Raises FileNotFoundError naming every missing file of every task, the command that fetches
-    them in a checkout of the repository, and the packages that hold them (an installed
-    spacy-elmo has no `workflow/`).
-    """
+    """task -> what it reads under `assets`; FileNotFoundError naming every missing file, and
+    where to get it (`missing_message`)."""
     missing = missing_files(assets, tasks)
     if missing:
         raise FileNotFoundError(missing_message(assets, missing))
     return {task: Path(assets) / PROBE_DATA[task].path for task in tasks}
-
-
-def asset_path(assets: Path, task: str) -> Path:
-    """What `task` reads under `assets`; FileNotFoundError as `check_assets`."""
-    return check_assets(assets, (task,))[task]
 
 
 TRAIN_FRACTION = 0.8
@@ -176,12 +157,9 @@ _BROWN_MARKERS = re.compile(r"(?:-(?:tl|hl|nc|t|n))+$")
 
 
 def brown_tag(tag: str) -> str:
-    """A Brown tag reduced to its base tag, so that the tag set stays small (about 100 tags).
-
-    The title (-tl), headline (-hl) and cited-word (-nc) markers are dropped (with the two
-    truncated spellings -t and -n that occur), foreign words (fw-xx) become `fw`, and a
-    contraction's compound tag (ppss+bem for "I'm") keeps its first part. Negation (md*) stays.
-    """
+    """A Brown tag reduced to its base tag (about 100 in all): the -tl, -hl and -nc markers
+    dropped (and their truncated -t and -n), fw-xx as `fw`, a contraction's compound tag
+    (ppss+bem for "I'm") its first part; negation (md*) stays."""
     tag = tag.lower()
     if tag.startswith("fw-"):
         return "fw"

@@ -164,12 +164,9 @@ def nearest_sense_predictions(
 ) -> list[Optional[str]]:
     """1-NN over sense centroids: the lemma's training sense whose mean vector is nearest (cosine).
 
-    Exact ties (layer 0 gives every token of one word form the same vector) go to the sense seen
-    first in training. Centroids and cosines are float64: the mean of k float32 copies of one
-    vector is then that vector exactly, so such a tie stays exact; in float32 the rounding of
-    the mean decided it, by the last bits of the vectors (on the bundled biLM, 595 of the 4,614
-    layer-0 test items). A lemma without training instances gets `fallback[lemma]` (None when it
-    has none either).
+    In float64, so that exact ties (layer 0: one vector a word form) stay exact and go to the
+    sense seen first (docs/research/pretrain-probes.md). A lemma without training instances
+    gets `fallback[lemma]` (or None).
     """
     rows: dict[str, list[int]] = defaultdict(list)
     senses_of: dict[str, list[str]] = defaultdict(list)

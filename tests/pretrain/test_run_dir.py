@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from spacy_elmo.cli import app
 from spacy_elmo.pretrain import pretrain
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
-from spacy_elmo.pretrain.rundir import RunDirectoryLock
+from spacy_elmo.pretrain.rundir import locked_run_directory
 from spacy_elmo.pretrain.trainer import Pretrainer
 
 from ..test_faults import Exploit, malicious_pickle
@@ -128,7 +128,7 @@ def test_a_damaged_checkpoint_is_a_message(finished_run, damage):
 def test_a_locked_run_directory_is_refused_at_once(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.txt")
     config = short_config(tmp_path, corpus)
-    with RunDirectoryLock(Path(config.output)):
+    with locked_run_directory(Path(config.output)):
         with pytest.raises(ValueError, match=f"{config.output} is in use .*pid {os.getpid()}"):
             pretrain(config)
     assert not (Path(config.output) / "corpus").exists()
