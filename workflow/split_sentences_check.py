@@ -17,7 +17,7 @@ from pathlib import Path
 import spacy
 from spacy.training import Corpus
 
-from spacy_elmo.layers.sentence_units import rule_sentences
+from spacy_elmo.layers.elmo_model import rule_sentences
 
 
 def count_units(path: Path, gold_preproc: bool = True) -> dict[str, int]:

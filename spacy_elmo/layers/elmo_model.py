@@ -1,9 +1,10 @@
 """Docs -> biLM layers: the Thinc model of the `elmo` component.
 
-Each doc is cut into units, its sentences in windows of at most `max_tokens`
-(`sentence_units.py`); the units are run through the biLM in batches of padded token count,
-so the only float arrays that grow with the document are the per-doc results. Whitespace
-tokens get zero vectors.
+Each doc is cut into units, its sentences in windows of at most `max_tokens` (below: its
+sentences when it has sentence boundaries, else, with `split_sentences`, those of spaCy's
+rule-based sentencizer, not written to the doc); the units are run through the biLM in batches
+of padded token count, longest first, so the only float arrays that grow with the document are
+the per-doc results. Whitespace tokens are not fed to the biLM and get zero vectors.
 
 Frozen (the default, as in the paper): no autograd through the biLM, and the layers of each
 training unit are kept in a bounded cache keyed by its words (`layer_cache.py`), so later
@@ -18,16 +19,19 @@ the `elmo` component; the forward pass only reads them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from functools import lru_cache
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from spacy.tokens import Doc
+from spacy.attrs import IS_PUNCT, IS_SPACE, ORTH
+from spacy.pipeline import Sentencizer
+from spacy.tokens import Doc, Span
 from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
+from ..bilm.batching import batches_by_padded_tokens
 from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
 from .layer_cache import LayerCache, layer_cache
-from .sentence_units import Unit, batches_by_tokens, doc_units
 
 STORE_DTYPES = ("float32", "float16")
 # The architecture keys of spacy_elmo.ElmoModel.v1 and the options.json keys they set.
@@ -60,7 +64,7 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class UnitRule:
-    """How the model cuts docs without sentence boundaries (`sentence_units.doc_units`), in
+    """How the model cuts docs without sentence boundaries (`doc_units`), in
     `attrs["unit_rule"]`: set by the model's one owner (the `elmo` component, or the inline
     ElmoMix.v1 that replaces a listener: `architectures.set_unit_rule`), never saved."""
 
@@ -269,7 +273,7 @@ def forward(
 
 
 def model_units(model: Model, docs: List[Doc]) -> List[Unit]:
-    """The biLM's input units of `docs` (`sentence_units.doc_units`) by the model's settings."""
+    """The biLM's input units of `docs` (`doc_units`) by the model's settings."""
     rule: Optional[UnitRule] = model.attrs.get("unit_rule")
     if rule is None:
         raise ValueError(
@@ -310,3 +314,79 @@ def _zero_outputs(model: Model, lengths: List[int]) -> List[Floats3d]:
     n_layers, width = options.n_layers + 1, options.output_dim
     dtype = model.attrs["settings"].store_dtype
     return [model.ops.xp.zeros((n_layers, n, width), dtype=dtype) for n in lengths]
+
+
+# ---------------------------------------------------------------------- the biLM's units
+@dataclass
+class Unit:
+    """One biLM input sequence: token positions of one doc and their texts."""
+
+    doc: int
+    positions: Sequence[int]
+    words: Tuple[str, ...]
+
+
+def doc_units(
+    doc: Doc,
+    index: int,
+    max_tokens: int,
+    split_sentences: bool = False,
+    sentence_punct: Optional[List[str]] = None,
+) -> List[Unit]:
+    """The biLM inputs of one doc: sentences (or the doc) in windows, whitespace dropped."""
+    if not len(doc):
+        return []
+    # One pass over the doc's arrays instead of a Token object per token (twice, with the
+    # sentencizer): a sizeable part of the elmo component's time on short docs.
+    orths, punct, space = doc.to_array([ORTH, IS_PUNCT, IS_SPACE]).T.tolist()
+    strings = doc.vocab.strings
+    if doc.has_annotation("SENT_START"):
+        starts = [span.start for span in doc.sents]
+    elif split_sentences:
+        starts = rule_sentence_starts([strings[o] for o in orths], punct, sentence_punct)
+    else:
+        starts = [0]
+    units = []
+    for start, end in zip(starts, starts[1:] + [len(doc)]):
+        positions = [i for i in range(start, end) if not space[i]]
+        for first in range(0, len(positions), max_tokens):
+            window = positions[first : first + max_tokens]
+            units.append(Unit(index, window, tuple(strings[orths[i]] for i in window)))
+    return units
+
+
+def rule_sentence_starts(
+    texts: Sequence[str], is_punct: Sequence[int], punct_chars: Optional[List[str]] = None
+) -> List[int]:
+    """Where spaCy's rule-based `Sentencizer.predict` starts sentences, from the tokens' texts
+    and IS_PUNCT flags: after a token in `punct_chars` and the punctuation that follows it."""
+    chars = _punct_set(tuple(punct_chars) if punct_chars else None)  # [] too: the defaults
+    starts, seen_period = [0], False
+    for i, (text, punct) in enumerate(zip(texts, is_punct)):
+        in_chars = text in chars
+        if seen_period and not punct and not in_chars:
+            starts.append(i)
+            seen_period = False
+        elif in_chars:
+            seen_period = True
+    return starts
+
+
+def rule_sentences(doc: Doc, punct_chars: Optional[List[str]] = None) -> List[Span]:
+    """The sentences spaCy's rule-based `Sentencizer` would set, as spans (doc unchanged)."""
+    if not len(doc):
+        return []
+    starts = rule_sentence_starts([t.text for t in doc], [t.is_punct for t in doc], punct_chars)
+    return [doc[start:end] for start, end in zip(starts, starts[1:] + [len(doc)])]
+
+
+@lru_cache(maxsize=16)
+def _punct_set(punct_chars: Optional[Tuple[str, ...]]) -> frozenset:
+    """The sentence-final characters, as `Sentencizer(punct_chars=...)` takes them."""
+    return frozenset(punct_chars or Sentencizer.default_punct_chars)
+
+
+def batches_by_tokens(units: List[Unit], batch_tokens: int) -> List[List[Unit]]:
+    """Longest first; a batch's padded size (rows x (longest + 2)) stays within batch_tokens."""
+    ordered = sorted(units, key=lambda unit: -len(unit.words))
+    return list(batches_by_padded_tokens(ordered, batch_tokens, length=lambda u: len(u.words)))

@@ -1,15 +1,22 @@
-"""Every registered architecture of spacy-elmo (versioned; never change a released version)."""
+"""Every registered architecture of spacy-elmo (versioned; never change a released version),
+and `record_architecture`, which fills the config values left null from the loaded biLM."""
 
 import functools
 import inspect
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
-from ..layers.elmo_model import UnitRule, elmo_model
+from ..layers.elmo_model import (
+    ARCHITECTURE_KEYS,
+    UnitRule,
+    architecture_of,
+    elmo_model,
+    get_bilm,
+)
 from ..layers.leading_columns import leading_columns
 from ..layers.listener import ElmoLayersListener
 from ..layers.own_dropout import own_dropout
@@ -265,3 +272,34 @@ def _replace_listener_cfg(
     mix = {key: listener_cfg[key] for key in MIX_KEYS if key in listener_cfg}
     units = {"split_sentences": split_sentences, "sentence_punct": sentence_punct}
     return {"@architectures": MIX, "elmo": elmo_cfg, **units, **mix}
+
+
+def record_architecture(nlp, name: str, model: Model, listening: List[str]) -> None:
+    """Write the biLM's architecture (`model`, the `elmo` component `name`'s) and the dims of
+    its listeners in the `listening` components into the config values left null, so that
+    the saved pipeline builds the same model without the weights files."""
+    config = nlp.get_pipe_config(name)["model"]
+    if config.get("@architectures") == MODEL:
+        filled = architecture_of(get_bilm(model).options)
+        for key in ARCHITECTURE_KEYS:
+            if config.get(key) is None:
+                config[key] = filled[key]
+    dims = {"width": model.get_dim("nO"), "n_layers": model.get_dim("n_layers")}
+    for component in listening:
+        if component in nlp.component_names:
+            for block in _listener_configs(nlp.get_pipe_config(component), name):
+                for key, value in dims.items():
+                    if block.get(key) is None:
+                        block[key] = value
+
+
+def _listener_configs(config: Any, upstream: str) -> Iterable[Dict[str, Any]]:
+    """The ElmoListener.v1 blocks in a component's config that listen to `upstream`."""
+    if isinstance(config, dict):
+        if config.get("@architectures") == LISTENER and config.get("upstream", "*") in (
+            "*",
+            upstream,
+        ):
+            yield config
+        for value in config.values():
+            yield from _listener_configs(value, upstream)

@@ -42,23 +42,18 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM
 from ..bilm.quantize import check_quantize, set_quantize
-from ..layers.elmo_model import (
-    ARCHITECTURE_KEYS,
-    architecture_of,
-    ensure_weights,
-    get_bilm,
-    set_weights,
-)
+from ..layers.elmo_model import ensure_weights, get_bilm, set_weights
 from ..layers.listener import ElmoLayersListener, set_listener_dims
 from ..layers.scalar_mix import check_one_per_layer
 from ..util.threads import bilm_threads, thread_count, torch_threads
-from .architectures import LISTENER, MODEL, ElmoModel, architecture_defaults, set_unit_rule
-from .extensions import (
-    VECTOR_LAYERS,
-    install_extensions,
-    mix_layers,
-    set_vector_hooks,
+from .architectures import (
+    MODEL,
+    ElmoModel,
+    architecture_defaults,
+    record_architecture,
+    set_unit_rule,
 )
+from .extensions import VECTOR_LAYERS, install_extensions, mix_layers, set_vector_hooks
 from .overlap import overlap_applies, overlapped_pipe
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
@@ -212,7 +207,9 @@ class Elmo(TrainablePipe):
         """The biLM in the `quantize` setting, read from the config at each call (cheap when
         it holds already): the config is the setting's one store."""
         self.ensure_weights()
-        set_quantize(get_bilm(self.model), self.cfg["quantize"])
+        bilm, wanted = get_bilm(self.model), self.cfg["quantize"]
+        if getattr(bilm, "quantize", None) != (None if wanted == "none" else wanted):
+            set_quantize(bilm, wanted)
 
     @property
     def mix_coefficients(self) -> numpy.ndarray:
@@ -361,7 +358,7 @@ class Elmo(TrainablePipe):
             self.cfg["mix_weights"], self.cfg["gamma"], n_layers
         )
         if nlp is not None:
-            self._record_architecture(nlp)
+            record_architecture(nlp, self.name, self.model, self.listening_components)
         unfed = self._trained_without_elmo(nlp)
         if unfed and not self.cfg["set_tensor"] and not self.cfg["vector_hooks"]:
             warnings.warn(
@@ -402,23 +399,6 @@ class Elmo(TrainablePipe):
                         f"(2 x projection_dim), n_layers={n_layers}; fix the listener's "
                         "config (or set width and n_layers to null to take them from the biLM)"
                     )
-
-    def _record_architecture(self, nlp: Language) -> None:
-        """Write the biLM's architecture and the listeners' dims into the config values left
-        null, so that the saved pipeline builds the same model without the weights files."""
-        config = nlp.get_pipe_config(self.name)["model"]
-        if config.get("@architectures") == MODEL:
-            filled = architecture_of(get_bilm(self.model).options)
-            for key in ARCHITECTURE_KEYS:
-                if config.get(key) is None:
-                    config[key] = filled[key]
-        dims = {"width": self.model.get_dim("nO"), "n_layers": self.model.get_dim("n_layers")}
-        for component in self.listening_components:
-            if component in nlp.component_names:
-                for block in _listener_configs(nlp.get_pipe_config(component), self.name):
-                    for key, value in dims.items():
-                        if block.get(key) is None:
-                            block[key] = value
 
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         cfg = dict(self.cfg)
@@ -466,18 +446,6 @@ def feed_listeners_of(elmo: Elmo, component: str) -> bool:
 
 class ElmoUnusedWarning(UserWarning):
     """The elmo component computes layers that no component uses."""
-
-
-def _listener_configs(config: Any, upstream: str) -> Iterable[Dict[str, Any]]:
-    """The ElmoListener.v1 blocks in a component's config that listen to `upstream`."""
-    if isinstance(config, dict):
-        if config.get("@architectures") == LISTENER and config.get("upstream", "*") in (
-            "*",
-            upstream,
-        ):
-            yield config
-        for value in config.values():
-            yield from _listener_configs(value, upstream)
 
 
 # ---------------------------------------------------------------------- the component's mix

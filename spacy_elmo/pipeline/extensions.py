@@ -1,40 +1,13 @@
-"""The Doc/Span/Token extensions the `elmo` component fills, and how they are read.
+"""The Doc/Span/Token extensions the `elmo` component fills (listed in `component.py`), and
+ELMo behind spaCy's vectors (`vector_hooks`, `set_vector_hooks`).
 
-What each extension holds is listed in `component.py`. Only `doc._.elmo_layers` and
-`doc._.elmo_mix_coefficients` are stored (on the doc, so that a saved doc needs no pipeline),
-and `doc._.elmo_vector_layer` when the component sets vector hooks (below); every
-other extension is a view or a mix of them, computed when read. `doc._.elmo_layers` is checked
-when set: a (L + 1, len(doc), D) float32 or float16 array, L + 1 the number of mix
-coefficients when the doc has them.
-
-Retokenising: with the layers, the character offsets of the tokens they were computed for are
-stored. Every read compares them with the doc's tokens now; after `doc.retokenize()`
-(`merge_entities`, `merge_noun_chunks`, splits) a token's layers are the mean of the layers of
-the tokens of its own kind that it overlaps: for a word, the words (whitespace tokens left
-out); for a whitespace token, the whitespace tokens (whose layers are 0), or zeros where it
-overlaps none (the space of "New York" split into "New", " ", "York"). A merged token gets the
-mean of its parts, each word piece of a split token the original token's layers. The stored
-layers are never changed by a read, so merges and splits in any order and number give every
-token that is one of the original tokens its own layers back.
-
-## ELMo behind spaCy's vectors
-
-With `vector_hooks = true` the `elmo` component sets a doc's user hooks, so that
-`token.vector`, `span.vector`, `doc.vector`, `has_vector`, `vector_norm` and every
-`.similarity` use ELMo. A token's vector is one rule applied to its layers h_0 .. h_L,
-`vector_layer`: "top" (h_L, the most contextual), "average" (the mean of h_0 .. h_L) or "mix"
-(`token._.elmo`). A span's or doc's vector is the mean of its tokens' vectors (whitespace left
-out); `.similarity` the cosine of two vectors, with no short-cut for equal word forms.
-
-Hooks are functions, which `Doc.to_bytes`, `DocBin` and `nlp.pipe(n_process=N)` do not keep
-(spaCy warns W109). The component also writes the tokens' vectors into `doc.tensor`, which
-spaCy keeps and serves as `token.vector`, `span.vector` and `doc.vector` of a pipeline without
-static vectors, as its own small pipelines serve context vectors. The hooks (ELMo's
-`.similarity`) come back on such a doc at its first read of an ELMo extension, or from
-`set_vector_hooks(doc)`, by the rule kept on it (`doc._.elmo_vector_layer`). Nothing of spaCy's
-is changed: the extensions and the msgpack encoder of GPU arrays are registered when an `elmo`
-component is built (`install_extensions`, which a process that reads saved docs without
-building one calls itself).
+Stored on the doc: the layers with the character offsets of their tokens (`doc.user_data`),
+the mix coefficients and the vector rule (extension values); every other extension is a view
+or a mix of them, computed when read, and follows retokenising: a token's layers are the mean
+of those of the tokens of its own kind (word or whitespace) that it overlaps. The vectors the
+hooks serve are in `doc.tensor` too, which spaCy keeps where it drops hooks (bytes,
+`n_process`); the hooks come back at a doc's first read of an ELMo extension or from
+`set_vector_hooks(doc)`. Registered when a component is built (`install_extensions`).
 """
 
 import functools

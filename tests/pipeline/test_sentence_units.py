@@ -165,7 +165,7 @@ def test_the_rule_and_the_units_match_spacys_sentencizer_token_by_token():
 
     from spacy.pipeline import Sentencizer
 
-    from spacy_elmo.layers.sentence_units import doc_units, rule_sentences
+    from spacy_elmo.layers.elmo_model import doc_units, rule_sentences
 
     vocab = spacy.blank("en").vocab
     pieces = ["Hello", ".", "!", "?", "world", '"', ")", "\n", " ", "。", "ok", "...", "U.S.", ";"]
