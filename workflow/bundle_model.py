@@ -105,8 +105,6 @@ def main() -> None:
 
         plot_metrics(args.run / "metrics.jsonl", args.docs / "bundled_perplexity.png", title)
     elif (args.run / "perplexity.png").exists():  # only the run's own plot: its title replaced
-        from spacy_elmo.pretrain.plot import retitle_plot
-
         retitle_plot(args.run / "perplexity.png", args.docs / "bundled_perplexity.png", title)
 
     from spacy_elmo import BiLM
@@ -114,6 +112,35 @@ def main() -> None:
     bilm = BiLM.load(args.target)
     vectors = bilm.embed([["The", "river", "bank", "."]])[0]
     print(f"bundled {size / 1e6:.1f} MB into {args.target}; output shape {vectors.shape}")
+
+
+def retitle_plot(image: Path, output: Path, title: str) -> None:
+    """A saved perplexity plot with its title replaced by `title`, for a run whose
+    metrics.jsonl was not kept: the band above the plot's frame (the first row that is mostly
+    dark) is cleared and the new title drawn there; the plot itself is copied pixel for pixel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy
+    from matplotlib import image as mpimage
+    from matplotlib import pyplot as plt
+
+    pixels = mpimage.imread(image)
+    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4):
+        raise ValueError(f"{image}: expected an RGB or RGBA plot, got an array of {pixels.shape}")
+    height, width = pixels.shape[:2]
+    dark = (pixels[..., :3].mean(axis=2) < 0.5).mean(axis=1) > 0.5
+    if not dark.any():
+        raise ValueError(f"{image}: no plot frame found (no row is mostly dark)")
+    frame_top = int(numpy.argmax(dark))
+    pixels = pixels.copy()
+    pixels[:frame_top] = 1.0  # white, alpha 1
+    dpi = 120  # as spacy_elmo.pretrain.plot.plot_metrics saves, so the title has its size there
+    fig = plt.figure(figsize=(width / dpi, height / dpi), dpi=dpi)
+    fig.figimage(pixels, 0, 0)
+    fig.text(0.5, 1 - frame_top / 2 / height, title, ha="center", va="center", fontsize=12)
+    fig.savefig(output, dpi=dpi)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

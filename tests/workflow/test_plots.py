@@ -14,7 +14,8 @@ from matplotlib.colors import to_hex
 from matplotlib.container import ErrorbarContainer
 
 from benchmarks import bench_pipeline
-from spacy_elmo.pretrain.plot import plot_metrics, retitle_plot
+from spacy_elmo.pretrain.plot import plot_metrics
+from workflow.bundle_model import retitle_plot
 from workflow.evidence import report
 from workflow.evidence.colours import PIPELINE_COLOURS, pipeline_colour
 from workflow.evidence.runs import PIPELINES
