@@ -220,19 +220,14 @@ def check_sources(config: PretrainConfig) -> None:
                 raise FileNotFoundError(f"pretraining {setting} {item} does not exist")
     if config.init_from:
         resolve_source(config.init_from)
-    if config.pipeline and not (
-        spacy.util.is_package(config.pipeline) or Path(config.pipeline).is_dir()
-    ):
-        raise ValueError(
-            f"pipeline {config.pipeline!r}: not an installed spaCy pipeline or a pipeline directory"
-        )
+    for setting in ("pipeline", "static_vectors"):
+        name = getattr(config, setting)
+        if name and not (spacy.util.is_package(name) or Path(name).is_dir()):
+            raise ValueError(
+                f"{setting} {name!r}: not an installed spaCy pipeline or a pipeline directory"
+            )
     if not config.pretokenized and config.pipeline is None:
         try:
             spacy.util.get_lang_class(config.lang)
         except ImportError as err:
             raise ValueError(f"lang {config.lang!r}: {str(err).splitlines()[0]}") from None
-    vectors = config.static_vectors
-    if vectors and not (spacy.util.is_package(vectors) or Path(vectors).is_dir()):
-        raise ValueError(
-            f"static_vectors {vectors}: not an installed spaCy pipeline or a pipeline directory"
-        )

@@ -79,8 +79,6 @@ class Pretrainer:
     ) -> None:
         self.work = Path(config.output)
         self.ranks = ranks = Ranks()
-        self.distributed, self.rank, self.world = ranks.distributed, ranks.rank, ranks.world
-        self.is_main = ranks.is_main
         resumed = resume_run(self.work, config, explicit) if resume else None
         checkpoint = resumed.checkpoint if resumed is not None else None
         self.checkpoint_step: Optional[int] = checkpoint["step"] if checkpoint is not None else None
@@ -95,19 +93,19 @@ class Pretrainer:
         ranks.start(self.device)
         torch.manual_seed(config.seed)
         short_run = warmup_longer_than_run(config)
-        if short_run is not None and self.is_main:
+        if short_run is not None and self.ranks.is_main:
             logger.warning(short_run)
 
-        if self.is_main:
+        if self.ranks.is_main:
             self.train_path, self.dev_path = prepare_corpus(config, self.work)
-        self._barrier()
+        self.ranks.barrier()
         self.train_path = self.work / "corpus" / "train.txt"
         self.dev_path = self.work / "corpus" / "dev.txt"
-        if self.is_main and next(read_sentences(self.dev_path), None) is None:
+        if self.ranks.is_main and next(read_sentences(self.dev_path), None) is None:
             raise ValueError(f"the held-out file {self.dev_path} has no sentences")
 
         self.model, self.vocab, self.static_vectors = build_language_model(
-            config, self.work, self.train_path, checkpoint, self.device, self.is_main
+            config, self.work, self.train_path, checkpoint, self.device, self.ranks.is_main
         )
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
@@ -118,12 +116,12 @@ class Pretrainer:
             self._restore(resumed.checkpoint)
             if resumed.remedied:
                 self._set_learning_rate()
-            if self.is_main:
+            if self.ranks.is_main:
                 log_changes(resumed, self.step)
                 truncate_metrics(self.work / METRICS, self.step)
         self.ran_with = ran_with(checkpoint, self.step, self._placement())
         self.train_module: nn.Module = self.model
-        if self.distributed:
+        if self.ranks.distributed:
             # The adaptive softmax leaves the tail clusters without a target in a batch unused:
             # their gradients differ in presence between ranks.
             self.train_module = nn.parallel.DistributedDataParallel(
@@ -170,16 +168,13 @@ class Pretrainer:
             return (step + 1) / warmup
         return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, total - warmup))
 
-    def _barrier(self) -> None:
-        self.ranks.barrier()
-
     # ------------------------------------------------------------------ batches
     def _my_batches(self) -> Iterator[tuple[int, list[list[str]]]]:
         """This rank's batches from the global stream, after the ones already consumed."""
         stream = iter_batches(self.train_path, self.config.seed, self.config.batch_tokens)
-        skip = self.step * self.world
+        skip = self.step * self.ranks.world
         for index, (epoch, batch) in enumerate(stream):
-            if index < skip or index % self.world != self.rank:
+            if index < skip or index % self.ranks.world != self.ranks.rank:
                 continue
             yield epoch, batch
 
@@ -209,7 +204,7 @@ class Pretrainer:
         bar = tqdm(
             total=config.max_steps,
             initial=self.step,
-            disable=not (self.is_main and progress),
+            disable=not (self.ranks.is_main and progress),
             unit="step",
         )
         window = TrainWindow(8 if self.static_vectors is not None else 4)
@@ -233,7 +228,7 @@ class Pretrainer:
                 self.optimizer.step()
                 self.scheduler.step()
                 self.step += 1
-                n_tokens = sum(len(s) for s in sentences) * self.world
+                n_tokens = sum(len(s) for s in sentences) * self.ranks.world
                 self.tokens_seen += n_tokens
                 window.add(n_tokens, sums)
                 self.train_seconds += time.perf_counter() - start
@@ -268,7 +263,7 @@ class Pretrainer:
                 signal.signal(number, handler)
         self.save_checkpoint()
         if self.stop_requested:
-            if self.is_main:
+            if self.ranks.is_main:
                 logger.warning(
                     "interrupted: checkpoint written at step %d; resume the run to continue",
                     self.step,
@@ -278,7 +273,7 @@ class Pretrainer:
 
     def _say(self, bar, line: str) -> None:
         """Log `line` on the main rank without tearing the progress bar."""
-        if self.is_main:
+        if self.ranks.is_main:
             bar.clear()
             logger.info(line)
             bar.refresh()
@@ -288,7 +283,7 @@ class Pretrainer:
         self.stop_signal = signum
 
     def _should_stop(self) -> bool:
-        if not self.distributed:
+        if not self.ranks.distributed:
             return self.stop_requested
         self.stop_signal = self.ranks.stop_signal(self.stop_signal)
         self.stop_requested = self.stop_signal is not None
@@ -322,17 +317,17 @@ class Pretrainer:
             self.checkpoint_step,
             self.checkpoint_ppl,
             self.work / CHECKPOINT,
-            self.work / DIVERGED if self.is_main else None,
+            self.work / DIVERGED if self.ranks.is_main else None,
         )
 
     def _log(self, record: dict[str, Any]) -> None:
-        if self.is_main:
+        if self.ranks.is_main:
             append_metrics(self.work / METRICS, record)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Held-out perplexity of the forward and backward LMs, and their average."""
-        if not self.is_main:
+        if not self.ranks.is_main:
             return {}
         self.model.eval()
         sums = torch.zeros(4)
@@ -359,8 +354,8 @@ class Pretrainer:
         """Write checkpoints/last.pt atomically (rank 0); TrainingDiverged for weights that
         are not finite, which leave the last checkpoint as it was."""
         self._check_weights()
-        self._barrier()
-        if self.is_main:
+        self.ranks.barrier()
+        if self.ranks.is_main:
             path = self.work / CHECKPOINT
             state = {
                 "config": asdict(self.config),
@@ -373,18 +368,18 @@ class Pretrainer:
             save_checkpoint(state, path)
             (self.work / DIVERGED).unlink(missing_ok=True)  # this checkpoint has the settings
         self.checkpoint_step, self.checkpoint_ppl = self.step, self.last_train_ppl
-        self._barrier()
+        self.ranks.barrier()
 
     def finish(self) -> dict[str, Any]:
         """Save the biLM (+ softmax and vocab), metrics plot, optional bilm-tf export."""
         summary: dict[str, Any] = {}
-        if self.distributed:
+        if self.ranks.distributed:
             summary["rank_checksums"] = self.ranks.checksums(self.model)
         # Checked before anything is written: no model from non-finite weights.
         self._check_weights()
         final_eval = self.evaluate()
         self._check_held_out(final_eval)
-        if self.is_main:
+        if self.ranks.is_main:
             warn_if_worse_than_guessing(final_eval["dev_ppl"], len(self.vocab), self.config)
             bilm = self.model.bilm
             summary.update(
@@ -395,14 +390,14 @@ class Pretrainer:
                     "steps": self.step,
                     "tokens_seen": self.tokens_seen,
                     "train_seconds": round(self.train_seconds, 1),
-                    "world_size": self.world,
+                    "world_size": self.ranks.world,
                     "ran_with": self.ran_with,
                     **final_eval,
                     **read_skipped(self.work / SKIPPED),
                 }
             )
             write_outputs(self.work, self.config, self.model, self.vocab, summary)
-        self._barrier()
+        self.ranks.barrier()
         return summary
 
 
@@ -426,5 +421,5 @@ def pretrain(
         try:
             return trainer.train(progress)
         finally:
-            if trainer.distributed and torch.distributed.is_initialized():
+            if trainer.ranks.distributed and torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()
