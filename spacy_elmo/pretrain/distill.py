@@ -15,8 +15,6 @@ from torch import nn
 from torch.nn import functional as F
 
 NO_VECTOR = -1
-CACHE_WORDS = 1 << 20  # the word -> row cache: at most this many words ...
-CACHED_WORD_CHARS = 64  # ... of at most this many characters (longer ones are looked up anew)
 
 
 class StaticVectors:
@@ -31,9 +29,8 @@ class StaticVectors:
             raise ValueError("static vectors: the table holds NaN or infinite values")
         norms = numpy.linalg.norm(table, axis=1, keepdims=True)
         self.table = torch.from_numpy(table / numpy.maximum(norms, 1e-8)).float()
-        self.has_vector = torch.from_numpy(norms[:, 0] > 0)
+        self.has_vector = norms[:, 0] > 0
         self._rows = rows
-        self._cache: dict[str, int] = {}
 
     @property
     def dim(self) -> int:
@@ -60,16 +57,8 @@ class StaticVectors:
 
     def row(self, word: str) -> int:
         """The table row of `word` (exact form, else lower case), or NO_VECTOR."""
-        row = self._cache.get(word)
-        if row is None:
-            row = self._rows.get(word, self._rows.get(word.lower(), NO_VECTOR))
-            if row != NO_VECTOR and not bool(self.has_vector[row]):
-                row = NO_VECTOR
-            if len(word) <= CACHED_WORD_CHARS:  # bounded: no long strings kept alive
-                if len(self._cache) >= CACHE_WORDS:
-                    self._cache.clear()
-                self._cache[word] = row
-        return row
+        row = self._rows.get(word, self._rows.get(word.lower(), NO_VECTOR))
+        return row if row != NO_VECTOR and self.has_vector[row] else NO_VECTOR
 
     def target_rows(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         """(batch, time + 2) rows of <S> w_1 .. w_n </S>: NO_VECTOR at boundaries and padding."""

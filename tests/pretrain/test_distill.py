@@ -30,18 +30,6 @@ def test_rows_are_looked_up_by_form_then_lower_case():
     np.testing.assert_allclose(vectors.table[0].numpy(), [0.6, 0.8, 0.0])  # unit rows
 
 
-def test_the_lookup_cache_keeps_no_long_strings(monkeypatch):
-    from spacy_elmo.pretrain import distill
-
-    monkeypatch.setattr(distill, "CACHE_WORDS", 2)
-    vectors = _vectors()
-    assert vectors.row("x" * 1000) == NO_VECTOR
-    assert not vectors._cache
-    for word in ("bank", "river", "loan"):
-        vectors.row(word)
-    assert len(vectors._cache) <= 2 and vectors.row("bank") == 0
-
-
 def test_target_rows_have_no_vector_at_boundaries_and_padding():
     rows = _vectors().target_rows([["the", "bank"], ["river"]])
     assert rows.tolist() == [[-1, -1, 0, -1], [-1, 1, -1, -1]]
