@@ -14,6 +14,7 @@ import signal
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Collection, Iterator, NoReturn, Optional
 
@@ -331,9 +332,7 @@ class Pretrainer:
             return {}
         self.model.eval()
         sums = torch.zeros(4)
-        sentences = self._dev_sentences()
-        sentences.sort(key=len)
-        for batch in batches_by_padded_tokens(sentences, self.config.batch_tokens):
+        for batch in batches_by_padded_tokens(self._dev_sentences, self.config.batch_tokens):
             sums += self._loss(batch, self.model, aux=False)[:4].cpu()
         if sums[1].item() == 0:  # not a perplexity of 1.0
             raise ValueError(f"the held-out file {self.dev_path} has no sentences")
@@ -344,11 +343,10 @@ class Pretrainer:
             "dev_ppl": (forward + backward) / 2,
         }
 
+    @cached_property
     def _dev_sentences(self) -> list[list[str]]:
-        """At most `max_dev_sentences`, evenly spaced over the whole held-out file."""
-        if getattr(self, "_dev_cache", None) is None:
-            self._dev_cache = spread_sample(self.dev_path, self.config.max_dev_sentences)
-        return list(self._dev_cache)
+        """At most `max_dev_sentences`, evenly spaced over the held-out file, sorted by length."""
+        return sorted(spread_sample(self.dev_path, self.config.max_dev_sentences), key=len)
 
     def save_checkpoint(self) -> None:
         """Write checkpoints/last.pt atomically (rank 0); TrainingDiverged for weights that
