@@ -111,9 +111,8 @@ def perplexity_of(nll_sum: float, count: float) -> float:
 
 def directional_perplexities(sums: torch.Tensor) -> tuple[float, float]:
     """The forward and backward perplexities of `LanguageModel`'s sums."""
-    return perplexity_of(sums[0].item(), sums[1].item()), perplexity_of(
-        sums[2].item(), sums[3].item()
-    )
+    forward = perplexity_of(sums[0].item(), sums[1].item())
+    return forward, perplexity_of(sums[2].item(), sums[3].item())
 
 
 def load_init_model(
