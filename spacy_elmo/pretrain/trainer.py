@@ -98,8 +98,8 @@ class Pretrainer:
             logger.warning(short_run)
 
         if self.ranks.is_main:
-            self.train_path, self.dev_path = prepare_corpus(config, self.work)
-        self.ranks.barrier()
+            prepare_corpus(config, self.work)
+        self.ranks.barrier()  # the corpus cache is there for every rank
         self.train_path = self.work / "corpus" / "train.txt"
         self.dev_path = self.work / "corpus" / "dev.txt"
         if self.ranks.is_main and next(read_sentences(self.dev_path), None) is None:
