@@ -63,10 +63,8 @@ def train_linear_probe(
     l2: float = 1e-4,
     steps: int = 100,
 ) -> LinearProbe:
-    """Multinomial logistic regression on standardised features: full-batch L-BFGS, L2 on W.
-
-    Deterministic: the weights start at zero and every step sees the whole training set.
-    """
+    """Multinomial logistic regression on standardised features by full-batch L-BFGS, L2 on W,
+    from zero weights: deterministic."""
     x = torch.from_numpy(numpy.ascontiguousarray(features, dtype=numpy.float32))
     mean, scale = x.mean(0), x.std(0).clamp_min(1e-6)
     x = (x - mean) / scale  # (n, dim)
@@ -91,10 +89,8 @@ def train_linear_probe(
 def most_frequent_tag_accuracy(
     train: Sequence[TaggedSentence], test: Sequence[TaggedSentence]
 ) -> float:
-    """Accuracy of tagging each word form with its most frequent training tag.
-
-    Unknown words get the most frequent tag overall; ties go to the tag seen first.
-    """
+    """Accuracy of tagging each word form with its most frequent training tag (unknown words:
+    the most frequent tag overall; ties: the tag seen first)."""
     by_word: dict[str, Counter] = defaultdict(Counter)
     overall: Counter = Counter()
     for words, tags in train:
@@ -140,10 +136,8 @@ def pos_probe(
 def most_frequent_senses(
     train: Iterable[SenseInstance], sense_order: Optional[dict[str, list[str]]] = None
 ) -> dict[str, str]:
-    """lemma -> its sense with the most training instances.
-
-    Ties go to the sense listed first in `sense_order` (WordNet's), then to the lower offset.
-    """
+    """lemma -> its sense with the most training instances (ties: the first in `sense_order`,
+    then the lower offset)."""
     counts: dict[str, Counter] = defaultdict(Counter)
     for instance in train:
         counts[instance.lemma][instance.sense] += 1
@@ -162,12 +156,8 @@ def nearest_sense_predictions(
     test: Sequence[SenseInstance],
     fallback: dict[str, str],
 ) -> list[Optional[str]]:
-    """1-NN over sense centroids: the lemma's training sense whose mean vector is nearest (cosine).
-
-    In float64, so that exact ties (layer 0: one vector a word form) stay exact and go to the
-    sense seen first (docs/research/pretrain-probes.md). A lemma without training instances
-    gets `fallback[lemma]` (or None).
-    """
+    """The lemma's training sense whose centroid is nearest (cosine), else `fallback[lemma]`;
+    in float64, so that exact ties stay exact and go to the sense seen first."""
     rows: dict[str, list[int]] = defaultdict(list)
     senses_of: dict[str, list[str]] = defaultdict(list)
     for k, instance in enumerate(train):

@@ -120,12 +120,9 @@ def tokenize_example(text: str) -> list[str]:
 
 
 def wordnet_instances(folder: Path) -> tuple[list[SenseInstance], dict[str, list[str]]]:
-    """Sense-labelled tokens from WordNet's example sentences, and each lemma's sense order.
-
-    For every synset example and every single-word lemma of the synset (of two letters or
-    more), the first token whose Morphy base forms include the lemma is an instance of that
-    sense. Only lemmas with two or more such senses are kept.
-    """
+    """Sense-labelled tokens of WordNet's examples (per single-word lemma of the synset, the
+    first token with it among its base forms), of lemmas with two or more senses; and each
+    lemma's sense order."""
     folder = Path(folder)
     instances, sense_order = [], {}
     for pos, name in POS_FILES.items():
@@ -162,11 +159,8 @@ def wordnet_instances(folder: Path) -> tuple[list[SenseInstance], dict[str, list
 def split_sense_instances(
     instances: Sequence[SenseInstance],
 ) -> tuple[list[SenseInstance], list[SenseInstance]]:
-    """Per sense, in file order, instances 1, 3, 5 ... train and 2, 4, 6 ... test.
-
-    Every test instance thus has a sense seen in training. Only lemmas with two or more trained
-    senses (something to disambiguate) and at least one test instance are kept.
-    """
+    """Per sense, in file order, instances 1, 3, 5 ... train and 2, 4, 6 ... test; kept are
+    lemmas with two or more trained senses and a test instance."""
     seen: Counter = Counter()
     train, test = [], []
     for instance in instances:
