@@ -144,7 +144,7 @@ def step_loop(
     kept_hidden: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The step loop of the fast paths, without autograd: the ops of `lstm.run_cells` with
-    `products.Float32Products` or `quantize.Bf16Products`, in the same order (TorchScript: no
+    `lstm.Float32Products` or `quantize.Bf16Products`, in the same order (TorchScript: no
     calls into the rest of the package). Scripted at inference (`compiled_loop`); run as it is
     by the fused training path, which passes the (k, N, 4D) `kept_gates` and (k, N, D) `kept_cells`
     and `kept_hidden` (where there is a projection) that its backward pass reads: every

@@ -333,7 +333,7 @@ COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 def float32_steps(
     cells: Sequence[nn.Module], stacked: tuple[torch.Tensor, torch.Tensor | None] | None
 ) -> CompiledSteps | None:
-    """The compiled loop's arguments for `products.Float32Products` with the batched per-step
+    """The compiled loop's arguments for `lstm.Float32Products` with the batched per-step
     kernels `stacked` of float32 cells on the CPU, or None where the loop does not apply (no
     batched kernels, no projection, or an input product that goes to oneDNN)."""
     if not (ENABLED and COMPILED_STEPS) or stacked is None or stacked[1] is None:

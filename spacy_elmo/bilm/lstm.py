@@ -6,21 +6,96 @@ products of a block of timesteps at once, then one recurrent product per timeste
 and backward stacks see the same lengths, so `run_stacks` steps both together, layer by layer:
 `run_cells` with k = 2 cells. With autograd the whole sequence is one node (`fused.py`); at
 inference every update is in place (`compiled_steps.cell_update_in_place`), and the loop runs
-in TorchScript where `products` give its arguments (`compiled_steps.step_loop`) or here. The
-products are float32 (`products.Float32Products`) or bfloat16 (`quantize.py`).
+in TorchScript where the step's products give its arguments (`compiled_steps.step_loop`), or
+here. The three matrix products of a step (input, recurrent, projection) are pluggable: float32
+(`Float32Products`: one batched GEMM for both directions, oneDNN or `F.linear`, as
+`fast_paths.py` decides) or bfloat16 (`quantize.Bf16Products`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Protocol, Sequence, Union
 
 import torch
 from torch.nn import functional as F
 
-from . import fast_paths, fused
-from .products import Float32Products, MakeProducts
+from . import compiled_steps, fast_paths, fused
 from .reference import LstmCell, LstmStack, State
 
+# ---------------------------------------------------------------------- the products of a step
+Gates = Union[torch.Tensor, Sequence[torch.Tensor]]  # (k, rows, 4D), or k x (rows, 4D)
+
+
+class Products(Protocol):
+    """The matrix products of one step of the k cells that `lstm.run_cells` steps together:
+    cell d's gates z = x W_input^T + b + h W_recurrent^T and its output m W_projection^T (the
+    weights (out, in) of `reference.LstmCell`, b its bias with the forget bias)."""
+
+    def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
+        """inputs[d] (rows, in) W_input^T + biases[d] for a block of packed rows, each (rows,
+        4D), in the form that `recurrent_gates` reads."""
+        ...
+
+    def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
+        """z (k, active, 4D): h (k, active, hidden) W_recurrent^T plus the `rows` (active of
+        them) of the block's input gates."""
+        ...
+
+    def projection(self, m: torch.Tensor) -> torch.Tensor:
+        """m (k, active, D) W_projection^T: (k, active, P), before the projection clip."""
+        ...
+
+    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
+        """The arguments of the TorchScript step loop for these products, or None where the
+        Python loop runs them (optional: products without it run in the Python loop)."""
+        ...
+
+
+class Float32Products:
+    """The products in float32, the cells' default: one batched GEMM for the k cells where
+    `fast_paths.stacked_kernels` applies, else one product per cell (`fast_paths.linear`)."""
+
+    def __init__(self, cells: Sequence[LstmCell], inputs: Sequence[torch.Tensor]) -> None:
+        self.cells = cells
+        # The per-step kernels of all k cells for one batched GEMM, or None.
+        self.stacked = fast_paths.stacked_kernels(cells)
+
+    def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
+        if self.stacked is not None:
+            return fast_paths.stacked_linear(
+                inputs, [cell.input_weight for cell in self.cells], biases
+            )
+        return [
+            fast_paths.linear(x, cell.input_weight, bias)
+            for cell, x, bias in zip(self.cells, inputs, biases)
+        ]  # k x (rows, 4D)
+
+    def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
+        if self.stacked is not None:
+            return torch.baddbmm(gates[:, rows], h, self.stacked[0])
+        return torch.stack(
+            [
+                fast_paths.linear(h[d], cell.recurrent_weight, None, block[rows])
+                for d, (cell, block) in enumerate(zip(self.cells, gates))
+            ]
+        )  # (k, active, 4D)
+
+    def projection(self, m: torch.Tensor) -> torch.Tensor:
+        if self.stacked is not None:
+            return torch.bmm(m, self.stacked[1])
+        return torch.stack(
+            [fast_paths.linear(m[d], cell.projection_weight) for d, cell in enumerate(self.cells)]
+        )  # (k, active, P)
+
+    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
+        return fast_paths.float32_steps(self.cells, self.stacked)
+
+
+# A cell's `products`: makes the products of a step from the cells and their packed inputs.
+MakeProducts = Callable[[Sequence[LstmCell], Sequence[torch.Tensor]], Products]
+
+
+# ---------------------------------------------------------------------- the step loop
 # The input projections are computed for blocks of whole timesteps of at most this many packed
 # rows (at least one timestep), not for the whole batch at once: still a large GEMM, and 16 MB
 # per direction for the original model, where a batch of 32 sentences of 40 tokens would hold

@@ -16,10 +16,15 @@ import numpy
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ..description.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, PADDING_CHAR, batch_to_ids
+from ..description.chars import (
+    BOS_CHAR_IDS,
+    EOS_CHAR_IDS,
+    PADDING_CHAR,
+    batch_to_ids,
+    check_sentences,
+)
 from ..description.options import BiLMOptions
 from . import fast_paths
-from .embedding import embed_sentences
 from .loading import BiLMFiles
 from .lstm import run_stacks
 from .reference import ReferenceBiLM, State, token_vectors
@@ -360,7 +365,23 @@ class BiLM(BiLMFiles, ReferenceBiLM):
         In the default mode sentences are batched longest first; in stateful mode they are
         batched in input order, as the carried states depend on the row a sentence lands in.
         """
-        return embed_sentences(self, sentences, batch_size)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        sentences = check_sentences(sentences)
+        order = list(range(len(sentences)))
+        if not self.stateful:
+            order.sort(key=lambda i: -len(sentences[i]))
+        results: list[numpy.ndarray | None] = [None] * len(sentences)
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                indices = order[start : start + batch_size]
+                layers = self(self.batch_to_ids([sentences[i] for i in indices])).layers
+                layers = layers.float().cpu().numpy()
+                for row, index in enumerate(indices):
+                    n = len(sentences[index])
+                    results[index] = numpy.ascontiguousarray(layers[:, row, :n])
+                del layers  # not alive while the next batch runs
+        return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ when the weights change
     @property

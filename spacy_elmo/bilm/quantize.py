@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from . import compiled_steps, fast_paths
-from .products import Products
+from .lstm import Products
 from .reference import LstmCell
 
 BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
@@ -163,7 +163,7 @@ class Bf16Cell:
 
 
 class Bf16Products:
-    """The products of a step of k LSTM cells (`products.Products`) in bfloat16, without autograd:
+    """The products of a step of k LSTM cells (`lstm.Products`) in bfloat16, without autograd:
     the input rows, the state h and the cell output m are rounded to bfloat16 and multiplied
     with bfloat16 kernels (oneDNN: AMX or AVX-512 BF16, float32 sums;
     `compiled_steps.bf16_product`), each product rounded to bfloat16 and added to the rest in

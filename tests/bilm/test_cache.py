@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo.bilm.cache import BoundedCache, RowCache, entry_bytes, key_bytes, one
+from spacy_elmo.bilm.cache import BoundedCache, entry_bytes, key_bytes, one
+from spacy_elmo.bilm.token_cache import RowCache
 
 
 class ReferenceLRU:

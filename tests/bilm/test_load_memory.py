@@ -88,3 +88,20 @@ def test_loaded_parameters_are_float32_and_contiguous(tmp_path):
     expected = np.zeros(4 * cell.cell_dim, np.float32)
     expected[2 * cell.cell_dim : 3 * cell.cell_dim] = 1.0  # the forget gate's block
     np.testing.assert_array_equal(cell.forget_bias.numpy(), expected)
+
+
+def test_a_saved_biLM_is_built_once(tmp_path, monkeypatch):
+    """`BiLM.load` of a saved directory builds one BiLM: its tensors are checked against that
+    model's own shapes, not those of a second one built for them."""
+    options_file, weight_file = write_random_model(tmp_path, tiny_options(), seed=2)
+    BiLM.from_allennlp(options_file, weight_file).save(tmp_path / "saved")
+    built = []
+    original = BiLM.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(kwargs.get("initialise", True))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BiLM, "__init__", counted)
+    BiLM.load(tmp_path / "saved")
+    assert built == [False]  # one, and its weights never initialised

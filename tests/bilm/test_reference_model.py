@@ -1,5 +1,5 @@
 """The one-file reference biLM (`bilm/reference.py`) against the TensorFlow fixture and NumPy,
-and every route of `BiLM` (the default fast one, the plain one) against the reference."""
+and every route of `BiLM` (the default fast one, the reference one) against the reference."""
 
 from __future__ import annotations
 
@@ -94,14 +94,15 @@ def test_reference_gradients_match_finite_differences(tmp_path):
 
 # ---------------------------------------------------------------------- the routes of BiLM
 def route_bilm(monkeypatch, route: str, options_file, weight_file, **kwargs) -> BiLM:
-    """A BiLM loaded on one route: "fast" (the default) or "plain" (every fast path off)."""
+    """A BiLM loaded on one route: "fast" (the default) or "reference" (every fast path off:
+    the reference's forward pass inside `BiLM`, with its states and ids)."""
     from spacy_elmo.bilm import fast_paths
 
     monkeypatch.setattr(fast_paths, "ENABLED", route == "fast")
     return BiLM.from_allennlp(options_file, weight_file, **kwargs)
 
 
-ROUTES = ("fast", "plain")
+ROUTES = ("fast", "reference")
 
 
 @pytest.mark.parametrize("route", ROUTES)
