@@ -65,7 +65,7 @@ from .rundir import locked_run_directory, prepare_run_directory
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Pretrainer:
@@ -199,8 +199,9 @@ class Pretrainer:
         from tqdm import tqdm
 
         config = self.config
-        # Ctrl-C and SIGTERM (what torchrun and job schedulers send) end the step, write a
-        # checkpoint and return; the command then exits with 130 or 143.
+        # Ctrl-C, SIGTERM (what torchrun and job schedulers send) and SIGHUP (a dropped ssh
+        # session) end the step, write a checkpoint and return; the command then exits with
+        # 128 + the signal's number.
         previous = {number: signal.signal(number, self._request_stop) for number in STOP_SIGNALS}
         bar = tqdm(
             total=config.max_steps,

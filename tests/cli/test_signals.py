@@ -260,8 +260,6 @@ def run_and_signal(case: Case, work: Path, number: int, timeout: float = 120) ->
     ],
 )
 def test_a_signal_removes_the_temporary_files_and_exits_with_its_code(tmp_path, command, number):
-    if (command, number) == ("pretrain-training", signal.SIGHUP):
-        pytest.skip("the trainer turns SIGINT and SIGTERM into a checkpoint; SIGHUP ends it")
     case = CASES[command](tmp_path)
     ended = run_and_signal(case, tmp_path, number)
     assert ended.code == EXIT_CODES[number], ended.output[-3000:]
