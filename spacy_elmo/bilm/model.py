@@ -86,9 +86,8 @@ class BiLM(BiLMFiles, ReferenceBiLM):
         *,
         initialise: bool = True,
     ) -> None:
-        """`initialise=False` leaves the large parameters unwritten and not yet laid out for
-        the batched step: for weights about to be replaced (loading, which lays them out once
-        they are in), so that their memory is never touched."""
+        """`initialise=False` leaves the large parameters unwritten: for weights about to be
+        replaced (loading), so that their memory is never touched."""
         super().__init__(options)  # the char CNN and both LSTM stacks (reference.py)
         self.stateful = stateful
         # At inference the char-CNN vectors of the tokens seen last (a fast path).
