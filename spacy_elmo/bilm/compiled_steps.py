@@ -93,7 +93,11 @@ _COMPILED: list = []
 
 
 def compiled_loop():
-    """`step_loop` in TorchScript, compiled on first use (about 0.2 s)."""
+    """`step_loop` in TorchScript, compiled on first use (about 0.2 s).
+
+    Kept, though TorchScript is deprecated, for what releasing the GIL measured: the elmo
+    pipeline with the biLM beside the tagger and NER at 12,285 words/s against 9,745 in turn
+    (benchmarks/results/overlap_cpu.md, commit 8111d85, 2 threads)."""
     if not _COMPILED:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")

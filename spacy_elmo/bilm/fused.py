@@ -94,6 +94,9 @@ def _step_offsets(batch_sizes: list[int]) -> list[int]:
     return offsets
 
 
+# The backward pass written out by hand, kept for what it measured: the bundled biLM's
+# pretraining step at 2,938 tokens/s against 2,566 recorded op by op, 1.14x (1 thread,
+# benchmarks/results/pretrain_cpu.md, commit 49ac124, with the trimmed char columns).
 class _FusedCells(torch.autograd.Function):
     @staticmethod
     def forward(  # noqa: PLR0913
