@@ -26,7 +26,7 @@ def add_boundaries(
     char_ids: torch.Tensor, bos_ids: tuple[int, ...], eos_ids: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(batch, time, W) ids -> (batch, time + 2, W) with `<S>` at 0 and `</S>` right after each
-    sentence's last token, and the (batch,) lengths with both boundaries."""
+    sentence's last token, and the (batch,) lengths with both boundaries (§4)."""
     batch, time, width = char_ids.shape
     lengths = (char_ids > 0).any(dim=-1).sum(dim=1)  # (batch,) tokens per sentence
     bounded = char_ids.new_zeros((batch, time + 2, width))
@@ -40,7 +40,7 @@ def add_boundaries(
 # ---------------------------------------------------------------------- §5 the token layer
 class Highway(nn.Module):
     """x <- t * relu(x W_transform + b_transform) + (1 - t) * x, t = sigmoid(x W_carry + b_carry);
-    `weight` stacks W_transform^T over W_carry^T (2F, F)."""
+    `weight` stacks W_transform^T over W_carry^T (2F, F) (§5, step 5)."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -55,7 +55,7 @@ class Highway(nn.Module):
 
 class CharCNN(nn.Module):
     """(n, 50) char ids -> (n, P) token vectors; (n, 51) with a word id last for an
-    ELMoForManyLangs model with a word embedding."""
+    ELMoForManyLangs model with a word embedding (§5, §12)."""
 
     def __init__(self, options: BiLMOptions) -> None:
         super().__init__()
@@ -97,7 +97,7 @@ class CharCNN(nn.Module):
 
 
 def token_vectors(char_cnn: CharCNN, char_ids: torch.Tensor) -> torch.Tensor:
-    """(batch, time, P) vectors of (batch, time, W) ids; zero where no token is."""
+    """(batch, time, P) vectors of (batch, time, W) ids; zero where no token is (§5)."""
     mask = (char_ids > 0).any(dim=-1)  # (batch, time)
     vectors = char_cnn(char_ids.reshape(-1, char_ids.shape[-1]))
     return vectors.view(*mask.shape, -1) * mask[..., None]
@@ -105,7 +105,8 @@ def token_vectors(char_cnn: CharCNN, char_ids: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------- §6.1 the LSTM cell
 class LstmCell(nn.Module):
-    """TF's LSTMCell(num_proj=P, cell_clip, proj_clip, forget_bias=1); gate blocks i, j, f, o."""
+    """TF's LSTMCell(num_proj=P, cell_clip, proj_clip, forget_bias=1); gate blocks i, j, f, o
+    (§6.1)."""
 
     def __init__(
         self,
@@ -151,7 +152,8 @@ class LstmCell(nn.Module):
 
 # ---------------------------------------------------------------------- §6.2 the stacks
 class LstmStack(nn.Module):
-    """L cells of one direction; from the second on, the cell's input is added to its output."""
+    """L cells of one direction; from the second on, the cell's input is added to its output
+    (§6.2)."""
 
     def __init__(self, options: BiLMOptions) -> None:
         super().__init__()
@@ -203,7 +205,8 @@ class LstmStack(nn.Module):
 
 
 def reverse_within(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """(batch, time, dim) with each row's first `lengths` steps in reverse order."""
+    """(batch, time, dim) with each row's first `lengths` steps in reverse order: the backward
+    LM's input, and its outputs put back (§6.2)."""
     positions = torch.arange(values.shape[1], device=values.device)[None, :]
     index = torch.where(positions < lengths[:, None], lengths[:, None] - 1 - positions, positions)
     return values.gather(1, index[..., None].expand_as(values))
@@ -211,7 +214,7 @@ def reverse_within(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------- §7 the biLM
 class ReferenceBiLM(nn.Module):
-    """ELMo's biLM on (batch, time, W) char ids without boundaries."""
+    """ELMo's biLM on (batch, time, W) char ids without boundaries (§7, §8)."""
 
     def __init__(self, options: BiLMOptions) -> None:
         super().__init__()
