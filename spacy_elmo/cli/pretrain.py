@@ -136,7 +136,8 @@ def pretrain(
     )
     if summary.get("interrupted"):
         typer.echo(f"interrupted at step {summary['step']}; continue with --resume")
-        raise typer.Exit(code=128 + (summary.get("signal") or 2))  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP
+        # 130 after SIGINT, 143 after SIGTERM, 129 after SIGHUP
+        raise typer.Exit(code=128 + (summary.get("signal") or 2))
     if "dev_ppl" in summary:
         plot = output / "perplexity.png"
         typer.echo(
