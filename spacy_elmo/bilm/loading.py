@@ -19,6 +19,7 @@ from ..weights.layouts import (
     read_allennlp,
     read_saved,
     read_saved_options,
+    saved_weights,
     write_allennlp,
     write_saved,
 )
@@ -98,9 +99,10 @@ class BiLMFiles:
     def load_saved(cls, directory: str | Path, stateful: bool = False) -> Loaded:
         """Load a directory written by `save` (no other kind of source)."""
         options = read_saved_options(directory)
+        weights_path = saved_weights(directory, options)  # before a model of that size is built
         bilm = cls(options, stateful=stateful, initialise=False)
         shapes = {key: tuple(value.shape) for key, value in bilm.state_dict().items()}
-        bilm._assign(read_saved(directory, options, shapes))
+        bilm._assign(read_saved(weights_path, shapes))
         if options.char_vocabulary == "dictionary":
             bilm.set_lexicon(EfmlLexicon.load(directory))
         return bilm

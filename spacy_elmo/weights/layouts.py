@@ -268,11 +268,9 @@ def read_saved_options(directory: str | Path) -> BiLMOptions:
     return BiLMOptions.from_dict(config.get("options"), source=str(config_path))
 
 
-def read_saved(
-    directory: str | Path, options: BiLMOptions, shapes: dict[str, tuple[int, ...]]
-) -> dict[str, torch.Tensor]:
-    """The state dict in a directory written by `write_saved` whose `read_saved_options` are
-    `options`, checked key by key against `shapes`, those of the model they describe."""
+def saved_weights(directory: str | Path, options: BiLMOptions) -> Path:
+    """The weights file of a directory written by `write_saved` whose `read_saved_options` are
+    `options`, checked to be large enough for them before a model of that size is built."""
     directory = Path(directory)
     config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
     if not weights_path.exists():
@@ -280,11 +278,18 @@ def read_saved(
             2, f"saved biLM directory {directory} has no {WEIGHTS_NAME}", str(weights_path)
         )
     size = weights_path.stat().st_size
-    if 2 * options.n_parameters() > size:  # checked before anything of that size is allocated
+    if 2 * options.n_parameters() > size:
         raise ValueError(
             f"{config_path} describes a biLM of {options.n_parameters():,} parameters, more than "
             f"{weights_path} ({size:,} bytes) holds; the config does not match the weights"
         )
+    return weights_path
+
+
+def read_saved(weights_path: Path, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """The state dict in the weights file that `saved_weights` checked, key by key against
+    `shapes`, those of the model its config describes."""
+    config_path = weights_path.parent / CONFIG_NAME
     state = read_safetensors(weights_path)
     for key, shape in shapes.items():
         if key not in state:
