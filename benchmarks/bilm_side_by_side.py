@@ -3,7 +3,7 @@ every checkout once in a fresh process, alternating, and the table gives the fas
 median round of each. A short run, so many rounds (the spread between rounds on a shared
 machine is larger than the differences it looks for).
 
-    python -m benchmarks.bilm_side_by_side BEFORE_DIR AFTER_DIR [--rounds 6]
+    python -m benchmarks.bilm_side_by_side DIR DIR [DIR ...] [--rounds 6]
 
 Each DIR is a checkout (e.g. `git worktree add --detach DIR COMMIT`). A round embeds 64
 sentences of 12 CoNLL-2003 test words one at a time (batch 1), then 256 sentences three times
@@ -55,7 +55,7 @@ def one_round(checkout: Path, text: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkouts", nargs=2, type=Path)
+    parser.add_argument("checkouts", nargs="+", type=Path)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--round-in", type=Path, help=argparse.SUPPRESS)  # a worker
     parser.add_argument("--text", type=Path, default=CONLL_TEST)

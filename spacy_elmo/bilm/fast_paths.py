@@ -34,11 +34,12 @@ Inference, where autograd does not record:
 * The per-step products, by the size of the kernel:
   - up to STACKED_MAX_ELEMENTS elements (the bundled and small models): one batched GEMM for
     both directions, so that each core runs one direction without waiting for the other. It
-    needs a layer's kernels of both directions as one (2, in, out) tensor: a copy
-    (`lstm.Kernels`, a few MB for these models), kept until a weight changes. (Until commit
-    51bd807 the Parameters themselves were transposed views of such a stack, which needed
-    `BiLM._apply` and `__setstate__` to lay them out again after every move and copy; the
-    same kernels, so the same speed.)
+    needs a layer's kernels of both directions as one (2, in, out) tensor: `lay_out` stores
+    the weights so when a BiLM is built, loaded or copied, each Parameter being a transposed
+    view of its slice, so that the batched step reads the weights themselves (no copy, no
+    memory; `layers/bilm_wrapper.py` keeps the layout through thinc's optimiser). Where the
+    layout is lost (weights moved to another device or dtype, or replaced), each call stacks
+    a copy.
   - larger (the medium and original models): oneDNN's inner product, one direction at a time.
     For the few rows of one timestep and a kernel larger than the cache it beats `F.linear`
     (MKL); its fixed cost per call loses on small kernels. It is a private op of torch
@@ -227,6 +228,71 @@ def stacked_linear(
         else:
             torch.addmm(bias, x, weight.t(), out=block)
     return out
+
+
+def stacked_kernels(
+    cells: Sequence[nn.Module],
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The (k, hidden, 4D) recurrent and (k, D, P) projection kernels of k cells
+    (`reference.LstmCell`) for one batched GEMM per step, or None where that step
+    does not apply.
+
+    Views of the weights where `lay_out` stored them so, else (in, out) copies.
+    """
+    recurrent = [cell.recurrent_weight for cell in cells]
+    projection = [cell.projection_weight for cell in cells if cell.projection_weight is not None]
+    if len(cells) < 2 or recurrent[0].numel() > STACKED_MAX_ELEMENTS:
+        return None
+    return _as_stack(recurrent), _as_stack(projection) if projection else None
+
+
+def _is_stack(weights: Sequence[torch.Tensor]) -> bool:
+    """Whether k (out, in) weights are the consecutive (in, out) slices of one (k, in, out)
+    tensor, as `lay_out` stores them."""
+    first = weights[0]
+    size = first.numel()
+    return all(
+        w.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and w.storage_offset() == first.storage_offset() + d * size
+        and w.shape == first.shape
+        and w.t().is_contiguous()
+        for d, w in enumerate(weights)
+    )
+
+
+def _as_stack(weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(k, in, out) from k (out, in) weights: a view when they are slices of one, else a copy."""
+    first = weights[0]
+    shape, size = first.t().shape, first.numel()
+    if _is_stack(weights):
+        return torch.as_strided(
+            first, (len(weights), *shape), (size, shape[1], 1), first.storage_offset()
+        )
+    return torch.stack([w.t() for w in weights])
+
+
+def lay_out(stacks: Sequence[nn.Module]) -> None:
+    """Store each layer's recurrent and projection weights, across the `lstm.LstmStack`s, as one
+    (k, in, out) tensor where the batched step applies to them: each Parameter becomes a
+    transposed view of its slice (the same Parameter objects, with new memory).
+
+    For weights that no autograd graph or optimiser state refers to by memory: a BiLM that is
+    being built, loaded, copied or moved. Weights laid out already keep their memory (so
+    `share_memory()` and a `.to()` that changes nothing leave them where they are).
+    """
+    if not ENABLED:
+        return
+    for cells in zip(*(stack.layers for stack in stacks)):
+        if cells[0].recurrent_weight.numel() > STACKED_MAX_ELEMENTS:
+            continue
+        for name in ("recurrent_weight", "projection_weight"):
+            weights = [getattr(cell, name) for cell in cells]
+            if weights[0] is None or _is_stack(weights):  # none, or laid out already
+                continue
+            with torch.no_grad():
+                stacked = torch.stack([weight.detach().t() for weight in weights])
+            for weight, kernel in zip(weights, stacked):
+                weight.data = kernel.t()
 
 
 def cell_update(

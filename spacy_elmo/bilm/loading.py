@@ -24,6 +24,7 @@ from ..weights.layouts import (
     write_saved,
 )
 from ..weights.sources import BiLMSource, resolve_source
+from . import fast_paths
 
 Loaded = TypeVar("Loaded", bound="BiLMFiles")  # the class a constructor is called on: `BiLM`
 
@@ -120,6 +121,7 @@ class BiLMFiles:
         """Make the tensors of `state_dict`, in float32, this biLM's parameters."""
         state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
         self.load_state_dict(state_dict, assign=True)
+        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -148,5 +150,7 @@ class BiLMFiles:
                 bound = 1.0 / math.sqrt(cell.cell_dim)
                 for weight in (cell.input_weight, cell.recurrent_weight, cell.projection_weight):
                     if weight is not None:
-                        nn.init.uniform_(weight, -bound, bound)
+                        # Drawn in the (out, in) order whatever the layout (some weights are
+                        # transposed views), so that a seed's weights do not depend on it.
+                        weight.copy_(torch.empty(weight.shape).uniform_(-bound, bound))
                 cell.bias.zero_()

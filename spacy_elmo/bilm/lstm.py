@@ -51,67 +51,14 @@ class Products(Protocol):
         ...
 
 
-def tensors_key(*tensors: torch.Tensor | None) -> tuple:
-    """Changes whenever one of the tensors is replaced or modified in place (not through
-    `.data`: `BiLM.weights_changed` says so)."""
-    return tuple(
-        None if t is None else (t.data_ptr(), t._version, t.shape, t.stride()) for t in tensors
-    )
-
-
-class Kernels:
-    """The (k, in, out) stack of k (out, in) weights (in `dtype`, where given) for one batched
-    GEMM per step; made again when a weight changes. Copied or pickled: made on first use."""
-
-    def __init__(self, dtype: torch.dtype | None = None) -> None:
-        self.dtype = dtype
-        self._cached: tuple = ((), None)  # (key of the weights, stack)
-
-    def stack(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
-        key = tensors_key(*weights)
-        cached_key, stack = self._cached
-        if key != cached_key:
-            stack = torch.stack([w.detach().t() for w in weights])
-            if self.dtype is not None:
-                stack = stack.to(self.dtype)
-            self._cached = (key, stack)  # one assignment: threads see the old or the new pair
-        return stack
-
-    def __getstate__(self) -> dict:
-        return {"dtype": self.dtype}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["dtype"])
-
-
-class Float32Cell:
-    """A layer's float32 products (`BiLM.layer_products`): its cells' stacked per-step kernels,
-    kept between calls."""
-
-    def __init__(self) -> None:
-        self.recurrent = Kernels()
-        self.projection = Kernels()
-
-    def __call__(self, cells: Sequence[LstmCell], inputs: Sequence[torch.Tensor]) -> Products:
-        return Float32Products(self, cells)
-
-
 class Float32Products:
-    """The products in float32: one batched GEMM for the k cells where their per-step kernels
-    are small (`fast_paths.STACKED_MAX_ELEMENTS`), else one product per cell
-    (`fast_paths.linear`)."""
+    """The products in float32, the cells' default: one batched GEMM for the k cells where
+    `fast_paths.stacked_kernels` applies, else one product per cell (`fast_paths.linear`)."""
 
-    def __init__(self, kernels: Float32Cell, cells: Sequence[LstmCell]) -> None:
+    def __init__(self, cells: Sequence[LstmCell], inputs: Sequence[torch.Tensor]) -> None:
         self.cells = cells
-        recurrent = [cell.recurrent_weight for cell in cells]
-        projection = [c.projection_weight for c in cells if c.projection_weight is not None]
-        # The (k, hidden, 4D) recurrent and (k, D, P) projection kernels, or None.
-        self.stacked = None
-        if len(cells) > 1 and recurrent[0].numel() <= fast_paths.STACKED_MAX_ELEMENTS:
-            self.stacked = (
-                kernels.recurrent.stack(recurrent),
-                kernels.projection.stack(projection) if projection else None,
-            )
+        # The per-step kernels of all k cells for one batched GEMM, or None.
+        self.stacked = fast_paths.stacked_kernels(cells)
 
     def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
         if self.stacked is not None:
@@ -162,7 +109,7 @@ def run_cells(
     batch_sizes: list[int],
     states: Sequence[State],
     training: bool,
-    products: MakeProducts,
+    products: MakeProducts = Float32Products,
 ) -> tuple[list[torch.Tensor], list[State]]:
     """Step k cells of the same shape together over packed inputs with the same `batch_sizes`.
 
@@ -236,8 +183,7 @@ def run_stacks(
     products: Sequence[MakeProducts] | None = None,
 ) -> tuple[list[list[torch.Tensor]], list[list[State]]]:
     """Stacks of the same shape over packed inputs, stepped together layer by layer
-    (`run_cells`; `products`: what makes each layer's, `BiLM.layer_products`; where None,
-    float32 ones made for this call).
+    (`run_cells`; `products`: those of each layer, float32 where None).
 
     Returns, per stack, the packed output of every layer and the final state of every layer.
     """
@@ -252,7 +198,7 @@ def run_stacks(
             for stack, x in zip(stacks, layer_inputs)
         ]
         layer_states = [stack_states[index] for stack_states in states]
-        make = products[index] if products is not None else Float32Cell()
+        make = products[index] if products is not None else Float32Products
         layer_outputs, layer_finals = run_cells(
             cells, cell_inputs, batch_sizes, layer_states, training, make
         )

@@ -26,7 +26,7 @@ from ..description.chars import (
 from ..description.options import BiLMOptions
 from . import fast_paths
 from .loading import BiLMFiles
-from .lstm import Float32Cell, run_stacks
+from .lstm import run_stacks
 from .reference import ReferenceBiLM, State, token_vectors
 from .token_cache import TOKEN_CACHE_SIZE, TokenCache
 
@@ -77,6 +77,9 @@ class BiLM(BiLMFiles, ReferenceBiLM):
 
     # "bf16" where the LSTM products run in bfloat16 (`quantize.set_quantize`), else None.
     quantize: str | None = None
+    # What makes each layer's products at inference (`lstm.run_stacks`): float32 where None,
+    # bfloat16 under `quantize.set_quantize`.
+    layer_products: list | None = None
 
     def __init__(
         self,
@@ -86,8 +89,9 @@ class BiLM(BiLMFiles, ReferenceBiLM):
         *,
         initialise: bool = True,
     ) -> None:
-        """`initialise=False` leaves the large parameters unwritten: for weights about to be
-        replaced (loading), so that their memory is never touched."""
+        """`initialise=False` leaves the large parameters unwritten and not yet laid out for
+        the batched step: for weights about to be replaced (loading, which lays them out once
+        they are in), so that their memory is never touched."""
         super().__init__(options)  # the char CNN and both LSTM stacks (reference.py)
         self.stateful = stateful
         # At inference the char-CNN vectors of the tokens seen last (a fast path).
@@ -101,10 +105,8 @@ class BiLM(BiLMFiles, ReferenceBiLM):
         # The id of the padding character after the end of a word (ELMo's 260, shifted; an
         # ELMoForManyLangs model's `<pad>` is set from its dictionary).
         self.padding_id = PADDING_CHAR + 1
-        # What makes each layer's products at inference (`lstm.run_stacks`) and keeps their
-        # stacked kernels: float32, or bfloat16 under `quantize.set_quantize`.
-        self.layer_products = [Float32Cell() for _ in range(options.n_layers)]
         if initialise:  # random weights (`loading.BiLMFiles.reset_parameters`)
+            fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
 
     # ------------------------------------------------------------------ the forward pass
@@ -395,12 +397,30 @@ class BiLM(BiLMFiles, ReferenceBiLM):
     def weights_changed(self) -> None:
         """Say that the weights were written where torch's version counters do not see it
         (through `.data`, as the fine-tuning step does, `layers.bilm_wrapper.BiLMShim`): what
-        was computed from the old weights is dropped (the token cache, the stacked and the
-        bfloat16 kernels of the LSTM steps), and `weights_generation` tells copies of the biLM
-        elsewhere to take the new weights."""
+        was computed from the old weights is dropped (the token cache, the weights' copies of
+        `quantize`), and `weights_generation` tells copies of the biLM elsewhere (the `elmo`
+        component's process) to take the new weights."""
         self.weights_generation += 1
         self.token_cache.clear()
-        self.layer_products = [type(products)() for products in self.layer_products]
+        if self.quantize is not None:  # the quantized copies of the weights made anew
+            from .quantize import set_quantize
+
+            mode = self.quantize
+            set_quantize(self, None)
+            set_quantize(self, mode)
+
+    def __setstate__(self, state: dict) -> None:
+        """After copy and pickle: the weights laid out again (`fast_paths.lay_out`: copying
+        gives every weight its own memory)."""
+        super().__setstate__(state)
+        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
+
+    def _apply(self, fn, recurse: bool = True) -> BiLM:
+        """After `.to()` another device or dtype (`nn.Module._apply` gives every weight its own
+        memory): the weights laid out again, so the batched step keeps using views of them."""
+        super()._apply(fn, recurse)
+        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
+        return self
 
 
 def _token_mask(lengths: torch.Tensor, time: int) -> torch.Tensor:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from . import compiled_steps, fast_paths
-from .lstm import Float32Cell, Kernels, Products
+from .lstm import Products
 from .reference import LstmCell
 
 BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
@@ -61,6 +61,13 @@ def quantize_from_flags(bf16: bool, gpu: bool, gpu_flag: str) -> Optional[str]:
     return "bf16" if bf16 else None
 
 
+def _tensors_key(*tensors: Optional[torch.Tensor]) -> tuple:
+    """Changes whenever one of the tensors is replaced or modified in place."""
+    return tuple(
+        None if t is None else (t.data_ptr(), t._version, t.shape, t.stride()) for t in tensors
+    )
+
+
 # ---------------------------------------------------------------------- switching a biLM
 def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
     """Run the LSTM products of `bilm` (a `model.BiLM`) in bfloat16 ("bf16") or in float32
@@ -76,8 +83,7 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
                 "float32 on a GPU"
             )
         _warn_if_slow_here()
-    make = Bf16Cell if mode else Float32Cell
-    bilm.layer_products = [make() for _ in range(bilm.options.n_layers)]
+    bilm.layer_products = [Bf16Cell() for _ in range(bilm.options.n_layers)] if mode else None
     bilm.quantize = mode
     return bilm
 
@@ -118,14 +124,37 @@ def quantize_mode(bilm: nn.Module) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------- the LSTM step
+class Bf16Kernels:
+    """The bfloat16 (in, out) kernels of k (out, in) float32 weights, as one (k, in, out)
+    stack; made again when the float32 tensors change (replaced, or written in place)."""
+
+    def __init__(self) -> None:
+        self._cached: tuple = ((), None)  # (key of the float32 tensors, stack)
+
+    def stack(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
+        key = _tensors_key(*weights)
+        cached_key, stack = self._cached
+        if key != cached_key:
+            stack = torch.stack([w.detach().t().to(torch.bfloat16) for w in weights])
+            self._cached = (key, stack)  # one assignment: threads see the old or the new pair
+        return stack
+
+    def __getstate__(self) -> dict:
+        """For copy and pickle: without the kernels (made again on first use)."""
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+
 class Bf16Cell:
     """An LSTM cell's `products` in bfloat16 (the first cell of a step keeps the kernels of
     all k cells stepped with it): the products of a step from them."""
 
     def __init__(self) -> None:
-        self.input = Kernels(torch.bfloat16)
-        self.recurrent = Kernels(torch.bfloat16)
-        self.projection = Kernels(torch.bfloat16)
+        self.input = Bf16Kernels()
+        self.recurrent = Bf16Kernels()
+        self.projection = Bf16Kernels()
 
     def __call__(self, cells: Sequence[LstmCell], inputs: Sequence[torch.Tensor]) -> Products:
         """The products of a step of `cells` in bfloat16 (at inference only: with autograd the

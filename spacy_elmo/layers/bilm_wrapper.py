@@ -3,7 +3,7 @@
 Serialised as msgpack {options, safetensors weights}: no pickle, and independent of thinc's
 default torch (de)serialiser. Before its weights are known (architecture left to the weights)
 the layer holds a `PendingBiLM`, which `install_bilm` replaces. An optimiser step writes into
-the weights in place (`BiLMShim`) and says so (`BiLM.weights_changed`).
+the weights in place (`BiLMShim`), which keeps the memory layout of `bilm.fast_paths.lay_out`.
 """
 
 from __future__ import annotations

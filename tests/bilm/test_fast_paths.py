@@ -49,7 +49,7 @@ def use_path(
     tanh_min=None,
     compiled=True,
 ):
-    """Choose a path (before the BiLM is built)."""
+    """Choose a path (before the BiLM is built: `fast_paths.lay_out` follows the switch)."""
     if onednn == ALWAYS and not fast_paths.ONEDNN:
         pytest.skip("oneDNN is not available in this torch build")
     monkeypatch.setattr(fast_paths, "ENABLED", enabled)
@@ -212,49 +212,58 @@ def test_one_direction_stack_equals_the_lockstep_run(files):
                 torch.testing.assert_close(c1, c2, atol=1e-5, rtol=0)
 
 
-def test_stacked_kernels_are_copies_that_follow_the_weights(monkeypatch, files):
-    """The batched step multiplies (k, in, out) copies of the weights, made once and again when
-    a weight changes: in place, replaced, moved to another dtype, or written through `.data`
-    (which `weights_changed` says); the weights stay plain (out, in) Parameters."""
+def test_stacked_kernels_share_the_weights_storage(monkeypatch, files, reference):
+    """The batched step's (k, in, out) kernels are the weights themselves (laid out so when the
+    model is loaded), not copies; the weights stay ordinary Parameters: same values through
+    inference, trainable, saved and reloaded exactly."""
     use_path(monkeypatch, **PATHS["stacked"])
     bilm = BiLM.from_allennlp(*files)
-    for name, parameter in bilm.named_parameters():
-        assert parameter.is_contiguous(), name
-    expected = bilm.embed(SENTENCES)
-    kernels = bilm.layer_products[1].recurrent
-    first = kernels.stack([c.recurrent_weight for c in layer_cells(bilm, 1)])
-    bilm.embed(SENTENCES)
-    assert kernels.stack([c.recurrent_weight for c in layer_cells(bilm, 1)]) is first  # kept
+    before = {k: v.clone() for k, v in bilm.state_dict().items()}
+    parameters = list(bilm.parameters())
+    bilm.embed(SENTENCES[:2])
+    assert list(bilm.parameters()) == parameters  # the same Parameter objects
+    for key, value in bilm.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert_stacked_views(bilm)
+    # Training through the shared weights: the gradient of a weight in a view is its own.
+    loss = bilm(batch_to_ids([SENTENCES[0]])).layers.sum()
+    loss.backward()
     weight = bilm.backward_lstm.layers[1].recurrent_weight
-    for change in ("in place", "replaced", ".data"):
-        with torch.no_grad():
-            if change == "in place":
-                weight.mul_(-0.5)
-            elif change == "replaced":
-                bilm.backward_lstm.layers[1].recurrent_weight = torch.nn.Parameter(weight * -2)
-                weight = bilm.backward_lstm.layers[1].recurrent_weight
-            else:
-                weight.data.mul_(-0.5)
-                bilm.weights_changed()
-        changed = bilm.embed(SENTENCES)
-        assert np.abs(changed[0][1:] - expected[0][1:]).max() > 1e-3, change
-        expected = changed
-        plain = copy.deepcopy(bilm)  # its kernels made anew from the same weights
-        for a, b in zip(plain.embed(SENTENCES), changed):
-            np.testing.assert_array_equal(a, b)
-    # Moved there and back: the same outputs as before.
-    bilm.to(torch.float64).to(torch.float32)
-    for got, want in zip(bilm.embed(SENTENCES), expected):
-        np.testing.assert_array_equal(got, want)
+    assert weight.grad is not None and weight.grad.shape == weight.shape
+    assert weight.grad.abs().sum() > 0
+    # Saved and reloaded: still the reference's outputs.
+    bilm.zero_grad()
+    reloaded = BiLM.load(_saved(bilm, files[0].parent / "saved"))
+    for tokens, got in zip(SENTENCES, reloaded.embed(SENTENCES)):
+        np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
+
+
+def _saved(bilm, directory):
+    bilm.save(directory)
+    return directory
 
 
 def layer_cells(bilm, layer):
     return [stack.layers[layer] for stack in (bilm.forward_lstm, bilm.backward_lstm)]
 
 
-def test_copies_keep_no_hidden_state(monkeypatch, files):
-    """A deep copy or a pickled and loaded BiLM gives the same outputs bit for bit; running
-    leaves nothing in the cells."""
+def assert_stacked_views(bilm):
+    """Each layer's batched-step kernels are views of its weights' memory, not copies."""
+    for layer in range(bilm.options.n_layers):
+        cells = layer_cells(bilm, layer)
+        with torch.no_grad():
+            recurrent, projection = fast_paths.stacked_kernels(cells)
+        for name, stacked in (("recurrent_weight", recurrent), ("projection_weight", projection)):
+            for d, cell in enumerate(cells):
+                weight = getattr(cell, name)
+                assert weight.untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
+                assert weight.data_ptr() == stacked[d].data_ptr()
+                assert torch.equal(weight, stacked[d].t())
+
+
+def test_copies_are_laid_out_again_and_keep_no_hidden_state(monkeypatch, files):
+    """A deep copy or a pickled and loaded BiLM has its weights laid out for the batched step
+    again and gives the same outputs bit for bit; running leaves nothing in the cells."""
     use_path(monkeypatch, **PATHS["stacked"])
     bilm = BiLM.from_allennlp(*files)
     attributes = [set(vars(cell)) for stack in (bilm.forward_lstm, bilm.backward_lstm)
@@ -263,8 +272,58 @@ def test_copies_keep_no_hidden_state(monkeypatch, files):
     assert attributes == [set(vars(cell)) for stack in (bilm.forward_lstm, bilm.backward_lstm)
                           for cell in stack.layers]  # fmt: skip
     for other in (copy.deepcopy(bilm), pickle.loads(pickle.dumps(bilm))):
+        assert_stacked_views(other)
         for a, b in zip(other.embed(SENTENCES), expected):
             np.testing.assert_array_equal(a, b)
+
+
+def test_moved_models_are_laid_out_again(monkeypatch, files, reference):
+    """`.to()` another dtype (as another device does) gives every weight its own memory; the BiLM
+    lays them out again, so the batched step still multiplies views, and the outputs stay the
+    reference's (float64 there and back)."""
+    use_path(monkeypatch, **PATHS["stacked"])
+    bilm = BiLM.from_allennlp(*files)
+    parameters = list(bilm.parameters())
+    expected = bilm.embed(SENTENCES)
+    for dtype in (torch.float64, torch.float32):
+        assert bilm.to(dtype) is bilm
+        assert list(bilm.parameters()) == parameters
+        assert all(p.dtype == dtype for p in parameters)
+        assert_stacked_views(bilm)
+    for tokens, got, before in zip(SENTENCES, bilm.embed(SENTENCES), expected):
+        np.testing.assert_array_equal(got, before)
+        np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
+    # A move that changes nothing keeps the weights where they are; shared memory keeps the
+    # layout (the laid-out weights are not copied out of it again).
+    where = [p.data_ptr() for p in parameters]
+    bilm.to(torch.float32)
+    assert [p.data_ptr() for p in parameters] == where
+    bilm.share_memory()
+    assert all(p.is_shared() for p in parameters)
+    assert_stacked_views(bilm)
+
+
+def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, reference):
+    """Weights given their own memory (assigned to `.data`): the batched
+    step multiplies copies of them, and follows later changes."""
+    use_path(monkeypatch, **PATHS["stacked"])
+    bilm = BiLM.from_allennlp(*files)
+    expected = bilm.embed(SENTENCES)
+    for stack in (bilm.forward_lstm, bilm.backward_lstm):
+        for cell in stack.layers:
+            for weight in (cell.recurrent_weight, cell.projection_weight):
+                weight.data = weight.detach().clone(memory_format=torch.contiguous_format)
+    cells = layer_cells(bilm, 0)
+    with torch.no_grad():
+        recurrent, _ = fast_paths.stacked_kernels(cells)
+    assert recurrent.data_ptr() not in {cell.recurrent_weight.data_ptr() for cell in cells}
+    assert torch.equal(recurrent[1], cells[1].recurrent_weight.t())
+    for a, b in zip(bilm.embed(SENTENCES), expected):
+        np.testing.assert_array_equal(a, b)  # the same (in, out) GEMM on the same values
+    with torch.no_grad():
+        cells[1].recurrent_weight.mul_(-0.5)
+    changed = bilm.embed(SENTENCES[:1])[0]
+    assert np.abs(changed[1:] - expected[0][1:]).max() > 1e-3
 
 
 def test_the_switch_turns_every_fast_path_off(monkeypatch, files, reference):

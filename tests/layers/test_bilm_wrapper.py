@@ -1,5 +1,5 @@
-"""The biLM's Thinc layer: an optimiser step (`BiLMShim`) updates the weights as thinc's own
-`PyTorchShim` does, and the biLM's kernels made from them follow."""
+"""The biLM's Thinc layer: an optimiser step keeps the weights' layout (`BiLMShim`) and updates
+them as thinc's own `PyTorchShim` updates plain weights."""
 
 from __future__ import annotations
 
@@ -18,22 +18,31 @@ from ..bilm.util import tiny_options
 
 
 def plain_shim(bilm: BiLM) -> tuple[PyTorchShim, BiLM]:
-    """Thinc's own shim around a copy with the same weights."""
+    """Thinc's own shim around a copy with the same weights, each in its own contiguous
+    (out, in) memory (given after the shim is made: its `.to()` would lay them out again)."""
     plain = copy.deepcopy(bilm)
-    return PyTorchShim(plain), plain
+    shim = PyTorchShim(plain)
+    for parameter in plain.parameters():
+        parameter.data = parameter.detach().clone(memory_format=torch.contiguous_format)
+    return shim, plain
 
 
-def test_an_optimiser_step_matches_thinc_and_reaches_the_stacked_kernels(monkeypatch):
+def test_an_optimiser_step_keeps_the_layout_and_matches_thinc(monkeypatch):
     monkeypatch.setattr(fast_paths, "ENABLED", True)
     torch.manual_seed(0)
     bilm = BiLM(BiLMOptions.from_dict(tiny_options()))
     thinc_shim, plain = plain_shim(bilm)
     initial = {name: weight.detach().clone() for name, weight in bilm.named_parameters()}
-    shims = {"ours": BiLMShim(bilm), "thinc": thinc_shim}
+    cells = [stack.layers[1] for stack in (bilm.forward_lstm, bilm.backward_lstm)]
+    assert not cells[0].recurrent_weight.is_contiguous()  # laid out by `fast_paths.lay_out`
+    assert (
+        cells[0].recurrent_weight.data_ptr()
+        != plain.forward_lstm.layers[1].recurrent_weight.data_ptr()
+    )
+    assert plain.forward_lstm.layers[1].recurrent_weight.is_contiguous()
+    shims = {"laid out": BiLMShim(bilm), "thinc": thinc_shim}
     optimisers = {name: Adam(0.01, grad_clip=1.0) for name in shims}
     char_ids = batch_to_ids([["the", "river", "bank"], ["a", "bank"]])
-    with torch.no_grad():
-        bilm(char_ids)  # the batched step's kernels, made from the initial weights
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # e.g. "grad and param do not obey the layout contract"
         for _ in range(3):
@@ -43,9 +52,11 @@ def test_an_optimiser_step_matches_thinc_and_reaches_the_stacked_kernels(monkeyp
     for (name, got), (_, want) in zip(bilm.named_parameters(), plain.named_parameters()):
         assert torch.equal(got, want), name
         assert not torch.equal(got, initial[name]), name  # the step changed it
-    with torch.no_grad():  # the step wrote through `.data`; the kernels followed
-        fresh = copy.deepcopy(plain)
-        assert torch.equal(bilm(char_ids).layers, fresh(char_ids).layers)
+    with torch.no_grad():
+        recurrent, projection = fast_paths.stacked_kernels(cells)
+    for d, cell in enumerate(cells):  # still views of one (2, in, out) tensor
+        assert cell.recurrent_weight.data_ptr() == recurrent[d].data_ptr()
+        assert cell.projection_weight.data_ptr() == projection[d].data_ptr()
 
 
 def test_predict_matches_thinc_and_leaves_the_mode_as_it_found_it():
