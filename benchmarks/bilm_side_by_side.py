@@ -1,4 +1,4 @@
-"""The bundled biLM's speed in two checkouts of the package, side by side: each round runs
+"""The bundled biLM's speed in several checkouts of the package, side by side: each round runs
 every checkout once in a fresh process, alternating, and the table gives the fastest and the
 median round of each. A short run, so many rounds (the spread between rounds on a shared
 machine is larger than the differences it looks for).
