@@ -1,7 +1,7 @@
 """The figures of the README's quick starts and of usage.md's sense check, measured again and
 recorded: the cosine of quick start 1's two "bank" vectors, the mean top-layer similarity of
-"bank" to "bank" of the same sense and of the other across the sentence frames of
-tests/pipeline/test_vectors.py, and how long quick start 2's two commands take here.
+"bank" to "bank" of the same sense and of the other across the sentence frames (`FRAMES`,
+which tests/pipeline/test_vectors.py uses too), and how long quick start 2's two commands take here.
 
     python -m workflow.readme_figures [--output results/readme/figures]
 

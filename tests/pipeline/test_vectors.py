@@ -15,6 +15,7 @@ import spacy
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo.pipeline.extensions import set_vector_hooks
+from workflow.readme_figures import FRAMES  # the sense check's frames, one list for both
 
 from .pipeline_util import tiny_nlp
 
@@ -193,16 +194,6 @@ def test_river_and_finance_senses_of_bank_through_similarity():
         i, j = banks[0][2].i, banks[-1][2].i
         assert banks[0][2].similarity(banks[-1][2]) == pytest.approx(cosine(va[i], vb[j]), rel=1e-5)
         assert np.mean(same) > np.mean(cross), (vector_layer, np.mean(same), np.mean(cross))
-
-
-FRAMES = [
-    "the {} bank flooded",
-    "we walked to the {} bank",
-    "they sat by the {} bank all day",
-    "the {} bank was closed",
-    "he swam to the {} bank of the lake",
-    "he borrowed money from the {} bank",
-]
 
 
 def assert_elmo_vectors(docs, vector_layer):
