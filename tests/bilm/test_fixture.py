@@ -2,70 +2,59 @@
 
 from __future__ import annotations
 
-import json
-
 import h5py
 import numpy as np
 import pytest
 import torch
 
-from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo import batch_to_ids
+
+from .util import fixture_bilm, fixture_sentences, fixture_top_layer
 
 TOLERANCE = 1e-5
 
 
 @pytest.fixture(scope="module")
 def sentences(allennlp_fixture):
-    with open(allennlp_fixture / "sentences.json") as f:
-        return [[s.split() for s in group] for group in json.load(f)]
-
-
-def expected_top_layer(fixture, k: int, i: int) -> np.ndarray:
-    with h5py.File(fixture / f"lm_embeddings_{k}.hdf5", "r") as f:
-        halves = f[str(i)][...]  # (2, n, P): forward, backward
-    return np.concatenate([halves[0], halves[1]], axis=-1)
-
-
-def load(fixture, **kwargs) -> BiLM:
-    return BiLM.from_allennlp(fixture / "options.json", fixture / "lm_weights.hdf5", **kwargs)
+    return fixture_sentences(allennlp_fixture)
 
 
 def test_stateful_batches_of_three_reproduce_the_fixture(allennlp_fixture, sentences):
-    bilm = load(allennlp_fixture, stateful=True)
+    bilm = fixture_bilm(allennlp_fixture, stateful=True)
     worst = 0.0
     for i in range(10):
         batch = [sentences[k][i] for k in range(3)]
         outputs = bilm.embed(batch, batch_size=3)
         for k in range(3):
             assert outputs[k].shape == (3, len(batch[k]), 32)
-            diff = np.abs(outputs[k][2] - expected_top_layer(allennlp_fixture, k, i)).max()
+            diff = np.abs(outputs[k][2] - fixture_top_layer(allennlp_fixture, k, i)).max()
             worst = max(worst, float(diff))
     assert worst <= TOLERANCE
 
 
 def test_stateless_mode_matches_only_the_first_fixture_batch(allennlp_fixture, sentences):
     """The fixture needs carried state: batch 0 starts from zeros, later batches do not."""
-    bilm = load(allennlp_fixture)
+    bilm = fixture_bilm(allennlp_fixture)
     first = bilm.embed([sentences[k][0] for k in range(3)])
     for k in range(3):
         np.testing.assert_allclose(
-            first[k][2], expected_top_layer(allennlp_fixture, k, 0), atol=TOLERANCE, rtol=0
+            first[k][2], fixture_top_layer(allennlp_fixture, k, 0), atol=TOLERANCE, rtol=0
         )
     later = bilm.embed([sentences[k][1] for k in range(3)])
     diffs = [
-        np.abs(later[k][2] - expected_top_layer(allennlp_fixture, k, 1)).max() for k in range(3)
+        np.abs(later[k][2] - fixture_top_layer(allennlp_fixture, k, 1)).max() for k in range(3)
     ]
     assert max(diffs) > 1e-2
 
 
 def test_reset_states_equals_a_fresh_model(allennlp_fixture, sentences):
-    bilm = load(allennlp_fixture, stateful=True)
+    bilm = fixture_bilm(allennlp_fixture, stateful=True)
     bilm.token_cache_size = 0  # bitwise comparison: every token vector computed in this batch
     bilm.embed([sentences[k][0] for k in range(3)])
     carried = bilm.embed([sentences[k][1] for k in range(3)])
     bilm.reset_states()
     reset = bilm.embed([sentences[k][1] for k in range(3)])
-    fresh_bilm = load(allennlp_fixture, stateful=True)
+    fresh_bilm = fixture_bilm(allennlp_fixture, stateful=True)
     fresh_bilm.token_cache_size = 0
     fresh = fresh_bilm.embed([sentences[k][1] for k in range(3)])
     for a, b, c in zip(carried, reset, fresh):
@@ -76,8 +65,8 @@ def test_reset_states_equals_a_fresh_model(allennlp_fixture, sentences):
 
 def test_stateful_rows_beyond_a_smaller_batch_keep_their_state(allennlp_fixture, sentences):
     """A batch of 1 after a batch of 3 leaves rows 1 and 2 as they were (docs/MODEL.md §8)."""
-    a = load(allennlp_fixture, stateful=True)
-    b = load(allennlp_fixture, stateful=True)
+    a = fixture_bilm(allennlp_fixture, stateful=True)
+    b = fixture_bilm(allennlp_fixture, stateful=True)
     a.embed([sentences[k][0] for k in range(3)])
     b.embed([sentences[k][0] for k in range(3)])
     a.embed([sentences[0][1]])  # touches row 0 only
@@ -93,7 +82,7 @@ def test_char_cnn_reproduces_the_token_embeddings(allennlp_fixture):
     assert len(vocab) == 458
     with h5py.File(allennlp_fixture / "elmo_token_embeddings.hdf5", "r") as f:
         expected = f["embedding"][...]
-    bilm = load(allennlp_fixture)
+    bilm = fixture_bilm(allennlp_fixture)
     with torch.no_grad():
         vectors = bilm.token_embeddings(batch_to_ids([vocab]))[0].numpy()
     np.testing.assert_allclose(vectors, expected, atol=TOLERANCE, rtol=0)
@@ -106,7 +95,7 @@ def test_char_cnn_reproduces_the_token_embeddings(allennlp_fixture):
 
 
 def test_literal_boundary_tokens_equal_the_added_boundaries(allennlp_fixture):
-    bilm = load(allennlp_fixture)
+    bilm = fixture_bilm(allennlp_fixture)
     with torch.no_grad():
         acts = bilm.activations(batch_to_ids([["<S>", "hello", "</S>"]]))
     tokens = acts.token_embeddings[0]  # (<S>, <S>, hello, </S>, </S>)

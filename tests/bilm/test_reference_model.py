@@ -3,8 +3,6 @@ and every route of `BiLM` (the default fast one, the reference one) against the 
 
 from __future__ import annotations
 
-import json
-
 import h5py
 import numpy as np
 import pytest
@@ -15,28 +13,19 @@ from spacy_elmo.bilm.reference import ReferenceBiLM
 
 from .numpy_reference import NumpyBiLM
 from .test_reference import SENTENCES, VARIANTS
-from .util import tiny_options, write_random_model
+from .util import (
+    fixture_bilm,
+    fixture_sentences,
+    fixture_top_layer,
+    tiny_options,
+    write_random_model,
+)
 
 FIXTURE_TOLERANCE = 1e-5  # against TensorFlow's float32 numbers, as tests/bilm/test_fixture.py
 # A route against the reference: float rounding only. On the fixture's weights to 1e-6; the
 # random models' larger weights and values (up to the clips, 3) round to a few 1e-6.
 FIXTURE_ROUTE_TOLERANCE = 1e-6
 ROUTE_TOLERANCE = 1e-5
-
-
-def fixture_bilm(fixture, **kwargs) -> BiLM:
-    return BiLM.from_allennlp(fixture / "options.json", fixture / "lm_weights.hdf5", **kwargs)
-
-
-def fixture_sentences(fixture) -> list[list[list[str]]]:
-    with open(fixture / "sentences.json") as f:
-        return [[s.split() for s in group] for group in json.load(f)]
-
-
-def top_layer(fixture, k: int, i: int) -> np.ndarray:
-    with h5py.File(fixture / f"lm_embeddings_{k}.hdf5", "r") as f:
-        halves = f[str(i)][...]  # (2, n, P): forward, backward
-    return np.concatenate([halves[0], halves[1]], axis=-1)
 
 
 def test_the_reference_reproduces_tensorflow_with_carried_states(allennlp_fixture):
@@ -50,7 +39,7 @@ def test_the_reference_reproduces_tensorflow_with_carried_states(allennlp_fixtur
             for k, tokens in enumerate(batch):
                 got = layers[2, k, : len(tokens)].numpy()
                 np.testing.assert_allclose(
-                    got, top_layer(allennlp_fixture, k, i), atol=FIXTURE_TOLERANCE, rtol=0
+                    got, fixture_top_layer(allennlp_fixture, k, i), atol=FIXTURE_TOLERANCE, rtol=0
                 )
 
 

@@ -85,3 +85,23 @@ def same_weights(a, b) -> None:
     assert sa.keys() == sb.keys()
     for key in sa:
         assert torch.equal(sa[key], sb[key]), key
+
+
+def fixture_bilm(fixture: Path, **kwargs):
+    """The TensorFlow fixture's biLM (options.json + lm_weights.hdf5) as a BiLM."""
+    from spacy_elmo import BiLM
+
+    return BiLM.from_allennlp(fixture / "options.json", fixture / "lm_weights.hdf5", **kwargs)
+
+
+def fixture_sentences(fixture: Path) -> list[list[list[str]]]:
+    """The fixture's three streams of tokenised sentences."""
+    with open(fixture / "sentences.json") as f:
+        return [[s.split() for s in group] for group in json.load(f)]
+
+
+def fixture_top_layer(fixture: Path, k: int, i: int) -> np.ndarray:
+    """The top layer TensorFlow gave stream `k`'s sentence `i`: (n, 2P), forward then backward."""
+    with h5py.File(fixture / f"lm_embeddings_{k}.hdf5", "r") as f:
+        halves = f[str(i)][...]  # (2, n, P): forward, backward
+    return np.concatenate([halves[0], halves[1]], axis=-1)
