@@ -111,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(
             f"error: {args.input_dir} has no {', '.join(missing)}: `spacy project run "
-            "fetch-conll-assets` puts CoNLL-2003 in assets/conll2003, unpacked from the archive "
-            "of `spacy project assets` when it is there, else downloaded",
+            "fetch-conll-assets` puts CoNLL-2003 in assets/conll2003, fetched by package name "
+            "or unpacked from its archive in assets/archives/conll2003/ when that is there "
+            "(`spacy project assets` checks it)",
             file=sys.stderr,
         )
         return 1

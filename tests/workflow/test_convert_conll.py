@@ -109,4 +109,4 @@ def test_missing_input_file(tmp_path, capsys):
     assert cc.main([str(tmp_path), str(tmp_path / "out")]) == 1
     error = capsys.readouterr().err
     assert "train.txt" in error and "`spacy project run fetch-conll-assets`" in error
-    assert "`spacy project assets`" in error
+    assert "assets/archives/conll2003/" in error and "`spacy project assets`" in error
