@@ -5,7 +5,7 @@ Loads one trained elmo pipeline (by default the seed-0 1,000-sentence evidence r
 component over the CoNLL-2003 test sentences, one Doc each, at the pipeline's batch size, in
 every variant in turn, --rounds times (alternating order; the fastest round counts):
 
-- float32 with torch's tanh kernel (`fast_paths.TANH_VIA_SIGMOID_MIN_ELEMENTS` out of reach);
+- float32 with torch's tanh kernel (`lstm.TANH_VIA_SIGMOID_MIN_ELEMENTS` out of reach);
 - float32 with tanh through the sigmoid (the default);
 - bfloat16 (`quantize = "bf16"`) with torch's tanh kernel, and with tanh through the sigmoid.
 
@@ -62,19 +62,19 @@ def main(argv: list[str] | None = None) -> None:
 
     import spacy_elmo  # noqa: F401  (the elmo factory)
     from benchmarks.bench_pipeline import test_documents
-    from spacy_elmo.bilm import fast_paths
+    from spacy_elmo.bilm import lstm
 
     sentences = [s for doc in test_documents(args.test) for s in doc]
     sentences = sentences[: args.sentences or None]
     words = sum(map(len, sentences))
     nlp = spacy.load(args.model)
     elmo = nlp.get_pipe("elmo")
-    via_sigmoid = fast_paths.TANH_VIA_SIGMOID_MIN_ELEMENTS
+    via_sigmoid = lstm.TANH_VIA_SIGMOID_MIN_ELEMENTS
 
     def use(variant: str) -> None:
         quantize, sigmoid = VARIANTS[variant]
         elmo.cfg["quantize"] = quantize
-        fast_paths.TANH_VIA_SIGMOID_MIN_ELEMENTS = via_sigmoid if sigmoid else 1 << 62
+        lstm.TANH_VIA_SIGMOID_MIN_ELEMENTS = via_sigmoid if sigmoid else 1 << 62
 
     def run() -> float:
         docs = [Doc(nlp.vocab, words=words) for words in sentences]

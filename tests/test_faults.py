@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMOptions
-from spacy_elmo.bilm import token_cache as bilm_token_cache
+from spacy_elmo.bilm import tokens as bilm_tokens
 from spacy_elmo.cli import app
 from spacy_elmo.corpus.embed_file import embed_file
 from spacy_elmo.pretrain.corpus import iter_lines
@@ -307,14 +307,14 @@ def test_embed_from_several_threads_on_one_model(model_files):
 
 
 def test_the_token_cache_is_bounded_in_bytes(model_files, monkeypatch):
-    monkeypatch.setattr(bilm_token_cache, "TOKEN_CACHE_BYTES", 10 * (400 + 8 * 4))
+    monkeypatch.setattr(bilm_tokens, "TOKEN_CACHE_BYTES", 10 * (400 + 8 * 4))
     bilm = BiLM.from_allennlp(*model_files)
     bilm.embed([[f"word{i}" for i in range(50)]])
     cache = bilm.token_cache.rows
     assert len(cache) == cache.capacity == 10  # the rows' tensor and 10 keys fit, not 11
     rows = cache.rows.numel() * cache.rows.element_size()
     keys = sum(len(key) for key in cache.slots)
-    assert cache.nbytes == rows + keys <= bilm_token_cache.TOKEN_CACHE_BYTES
+    assert cache.nbytes == rows + keys <= bilm_tokens.TOKEN_CACHE_BYTES
     # the rows are the cache's own tensor: a stored row does not keep its whole batch alive
     assert cache.rows.untyped_storage().nbytes() == rows == 10 * 8 * 4
 

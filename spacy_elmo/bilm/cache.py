@@ -4,7 +4,7 @@
 training units (`layers/layer_cache.py`; the size of an entry is its number of tokens). An
 entry's bytes are its value's (`.nbytes`: numpy, cupy and torch arrays) plus its key's: the
 characters of a string, the length of a bytes key, the sum over a tuple's items; a long key is
-not kept alive for free. (The biLM's token cache, rows of one tensor, is `token_cache.py`.)
+not kept alive for free. (The biLM's token cache, rows of one tensor, is `tokens.TokenCache`.)
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
-"""The LSTM step loop in TorchScript, and the one in-place cell update (a fast path of
-`lstm.run_cells`; why, and when it runs: `fast_paths.py`).
+"""The fast step loop of the biLM's LSTM cells, written once (docs/MODEL.md §6; the plain cell
+it is held against is `reference.LstmCell`), and the one in-place form of the cell update.
 
-`cell_update_in_place` is the cell's maths without autograd, written over the gate
-pre-activations: the Python step loop (through `fast_paths.cell_update`) and `step_loop` below
-run it. `step_loop` is the one step loop of the fast paths: the fused training path runs it as
-it is (`fused.py`, keeping what its backward pass reads), and at inference
-`fast_paths.run_compiled_steps` calls it as one TorchScript call (`compiled_loop`): the same
-kernels in the same order as the Python loop with the same products, so the same numbers, bit
-for bit; what changes is that the whole loop runs in one call that releases the GIL (the Python
-loop takes it back for each of a dozen small ops per step), so another Python thread (the
-tagger and NER after the `elmo` component in `nlp.pipe`) runs beside it. TorchScript is
-deprecated in favour of `torch.compile`, which needs a C++ compiler at run time; a loop in
-TorchScript needs none, and is the one way torch offers to run it without the GIL.
-
-This module imports nothing of the package: `fast_paths.py` decides when it applies.
+`step_loop` steps k cells of one shape together over packed rows (both directions of a layer:
+the rows still active at a timestep are a prefix). Where autograd records, `fused.py` runs it as
+it is, keeping the activations its backward pass reads; at inference `lstm.py` runs it as one
+TorchScript call (`compiled_loop`) that releases the GIL, so that the tagger and NER of
+`nlp.pipe` run beside it in another thread. TorchScript is deprecated for `torch.compile`, which
+needs a C++ compiler at run time; kept for what releasing the GIL measured (`lstm.compiled_loop`).
+Imports nothing of the package: `lstm.py` chooses the kernels it is given.
 """
 
 from __future__ import annotations
 
-import warnings
-from typing import NamedTuple, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -77,34 +70,6 @@ def cell_update_in_place(
     return c_t, torch.mul(tanh_c, o, out=kept_m)
 
 
-class CompiledSteps(NamedTuple):
-    """The arguments of the TorchScript step loop (`run_compiled_steps`) for the products of a
-    step of k cells in `precision` ("float32" or "bfloat16"): per cell the input kernel
-    (float32: (4D, in), bfloat16: (in, out)); the recurrent and projection kernels, each one
-    (k, in, out) stack."""
-
-    precision: str
-    input_kernels: list[torch.Tensor]
-    recurrent: torch.Tensor
-    projection: torch.Tensor
-
-
-_COMPILED: list = []
-
-
-def compiled_loop():
-    """`step_loop` in TorchScript, compiled on first use (about 0.2 s).
-
-    Kept, though TorchScript is deprecated, for what releasing the GIL measured: the elmo
-    pipeline with the biLM beside the tagger and NER at 12,285 words/s against 9,745 in turn
-    (benchmarks/results/overlap_cpu.md, commit 8111d85, 2 threads)."""
-    if not _COMPILED:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
-            _COMPILED.append(torch.jit.script(step_loop))
-    return _COMPILED[0]
-
-
 def bf16_product(x: torch.Tensor, kernel: torch.Tensor, multiple: int = 16) -> torch.Tensor:
     """x (rows, in) or (k, rows, in) float32, rounded to bfloat16, times a bfloat16 kernel
     (in, out) or (k, in, out): (rows, out) or (k, rows, out) in bfloat16 (oneDNN sums in
@@ -122,23 +87,40 @@ def bf16_product(x: torch.Tensor, kernel: torch.Tensor, multiple: int = 16) -> t
     return torch.mm(padded, kernel).narrow(-2, 0, rows)
 
 
-def _step_product(x: torch.Tensor, kernel: torch.Tensor, precision: str) -> torch.Tensor:
-    """x (k, rows, in) times the (k, in, out) kernels: (k, rows, out) float32."""
-    if precision == "bfloat16":
-        return bf16_product(x, kernel).to(torch.float32)
-    return torch.bmm(x, kernel)
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    add: Optional[torch.Tensor],
+    onednn: bool,
+) -> torch.Tensor:
+    """x @ weight.T + bias + add for 2-d x (rows, in), weight (out, in), add (rows, out):
+    through oneDNN's inner product where `onednn`, else `F.linear`. oneDNN's is a private op
+    of torch, kept for what it measured (benchmarks/results/kernels_cpu.md, commit 3abb332,
+    both directions, 2 threads): the original model's recurrent step at 32 rows 8,873 us
+    against F.linear's 17,192, its projection at 1 row 177 against 360."""
+    if onednn:
+        x = x.contiguous()
+        if add is None:
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, add.contiguous(), weight, bias, "add")
+    y = torch.nn.functional.linear(x, weight, bias)
+    if add is None:
+        return y
+    return y.add_(add)
 
 
 def step_loop(
-    inputs: list[torch.Tensor],
-    input_kernels: list[torch.Tensor],
-    biases: list[torch.Tensor],
-    recurrent: torch.Tensor,
-    projection: Optional[torch.Tensor],
-    precision: str,
+    inputs: List[torch.Tensor],
+    input_kernels: List[torch.Tensor],
+    biases: List[torch.Tensor],
+    recurrent: List[torch.Tensor],
+    projection: List[torch.Tensor],
+    mode: str,
+    onednn: List[bool],
     h: torch.Tensor,
     c: torch.Tensor,
-    batch_sizes: list[int],
+    batch_sizes: List[int],
     cell_clip: Optional[float],
     proj_clip: Optional[float],
     block_rows: int,
@@ -146,16 +128,26 @@ def step_loop(
     kept_gates: Optional[torch.Tensor] = None,
     kept_cells: Optional[torch.Tensor] = None,
     kept_hidden: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The step loop of the fast paths, without autograd: the ops of `lstm.run_cells` with
-    `lstm.Float32Products` or `quantize.Bf16Products`, in the same order (TorchScript: no
-    calls into the rest of the package). Scripted at inference (`compiled_loop`); run as it is
-    by the fused training path, which passes the (k, N, 4D) `kept_gates` and (k, N, D) `kept_cells`
-    and `kept_hidden` (where there is a projection) that its backward pass reads: every
-    step's activations, c_t and m_t (float32 products only)."""
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k cells stepped together over packed rows, without autograd: cell d reads inputs[d]
+    (N, in) from h[d] (rows, hidden) and c[d] (rows, D); returns the packed outputs (k, N,
+    hidden) and the final h and c. The input gates are made for blocks of whole timesteps of
+    at most `block_rows` rows, then each step adds its recurrent product.
+
+    The products, as `lstm.layer_kernels` chose them (`input_kernels`: per cell (4D, in),
+    bfloat16 (in, 4D)):
+    - "batched": `recurrent` and `projection` each one (k, in, out) stack, one GEMM per step
+      for all k cells;
+    - "single": per cell (out, in) weights, one product each;
+    - "bfloat16": (k, in, out) bfloat16 stacks, the rows rounded to bfloat16 (`bf16_product`).
+    `onednn` says, for the input, recurrent and projection products of the float32 modes,
+    which go through oneDNN (`linear`). `projection` is empty for cells without one.
+
+    The fused training path (`fused.py`, "batched" float32) passes the (k, N, 4D)
+    `kept_gates` and (k, N, D) `kept_cells` and `kept_hidden` (where there is a projection)
+    that its backward pass reads: every step's activations, c_t and m_t."""
     k = h.shape[0]
-    cell_dim = c.shape[2]
-    width = 4 * cell_dim
+    width = 4 * c.shape[2]
     output = h.new_empty((k, inputs[0].shape[0], h.shape[2]))
     final_h, final_c = h.clone(), c.clone()
     h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
@@ -173,39 +165,48 @@ def step_loop(
                 if block_end - offset + batch_sizes[later] > block_rows:
                     break
                 block_end += batch_sizes[later]
-            gates = h.new_empty((0,))
+            gates = h.new_empty((0,))  # freed before the next block is allocated
             if kept_gates is None:
                 gates = h.new_empty((k, block_end - block_start, width))
             else:
                 gates = kept_gates[:, block_start:block_end]
             for d in range(k):
                 x = inputs[d][block_start:block_end]
-                if precision == "bfloat16":
+                if mode == "bfloat16":
                     gates[d].copy_(bf16_product(x, input_kernels[d])).add_(biases[d])
+                elif onednn[0]:
+                    gates[d].copy_(linear(x, input_kernels[d], biases[d], None, True))
                 else:
                     torch.addmm(biases[d], x, input_kernels[d].t(), out=gates[d])
         rows = gates[:, offset - block_start : offset - block_start + active]
-        if kept_gates is not None:  # float32: the activations stay in kept_gates
-            z = rows.baddbmm_(h, recurrent)
-        elif precision == "float32":
-            z = torch.baddbmm(rows, h, recurrent)
+        if kept_gates is not None:  # the activations stay in kept_gates
+            z = rows.baddbmm_(h, recurrent[0])
+        elif mode == "batched":
+            z = torch.baddbmm(rows, h, recurrent[0])
+        elif mode == "bfloat16":
+            z = bf16_product(h, recurrent[0]).to(torch.float32).add_(rows)
         else:
-            z = _step_product(h, recurrent, precision).add_(rows)
+            z = torch.stack(
+                [linear(h[d], recurrent[d], None, rows[d], onednn[1]) for d in range(k)]
+            )
         h_t = output[:, offset : offset + active]
         kept_c: Optional[torch.Tensor] = None
         kept_m: Optional[torch.Tensor] = None
         if kept_cells is not None:
             kept_c = kept_cells[:, offset : offset + active]
-        if projection is None:
+        if len(projection) == 0:
             kept_m = h_t  # m_t is the output
         elif kept_hidden is not None:
             kept_m = kept_hidden[:, offset : offset + active]
         c_t, m_t = cell_update_in_place(z, c, cell_clip, tanh_min_elements, kept_c, kept_m)
-        if projection is not None:
-            if precision == "float32":
-                torch.bmm(m_t, projection, out=h_t)
+        if len(projection) > 0:
+            if mode == "batched":
+                torch.bmm(m_t, projection[0], out=h_t)
+            elif mode == "bfloat16":
+                h_t.copy_(bf16_product(m_t, projection[0]))
             else:
-                h_t.copy_(_step_product(m_t, projection, precision))
+                for d in range(k):
+                    h_t[d].copy_(linear(m_t[d], projection[d], None, None, onednn[2]))
             if proj_clip is not None:
                 h_t.clamp_(-proj_clip, proj_clip)
         offset += active

@@ -1,14 +1,14 @@
-"""Training (autograd) path of the LSTM cells: the whole sequence in one autograd node (one
-of the fast paths; why, and when it runs: `fast_paths.py`).
+"""The LSTM cells where autograd records: the whole sequence in one autograd node (`lstm.py`
+runs it for training).
 
-The forward pass is the fast paths' step loop (`compiled_steps.step_loop`, the cell update of
+The forward pass is the engine's step loop (`compiled_steps.step_loop`, the cell update of
 `compiled_steps.cell_update_in_place`), run without recording and keeping every step's gate
 activations, cell state and projection input; the backward pass is back-propagation through
 time written out by hand: per step only the recurrent products and the gate algebra, while
 the weight gradients are one GEMM each over all timesteps at the end.
 
 The maths is TF's LSTMCell with projection and clipping (docs/MODEL.md §6), the same as
-`lstm.run_cells`; tests compare values and gradients with that path and with finite
+`reference.LstmCell`; tests compare values and gradients with that path and with finite
 differences. Gradients flow to the inputs and the weights, not to the initial states (they
 are zeros, or carried states that are detached anyway), and final states are returned
 without gradient.
@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from . import compiled_steps, fast_paths
+from . import compiled_steps
 
 
 def fused_cells(
@@ -35,12 +35,14 @@ def fused_cells(
     batch_sizes: list[int],
     cell_clip: Optional[float],
     proj_clip: Optional[float],
+    tanh_min_elements: int = 1 << 62,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """k cells stepped together over packed inputs, differentiable in x and the weights.
 
     x (k, N, in); h0 (k, rows, H); c0 (k, rows, D); input_weight (k, 4D, in); recurrent_weight
     (k, 4D, H); bias (k, 4D), forget bias included; projection_weight (k, P, D) or None. Gate
-    blocks in bilm-tf order. Returns the packed outputs (k, N, H) and the final h and c.
+    blocks in bilm-tf order; tanh through the sigmoid for tensors of `tanh_min_elements` or
+    more (`lstm.tanh_min_elements`). Returns the packed outputs (k, N, H) and the final h, c.
     """
     output, final_h, final_c = _FusedCells.apply(
         x,
@@ -53,6 +55,7 @@ def fused_cells(
         batch_sizes,
         cell_clip,
         proj_clip,
+        tanh_min_elements,
     )
     return output, final_h, final_c
 
@@ -62,16 +65,17 @@ def run_cells(
     inputs: Sequence[torch.Tensor],
     batch_sizes: list[int],
     states: Sequence[tuple[torch.Tensor, torch.Tensor]],
-) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
-    """`lstm.run_cells` with autograd, as one node (`fused_cells`): k cells
-    (`reference.LstmCell`) over packed inputs with the same `batch_sizes`, from one
-    (h, c) state each; each cell's packed output and final state."""
+    tanh_min_elements: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k cells (`reference.LstmCell`) over packed inputs with the same `batch_sizes`, from one
+    (h, c) state each, as one autograd node (`fused_cells`): the packed outputs (k, N, H) and
+    the final h and c."""
     first = cells[0]
 
     def stacked(name: str) -> torch.Tensor:
         return torch.stack([getattr(cell, name) for cell in cells])
 
-    output, final_h, final_c = fused_cells(
+    return fused_cells(
         torch.stack(list(inputs)),
         torch.stack([state[0] for state in states]),
         torch.stack([state[1] for state in states]),
@@ -82,8 +86,8 @@ def run_cells(
         batch_sizes,
         first.cell_clip,
         first.proj_clip,
+        tanh_min_elements,
     )
-    return list(output.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
 
 
 def _step_offsets(batch_sizes: list[int]) -> list[int]:
@@ -111,6 +115,7 @@ class _FusedCells(torch.autograd.Function):
         batch_sizes,
         cell_clip,
         proj_clip,
+        tanh_min_elements,
     ):
         k, n_rows, _ = x.shape
         cell_dim = recurrent_weight.shape[1] // 4
@@ -122,16 +127,17 @@ class _FusedCells(torch.autograd.Function):
             list(x.unbind(0)),
             list(input_weight.unbind(0)),
             list(bias.unbind(0)),
-            recurrent_weight.transpose(1, 2).contiguous(),  # (k, H, 4D)
-            projection_weight.transpose(1, 2) if projection_weight is not None else None,
-            "float32",
+            [recurrent_weight.transpose(1, 2).contiguous()],  # (k, H, 4D)
+            [projection_weight.transpose(1, 2)] if projection_weight is not None else [],
+            "batched",
+            [False, False, False],
             h0,
             c0,
             batch_sizes,
             cell_clip,
             proj_clip,
             n_rows,  # the input gates of all steps in one product
-            fast_paths.tanh_min_elements(x),
+            tanh_min_elements,
             gates,
             cells,
             hidden,
@@ -144,6 +150,7 @@ class _FusedCells(torch.autograd.Function):
         ctx.batch_sizes = batch_sizes
         ctx.offsets = offsets
         ctx.clips = (cell_clip, proj_clip)
+        ctx.tanh_min_elements = tanh_min_elements
         ctx.mark_non_differentiable(final_h, final_c)
         return outputs, final_h, final_c
 
@@ -184,7 +191,10 @@ class _FusedCells(torch.autograd.Function):
                     grad_h.mul_(outputs[:, rows].abs() < proj_clip)
                 grad_hidden_raw[:, rows] = grad_h
                 grad_m = torch.bmm(grad_h, projection_weight)  # (k, active, D)
-            tanh_c = fast_paths.tanh(c_t)
+            if c_t.numel() >= ctx.tanh_min_elements:  # tanh through the sigmoid
+                tanh_c = torch.mul(c_t, 2).sigmoid_().mul_(2).sub_(1)
+            else:
+                tanh_c = torch.tanh(c_t)
             # dL/dc_t: through m_t = o * tanh(c_t), plus what step t + 1 sends back.
             grad_c = grad_m * o * (1 - tanh_c * tanh_c) + grad_c_next[:, :active]
             if cell_clip is not None:
@@ -222,6 +232,7 @@ class _FusedCells(torch.autograd.Function):
             grad_recurrent,
             grad_bias,
             grad_projection,
+            None,
             None,
             None,
             None,

@@ -24,7 +24,7 @@ from ..weights.layouts import (
     write_saved,
 )
 from ..weights.sources import BiLMSource, resolve_source
-from . import fast_paths
+from . import lstm
 
 Loaded = TypeVar("Loaded", bound="BiLMFiles")  # the class a constructor is called on: `BiLM`
 
@@ -121,7 +121,7 @@ class BiLMFiles:
         """Make the tensors of `state_dict`, in float32, this biLM's parameters."""
         state_dict = {k: v.to(torch.float32).contiguous() for k, v in state_dict.items()}
         self.load_state_dict(state_dict, assign=True)
-        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
+        lstm.lay_out((self.forward_lstm, self.backward_lstm))
 
     @torch.no_grad()
     def reset_parameters(self) -> None:

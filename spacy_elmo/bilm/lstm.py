@@ -1,213 +1,411 @@
-"""The fast step loop of the biLM's LSTM cells over packed sequences (docs/MODEL.md §6; the
-cells themselves, and the plain step they are held against, are `reference.LstmCell`).
+"""Both LSTM stacks at speed (docs/MODEL.md §6-7; the plain stacks they are held against are
+`reference.LstmStack`): packed rows, both directions stepped together, every layer's outputs
+written once into the result.
 
-Rows are sorted by length, so the rows still active at a timestep are a prefix: the input
-products of a block of timesteps at once, then one recurrent product per timestep. The forward
-and backward stacks see the same lengths, so `run_stacks` steps both together, layer by layer:
-`run_cells` with k = 2 cells. With autograd the whole sequence is one node (`fused.py`); at
-inference every update is in place (`compiled_steps.cell_update_in_place`), and the loop runs
-in TorchScript where the step's products give its arguments (`compiled_steps.step_loop`), or
-here. The three matrix products of a step (input, recurrent, projection) are pluggable: float32
-(`Float32Products`: one batched GEMM for both directions, oneDNN or `F.linear`, as
-`fast_paths.py` decides) or bfloat16 (`quantize.Bf16Products`).
+The kernels of each layer are chosen once per call (`layer_kernels`), by the weights' size,
+device and the biLM's `quantize`; the steps then run in `compiled_steps.step_loop`, as one
+TorchScript call at inference on the CPU, as one autograd node with a hand-written backward
+where autograd records (`fused.py`). Why each choice (timed in benchmarks/results/
+kernels_cpu.md and bilm_cpu.md):
+* Kernels of up to STACKED_MAX_ELEMENTS (the bundled and small models): one batched GEMM per
+  step for both directions, so that each core runs one direction. `lay_out` stores a layer's
+  kernels of both directions as one (2, in, out) tensor whose slices the Parameters are views
+  of: the batched step reads the weights themselves (no copy per call). Where the layout is
+  lost (weights replaced), each call stacks a copy.
+* Larger kernels (the medium and original models): oneDNN's inner product, one direction at a
+  time; it beats `F.linear` for the few rows of a step with a kernel larger than the cache
+  (`compiled_steps.linear`). SPACY_ELMO_DISABLE_ONEDNN=1 leaves it out.
+* In-place cell updates, tanh through the sigmoid (`compiled_steps.cell_update_in_place`).
+* The output written in place (`scatter_layers`), where the autograd route pads, reverses and
+  concatenates each layer (four copies of the output).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence, Union
+import os
+import warnings
+from dataclasses import dataclass
+from typing import List, NamedTuple, Optional, Sequence
 
 import torch
+from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from . import compiled_steps, fast_paths, fused
-from .reference import LstmCell, LstmStack, State
+from . import compiled_steps, fused
 
-# ---------------------------------------------------------------------- the products of a step
-Gates = Union[torch.Tensor, Sequence[torch.Tensor]]  # (k, rows, 4D), or k x (rows, 4D)
-
-
-class Products(Protocol):
-    """The matrix products of one step of the k cells that `lstm.run_cells` steps together:
-    cell d's gates z = x W_input^T + b + h W_recurrent^T and its output m W_projection^T (the
-    weights (out, in) of `reference.LstmCell`, b its bias with the forget bias)."""
-
-    def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
-        """inputs[d] (rows, in) W_input^T + biases[d] for a block of packed rows, each (rows,
-        4D), in the form that `recurrent_gates` reads."""
-        ...
-
-    def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
-        """z (k, active, 4D): h (k, active, hidden) W_recurrent^T plus the `rows` (active of
-        them) of the block's input gates."""
-        ...
-
-    def projection(self, m: torch.Tensor) -> torch.Tensor:
-        """m (k, active, D) W_projection^T: (k, active, P), before the projection clip."""
-        ...
-
-    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
-        """The arguments of the TorchScript step loop for these products, or None where the
-        Python loop runs them (optional: products without it run in the Python loop)."""
-        ...
+State = tuple[torch.Tensor, torch.Tensor]
 
 
-class Float32Products:
-    """The products in float32, the cells' default: one batched GEMM for the k cells where
-    `fast_paths.stacked_kernels` applies, else one product per cell (`fast_paths.linear`)."""
-
-    def __init__(self, cells: Sequence[LstmCell], inputs: Sequence[torch.Tensor]) -> None:
-        self.cells = cells
-        # The per-step kernels of all k cells for one batched GEMM, or None.
-        self.stacked = fast_paths.stacked_kernels(cells)
-
-    def input_gates(self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> Gates:
-        if self.stacked is not None:
-            return fast_paths.stacked_linear(
-                inputs, [cell.input_weight for cell in self.cells], biases
-            )
-        return [
-            fast_paths.linear(x, cell.input_weight, bias)
-            for cell, x, bias in zip(self.cells, inputs, biases)
-        ]  # k x (rows, 4D)
-
-    def recurrent_gates(self, h: torch.Tensor, gates: Gates, rows: slice) -> torch.Tensor:
-        if self.stacked is not None:
-            return torch.baddbmm(gates[:, rows], h, self.stacked[0])
-        return torch.stack(
-            [
-                fast_paths.linear(h[d], cell.recurrent_weight, None, block[rows])
-                for d, (cell, block) in enumerate(zip(self.cells, gates))
-            ]
-        )  # (k, active, 4D)
-
-    def projection(self, m: torch.Tensor) -> torch.Tensor:
-        if self.stacked is not None:
-            return torch.bmm(m, self.stacked[1])
-        return torch.stack(
-            [fast_paths.linear(m[d], cell.projection_weight) for d, cell in enumerate(self.cells)]
-        )  # (k, active, P)
-
-    def compiled_steps(self) -> compiled_steps.CompiledSteps | None:
-        return fast_paths.float32_steps(self.cells, self.stacked)
+def _environment_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
 
 
-# A cell's `products`: makes the products of a step from the cells and their packed inputs.
-MakeProducts = Callable[[Sequence[LstmCell], Sequence[torch.Tensor]], Products]
-
-
-# ---------------------------------------------------------------------- the step loop
-# The input projections are computed for blocks of whole timesteps of at most this many packed
-# rows (at least one timestep), not for the whole batch at once: still a large GEMM, and 16 MB
-# per direction for the original model, where a batch of 32 sentences of 40 tokens would hold
-# 84 MB per direction.
+ONEDNN = (
+    torch.backends.mkldnn.is_available()
+    and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    and not _environment_flag("SPACY_ELMO_DISABLE_ONEDNN")
+)
+# Per-step kernels of up to this many elements are multiplied for both directions at once (the
+# bundled model's (2048, 128) and the small model's (4096, 128) recurrent kernels) ...
+STACKED_MAX_ELEMENTS = 1 << 19
+# ... and products with kernels of at least this many go to oneDNN (the medium and original
+# models' kernels, and the small model's (4096, 128) input kernel).
+ONEDNN_MIN_ELEMENTS = 1 << 19
+# SPACY_ELMO_PYTHON_STEPS=1 runs the step loop as Python at inference, holding the GIL.
+COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
+# The input products are made for blocks of whole timesteps of at most this many packed rows
+# (at least one timestep): still a large GEMM, and 16 MB per direction for the original model,
+# where a batch of 32 sentences of 40 tokens would hold 84 MB per direction.
 GATE_BLOCK_ROWS = 256
 
 
-def run_cells(
-    cells: Sequence[LstmCell],
-    inputs: Sequence[torch.Tensor],
-    batch_sizes: list[int],
-    states: Sequence[State],
-    training: bool,
-    products: MakeProducts = Float32Products,
-) -> tuple[list[torch.Tensor], list[State]]:
-    """Step k cells of the same shape together over packed inputs with the same `batch_sizes`.
+# torch's CPU tanh (SLEEF's accurate kernel) takes 4 to 10 times as long as its sigmoid for the
+# same elements: 342 against 86 us for (2, 256, 512) floats on the 2-core AMD EPYC, 2 threads.
+# From about this many elements on, tanh(x) = 2 sigmoid(2x) - 1, four cheap kernels, is the
+# faster (18.6 against 24.3 us at 16,384; equal near 8,192; tanh wins below, where each kernel's
+# fixed cost counts). Within 2e-7 of torch.tanh in float32 (tests/bilm/test_engine.py).
+TANH_VIA_SIGMOID_MIN_ELEMENTS = 8192
+NEVER_VIA_SIGMOID = 1 << 62
 
-    Cell d reads `inputs[d]` (N, in) from `states[d]`; the result is each cell's packed output
-    (N, hidden) and final state. `training`: as one autograd node (`fused.py`); else in place,
-    with the products that `products` makes.
+
+def tanh_min_elements(x: torch.Tensor) -> int:
+    """From how many elements on tanh(x) = 2 sigmoid(2x) - 1 for tensors like x: on the CPU
+    only (elsewhere torch's tanh is as fast as its sigmoid)."""
+    if x.device.type == "cpu":
+        return TANH_VIA_SIGMOID_MIN_ELEMENTS
+    return NEVER_VIA_SIGMOID
+
+
+_COMPILED: list = []
+
+
+def compiled_loop():
+    """`compiled_steps.step_loop` in TorchScript, compiled on first use (about 0.2 s), or None
+    where this torch build cannot compile it (then the loop runs as Python).
+
+    Kept, though TorchScript is deprecated, for what releasing the GIL measured: the elmo
+    pipeline with the biLM beside the tagger and NER at 12,285 words/s against 9,745 in turn
+    (benchmarks/results/overlap_cpu.md, commit 8111d85, 2 threads)."""
+    if not _COMPILED:
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
+                _COMPILED.append(torch.jit.script(compiled_steps.step_loop))
+        except RuntimeError:  # a build without oneDNN's op
+            _COMPILED.append(None)
+    return _COMPILED[0]
+
+
+# ---------------------------------------------------------------------- the kernels
+def uses_onednn(weight: torch.Tensor) -> bool:
+    """Whether products with `weight` (float32 rows) go through oneDNN."""
+    return (
+        ONEDNN
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and weight.numel() >= ONEDNN_MIN_ELEMENTS
+    )
+
+
+def lay_out(stacks: Sequence[nn.Module]) -> None:
+    """Store each layer's recurrent and projection weights, across the `reference.LstmStack`s,
+    as one (k, in, out) tensor where the batched step applies to them: each Parameter becomes a
+    transposed view of its slice (the same Parameter objects, with new memory).
+
+    For weights that no autograd graph or optimiser state refers to by memory: a BiLM that is
+    being built, loaded, copied or moved. Weights laid out already keep their memory (so
+    `share_memory()` and a `.to()` that changes nothing leave them where they are).
     """
-    first = cells[0]
-    cell_clip, proj_clip = first.cell_clip, first.proj_clip
-    if training:
-        return fused.run_cells(cells, inputs, batch_sizes, states)
-    step = products(cells, inputs)
-    h = torch.stack([state[0] for state in states])  # (k, rows, hidden)
-    c = torch.stack([state[1] for state in states])  # (k, rows, D)
-    biases = [cell.bias + cell.forget_bias for cell in cells]
-    compiled = getattr(step, "compiled_steps", None)
-    steps = compiled() if compiled is not None else None
-    if steps is not None:  # the loop below as one call, without the GIL (fast_paths.py)
-        packed, final_h, final_c = fast_paths.run_compiled_steps(
-            steps, inputs, biases, h, c, batch_sizes, cell_clip, proj_clip, GATE_BLOCK_ROWS
+    for cells in zip(*(stack.layers for stack in stacks)):
+        if cells[0].recurrent_weight.numel() > STACKED_MAX_ELEMENTS:
+            continue
+        for name in ("recurrent_weight", "projection_weight"):
+            weights = [getattr(cell, name) for cell in cells]
+            if weights[0] is None or _is_stack(weights):  # none, or laid out already
+                continue
+            with torch.no_grad():
+                stacked = torch.stack([weight.detach().t() for weight in weights])
+            for weight, kernel in zip(weights, stacked):
+                weight.data = kernel.t()
+
+
+def _is_stack(weights: Sequence[torch.Tensor]) -> bool:
+    """Whether k (out, in) weights are the consecutive (in, out) slices of one (k, in, out)
+    tensor, as `lay_out` stores them."""
+    first = weights[0]
+    size = first.numel()
+    return all(
+        w.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and w.storage_offset() == first.storage_offset() + d * size
+        and w.shape == first.shape
+        and w.t().is_contiguous()
+        for d, w in enumerate(weights)
+    )
+
+
+def as_stack(weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(k, in, out) from k (out, in) weights: a view when they are slices of one, else a copy."""
+    first = weights[0]
+    shape, size = first.t().shape, first.numel()
+    if _is_stack(weights):
+        return torch.as_strided(
+            first, (len(weights), *shape), (size, shape[1], 1), first.storage_offset()
         )
-        return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
-    # Rows that finish at step t (those beyond batch_sizes[t + 1]) write their final state
-    # here; the loop itself only carries the active prefix, so there are no per-step copies.
-    final_h, final_c = h.clone(), c.clone()
-    h, c = h[:, : batch_sizes[0]], c[:, : batch_sizes[0]]
-    outputs = []
-    block_end = offset = 0  # packed rows: end of the block of input gates, start of this step
-    for index, active in enumerate(batch_sizes):
-        if offset == block_end:
-            # The input projections of the next block of timesteps, (k, rows, 4D).
-            block_start, block_end = offset, _block_end(batch_sizes, index, GATE_BLOCK_ROWS, offset)
-            gates_from_input = None  # freed before the next block is allocated
-            gates_from_input = step.input_gates([x[block_start:block_end] for x in inputs], biases)
-        start = offset - block_start  # this step's rows in the block
-        z = step.recurrent_gates(h, gates_from_input, slice(start, start + active))
-        c_t, m_t = fast_paths.cell_update(z, c, cell_clip)  # (k, active, D) each, over z
-        if first.projection_weight is None:
-            h_t = m_t  # TF applies proj_clip only together with the projection
-        else:
-            h_t = step.projection(m_t)  # (k, active, P)
-            if proj_clip is not None:
-                h_t = h_t.clamp_(-proj_clip, proj_clip)
-        outputs.append(h_t)
-        offset += active
-        following = batch_sizes[index + 1] if index + 1 < len(batch_sizes) else 0
-        if following < active:
-            final_h[:, following:active] = h_t[:, following:]
-            final_c[:, following:active] = c_t[:, following:]
-        h, c = h_t[:, :following], c_t[:, :following]
-    packed = torch.cat(outputs, dim=1)  # (k, N, hidden)
-    return list(packed.unbind(0)), list(zip(final_h.unbind(0), final_c.unbind(0)))
+    return torch.stack([w.t() for w in weights])
 
 
-def _block_end(batch_sizes: list[int], step: int, max_rows: int, offset: int) -> int:
-    """End row of the block of whole timesteps from `step` on with at most `max_rows` rows."""
-    end = offset + batch_sizes[step]  # at least one timestep
-    for active in batch_sizes[step + 1 :]:
-        if end - offset + active > max_rows:
-            break
-        end += active
-    return end
+class Bf16Kernels:
+    """The bfloat16 (in, out) kernels of k (out, in) float32 weights, as one (k, in, out)
+    stack; made again when the float32 tensors change (replaced, or written in place)."""
+
+    def __init__(self) -> None:
+        self._cached: tuple = ((), None)  # (key of the float32 tensors, stack)
+
+    def stack(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
+        key = tuple((w.data_ptr(), w._version, w.shape, w.stride()) for w in weights)
+        cached_key, stack = self._cached
+        if key != cached_key:
+            stack = torch.stack([w.detach().t().to(torch.bfloat16) for w in weights])
+            self._cached = (key, stack)  # one assignment: threads see the old or the new pair
+        return stack
+
+    def __getstate__(self) -> dict:
+        """For copy and pickle: without the kernels (made again on first use)."""
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+
+class Bf16Layer:
+    """The bfloat16 kernels of one layer of both directions (`quantize.set_quantize`)."""
+
+    def __init__(self) -> None:
+        self.input = Bf16Kernels()
+        self.recurrent = Bf16Kernels()
+        self.projection = Bf16Kernels()
+
+
+class LayerKernels(NamedTuple):
+    """The arguments of `compiled_steps.step_loop` that say how a layer's products run."""
+
+    mode: str  # "batched", "single" or "bfloat16"
+    onednn: List[bool]  # for the input, recurrent and projection products
+    input_kernels: List[torch.Tensor]
+    recurrent: List[torch.Tensor]
+    projection: List[torch.Tensor]  # empty without a projection
+
+
+def layer_kernels(cells: Sequence[nn.Module], bf16: Optional[Bf16Layer] = None) -> LayerKernels:
+    """How the products of k cells (`reference.LstmCell`) stepped together run: in bfloat16
+    where `bf16` holds the layer's kernels, else one batched GEMM for all k per step where the
+    kernels are small, else one product per cell, through oneDNN where it applies."""
+    first = cells[0]
+    names = ("input_weight", "recurrent_weight", "projection_weight")
+    weights = {name: [getattr(cell, name) for cell in cells] for name in names}
+    has_projection = first.projection_weight is not None
+    if bf16 is not None:
+        projection = [bf16.projection.stack(weights["projection_weight"])] if has_projection else []
+        return LayerKernels(
+            "bfloat16",
+            [False, False, False],
+            list(bf16.input.stack(weights["input_weight"])),
+            [bf16.recurrent.stack(weights["recurrent_weight"])],
+            projection,
+        )
+    onednn = [uses_onednn(first.input_weight), uses_onednn(first.recurrent_weight)]
+    onednn.append(has_projection and uses_onednn(first.projection_weight))
+    if len(cells) > 1 and first.recurrent_weight.numel() <= STACKED_MAX_ELEMENTS:
+        projection = [as_stack(weights["projection_weight"])] if has_projection else []
+        recurrent = [as_stack(weights["recurrent_weight"])]
+        return LayerKernels("batched", onednn, weights["input_weight"], recurrent, projection)
+    projection = weights["projection_weight"] if has_projection else []
+    return LayerKernels(
+        "single", onednn, weights["input_weight"], weights["recurrent_weight"], projection
+    )
+
+
+def compiled_loop_applies(weight: torch.Tensor) -> bool:
+    """Whether the step loop of a biLM with this weight runs as one TorchScript call that
+    releases the GIL at inference (on the CPU, unless SPACY_ELMO_PYTHON_STEPS=1)."""
+    return COMPILED_STEPS and weight.device.type == "cpu" and compiled_loop() is not None
+
+
+# ---------------------------------------------------------------------- the run
+@dataclass
+class PackedRun:
+    """What one run of both LSTM stacks leaves, in the packed (length-sorted) layout."""
+
+    tokens: torch.Tensor  # (batch, time + 2, P) token vectors with <S>/</S>
+    outputs: list[list[torch.Tensor]]  # per direction, per layer: packed (N, P)
+    final_states: list[list[State]]  # per direction, per layer, rows in the packed order
+    packing: PackedSequence  # of the forward inputs: batch sizes and (un)sorted indices
+    lengths: torch.Tensor  # (batch,) tokens per sentence, boundaries excluded
+    cpu_lengths: torch.Tensor  # (batch,) lengths + 2 on the CPU, for packing
+    mask: torch.Tensor  # (batch, time + 2)
+    reverse_index: torch.Tensor  # (batch, time + 2): the backward LM's input positions
+
+
+def run(
+    stacks: Sequence[nn.Module],
+    tokens: torch.Tensor,
+    lengths: torch.Tensor,
+    states: Sequence[list[State]],
+    training: bool,
+    bf16: Optional[List[Bf16Layer]] = None,
+) -> PackedRun:
+    """Both stacks (forward, backward) over token vectors (batch, time + 2, P) with `<S>` and
+    `</S>`; `lengths` (batch,) counts the tokens without them. `states`: each direction's
+    initial (h, c) per layer, one row per sentence."""
+    batch, bounded_time, _ = tokens.shape
+    positions = torch.arange(bounded_time, device=tokens.device)
+    bounded_lengths = lengths + 2
+    mask = positions[None, :] < bounded_lengths[:, None]  # (batch, time + 2)
+    # The backward LM reads each sentence from </S> to <S>: reverse within its length.
+    reverse_index = torch.where(
+        mask, bounded_lengths[:, None] - 1 - positions[None, :], positions[None, :]
+    )
+    cpu_lengths = bounded_lengths.cpu()
+    packed = [
+        pack_padded_sequence(inputs, cpu_lengths, batch_first=True, enforce_sorted=False)
+        for inputs in (tokens, _gather_time(tokens, reverse_index))
+    ]  # forward and backward inputs, each packed (N, P), N = sum of bounded_lengths
+    order = packed[0].sorted_indices
+    sorted_states = [[(h[order], c[order]) for h, c in direction] for direction in states]
+    outputs, final_states = run_stacks(
+        stacks,
+        [p.data for p in packed],
+        packed[0].batch_sizes.tolist(),
+        sorted_states,
+        training,
+        bf16,
+    )
+    return PackedRun(
+        tokens, outputs, final_states, packed[0], lengths, cpu_lengths, mask, reverse_index
+    )
 
 
 def run_stacks(
-    stacks: Sequence[LstmStack],
+    stacks: Sequence[nn.Module],
     inputs: Sequence[torch.Tensor],
     batch_sizes: list[int],
     states: Sequence[list[State]],
     training: bool,
-    products: Sequence[MakeProducts] | None = None,
+    bf16: Optional[List[Bf16Layer]] = None,
 ) -> tuple[list[list[torch.Tensor]], list[list[State]]]:
-    """Stacks of the same shape over packed inputs, stepped together layer by layer
-    (`run_cells`; `products`: those of each layer, float32 where None).
-
-    Returns, per stack, the packed output of every layer and the final state of every layer.
-    """
-    first = stacks[0]
+    """Stacks of the same shape over packed inputs (N, in) with the same `batch_sizes`,
+    stepped together layer by layer: per stack, the packed output of every layer and the final
+    state of every layer. `training`: each layer as one autograd node (`fused.py`); else in
+    place, with the kernels `layer_kernels` chooses (bfloat16 where `bf16` is given)."""
+    loop = compiled_steps.step_loop
+    if not training and compiled_loop_applies(inputs[0]):
+        loop = compiled_loop()
+    tanh_min = tanh_min_elements(inputs[0])
     outputs: list[list[torch.Tensor]] = [[] for _ in stacks]
     final_states: list[list[State]] = [[] for _ in stacks]
     layer_inputs = list(inputs)
-    for index in range(len(first.layers)):
+    for index in range(len(stacks[0].layers)):
         cells = [stack.layers[index] for stack in stacks]
         cell_inputs = [
             F.dropout(x, stack.dropout, stack.training) if stack.dropout else x
             for stack, x in zip(stacks, layer_inputs)
         ]
         layer_states = [stack_states[index] for stack_states in states]
-        make = products[index] if products is not None else Float32Products
-        layer_outputs, layer_finals = run_cells(
-            cells, cell_inputs, batch_sizes, layer_states, training, make
-        )
+        if training:
+            packed, final_h, final_c = fused.run_cells(
+                cells, cell_inputs, batch_sizes, layer_states, tanh_min
+            )
+        else:
+            kernels = layer_kernels(cells, bf16[index] if bf16 is not None else None)
+            packed, final_h, final_c = loop(
+                cell_inputs,
+                kernels.input_kernels,
+                [cell.bias + cell.forget_bias for cell in cells],
+                kernels.recurrent,
+                kernels.projection,
+                kernels.mode,
+                kernels.onednn,
+                torch.stack([state[0] for state in layer_states]),  # (k, rows, hidden)
+                torch.stack([state[1] for state in layer_states]),  # (k, rows, D)
+                batch_sizes,
+                cells[0].cell_clip,
+                cells[0].proj_clip,
+                GATE_BLOCK_ROWS,
+                tanh_min,
+            )
         for d, stack in enumerate(stacks):
-            output = layer_outputs[d]
+            output = packed[d]
             if index > 0 and stack.use_skip_connections:
                 # The residual is added to the output, not to h.
                 output = output + layer_inputs[d] if training else output.add_(layer_inputs[d])
             outputs[d].append(output)
-            final_states[d].append(layer_finals[d])
+            final_states[d].append((final_h[d], final_c[d]))
             layer_inputs[d] = output
     return outputs, final_states
+
+
+# ---------------------------------------------------------------------- the outputs
+def scatter_layers(run: PackedRun) -> torch.Tensor:
+    """The (L + 1, batch, time, 2P) layers of a run at inference, boundaries removed and zero
+    where no token is: every packed output row copied once, straight into its place."""
+    tokens = run.tokens  # (batch, time + 2, P), boundaries included
+    batch, bounded_time, dim = tokens.shape
+    time = bounded_time - 2
+    mask = run.mask[:, 2:]  # (batch, time): True where a token is
+    layers = tokens.new_zeros((len(run.outputs[0]) + 1, batch, time, 2 * dim))
+    tokens = tokens[:, 1:-1].masked_fill(~mask[:, :, None], 0.0)
+    layers[0, :, :, :dim] = tokens
+    layers[0, :, :, dim:] = tokens
+    # Where each position of the bounded sentences goes among the batch * time output rows (-1
+    # for <S>, </S> and padding); packed like the LSTM inputs, that gives each packed output
+    # row its destination.
+    position = torch.arange(bounded_time, device=mask.device)[None, :]
+    row = torch.arange(batch, device=mask.device)[:, None]
+    places = torch.where(
+        (position >= 1) & (position <= run.lengths[:, None]), row * time + position - 1, -1
+    )  # (batch, time + 2)
+    for half, layer_outputs in enumerate(run.outputs):
+        if half == 1:  # the backward LM ran on the reversed sentences
+            places = places.gather(1, run.reverse_index)
+        packed = pack_padded_sequence(
+            places, run.cpu_lengths, batch_first=True, enforce_sorted=False
+        )
+        sources = (packed.data >= 0).nonzero()[:, 0]
+        targets = packed.data[sources]
+        for index, output in enumerate(layer_outputs):
+            rows = layers[index + 1].view(batch * time, 2 * dim)
+            rows[:, half * dim : (half + 1) * dim].index_copy_(
+                0, targets, output.index_select(0, sources)
+            )
+    return layers
+
+
+def padded_outputs(run: PackedRun) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each layer's forward and backward outputs (batch, time + 2, P), padded, the backward
+    ones in the original word order (with autograd: what language-model training reads)."""
+    time = run.tokens.shape[1]
+    directions = []
+    for direction, layer_outputs in enumerate(run.outputs):
+        padded = [
+            pad_packed_sequence(
+                PackedSequence(
+                    output,
+                    run.packing.batch_sizes,
+                    run.packing.sorted_indices,
+                    run.packing.unsorted_indices,
+                ),
+                batch_first=True,
+                total_length=time,
+            )[0]
+            for output in layer_outputs
+        ]  # L x (batch, time + 2, P)
+        if direction == 1:
+            padded = [_gather_time(output, run.reverse_index) for output in padded]
+        directions.append(padded)
+    return directions[0], directions[1]
+
+
+def _gather_time(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values[b, index[b, t]] for (batch, time, dim) values and (batch, time) index."""
+    return values.gather(1, index[:, :, None].expand(-1, -1, values.shape[-1]))

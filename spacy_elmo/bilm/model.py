@@ -1,35 +1,37 @@
-"""`BiLM`: the reference biLM (reference.py) with its files, state, tokens to ids, and the fast
-routes to the same numbers (docs/MODEL.md §4-8).
+"""`BiLM`: ELMo's biLM with its files, state and tokens to ids (docs/MODEL.md §4-8).
 
-The route is taken once per call: the reference's forward pass where the fast paths are off
-(`fast_paths.ENABLED`) or under `torch.autocast`; else the packed route, whose LSTM steps run as
-one fused autograd node where autograd records (`fused.py`) and in place at inference
-(`lstm.py`, `compiled_steps.py`), its token vectors computed once per distinct token
-(`fast_paths.char_cnn`, `token_cache.py`)."""
+Its modules are the reference's (`reference.py`); each call takes one of two routes, chosen
+once at its top: the reference's forward pass where FAST_PATHS is off (SPACY_ELMO_REFERENCE=1
+in the environment) or under `torch.autocast`; else the engine: the token layer of
+`tokens.py`, then both LSTM stacks in `lstm.py`.
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy
 import torch
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch import nn
 
 from ..description.chars import (
     BOS_CHAR_IDS,
     EOS_CHAR_IDS,
     PADDING_CHAR,
+    add_boundaries,
     batch_to_ids,
     check_sentences,
 )
 from ..description.options import BiLMOptions
-from . import fast_paths
+from . import lstm, reference, tokens
 from .loading import BiLMFiles
-from .lstm import run_stacks
-from .reference import ReferenceBiLM, State, token_vectors
-from .token_cache import TOKEN_CACHE_SIZE, TokenCache
+from .reference import CharCNN, LstmStack, State
+from .tokens import TOKEN_CACHE_SIZE, TokenCache
 
+# The one speed switch: the engine (tokens.py, lstm.py), or the reference's forward pass.
+FAST_PATHS = os.environ.get("SPACY_ELMO_REFERENCE", "") in ("", "0")
 DIRECTIONS = ("forward", "backward")
 
 
@@ -39,21 +41,6 @@ class BiLMOutput:
 
     layers: torch.Tensor  # (L + 1, batch, time, 2P), zero at padded positions
     mask: torch.Tensor  # (batch, time), True where a token is
-
-
-@dataclass
-class PackedRun:
-    """What one run of both LSTM stacks leaves, in the packed (length-sorted) layout."""
-
-    tokens: torch.Tensor  # (batch, time + 2, P) token vectors with <S>/</S>
-    outputs: list[list[torch.Tensor]]  # per direction, per layer: packed (N, P)
-    batch_sizes: torch.Tensor  # of the packing, as `pack_padded_sequence` gives it
-    sorted_indices: torch.Tensor
-    unsorted_indices: torch.Tensor
-    lengths: torch.Tensor  # (batch,) tokens per sentence, boundaries excluded
-    cpu_lengths: torch.Tensor  # (batch,) lengths + 2 on the CPU, for packing
-    mask: torch.Tensor  # (batch, time + 2)
-    reverse_index: torch.Tensor  # (batch, time + 2): the backward LM's input positions
 
 
 @dataclass
@@ -67,7 +54,7 @@ class BiLMActivations:
     lengths: torch.Tensor  # (batch,) tokens per sentence, boundaries excluded
 
 
-class BiLM(BiLMFiles, ReferenceBiLM):
+class BiLM(BiLMFiles, nn.Module):
     """ELMo's bidirectional language model, numerically equal to bilm-tf / AllenNLP.
 
     With `stateful=False` (the default) every sentence starts from a zero LSTM state, so its
@@ -77,9 +64,8 @@ class BiLM(BiLMFiles, ReferenceBiLM):
 
     # "bf16" where the LSTM products run in bfloat16 (`quantize.set_quantize`), else None.
     quantize: str | None = None
-    # What makes each layer's products at inference (`lstm.run_stacks`): float32 where None,
-    # bfloat16 under `quantize.set_quantize`.
-    layer_products: list | None = None
+    # The bfloat16 kernels of each layer under `quantize.set_quantize`, else None.
+    bf16_layers: list | None = None
 
     def __init__(
         self,
@@ -92,9 +78,13 @@ class BiLM(BiLMFiles, ReferenceBiLM):
         """`initialise=False` leaves the large parameters unwritten and not yet laid out for
         the batched step: for weights about to be replaced (loading, which lays them out once
         they are in), so that their memory is never touched."""
-        super().__init__(options)  # the char CNN and both LSTM stacks (reference.py)
+        super().__init__()
+        self.options = options
+        self.char_cnn = CharCNN(options)  # the modules of `reference.ReferenceBiLM`
+        self.forward_lstm = LstmStack(options)
+        self.backward_lstm = LstmStack(options)
         self.stateful = stateful
-        # At inference the char-CNN vectors of the tokens seen last (a fast path).
+        # At inference the char-CNN vectors of the tokens seen last (`tokens.TokenCache`).
         self.token_cache = TokenCache(token_cache_size)
         # Counts the writes into the weights that torch's version counters miss (`weights_changed`)
         self.weights_generation = 0
@@ -106,50 +96,54 @@ class BiLM(BiLMFiles, ReferenceBiLM):
         # ELMoForManyLangs model's `<pad>` is set from its dictionary).
         self.padding_id = PADDING_CHAR + 1
         if initialise:  # random weights (`loading.BiLMFiles.reset_parameters`)
-            fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
+            lstm.lay_out((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
 
     # ------------------------------------------------------------------ the forward pass
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
         char_ids = self._checked(char_ids)
+        states = self._states_in(char_ids.shape[0])
         if not self._fast(char_ids):
-            states = self._states_in(char_ids.shape[0])
-            layers, finals = super().forward(char_ids, states, self._boundary_ids())
+            layers, finals = reference.layers(self, char_ids, states, self._boundary_ids())
             self._states_out(finals)
             return BiLMOutput(layers=layers, mask=(char_ids > 0).any(dim=-1))
-        training = fast_paths.records_autograd(modules=(self,))
-        run = self._run(char_ids, training)
-        mask = _token_mask(run.lengths, run.tokens.shape[1] - 2)  # (batch, time)
+        training = self._records_autograd()
+        run = self._run(char_ids, states, training)
+        mask = run.mask[:, 2:]  # (batch, time)
         if not training:  # the same layers, without the autograd route's copies
-            layers = fast_paths.scatter_layers(
-                run.tokens, run.outputs, run.lengths, run.cpu_lengths, run.reverse_index, mask
-            )
-            return BiLMOutput(layers=layers, mask=mask)
-        acts = self._activations(run)
-        layers = [torch.cat([acts.token_embeddings, acts.token_embeddings], dim=-1)]
-        layers += [torch.cat(pair, dim=-1) for pair in zip(acts.forward, acts.backward)]
+            return BiLMOutput(layers=lstm.scatter_layers(run), mask=mask)
+        forward, backward = lstm.padded_outputs(run)
+        layers = [torch.cat([run.tokens, run.tokens], dim=-1)]
+        layers += [torch.cat(pair, dim=-1) for pair in zip(forward, backward)]
         stacked = torch.stack(layers)[:, :, 1:-1]  # (L + 1, batch, time, 2P)
         return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
 
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
         """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
         char_ids = self._checked(char_ids)
+        states = self._states_in(char_ids.shape[0])
         if not self._fast(char_ids):
-            states = self._states_in(char_ids.shape[0])
-            tokens, forward, backward, lengths, finals = self.run(
-                char_ids, states, self._boundary_ids()
+            tokens, forward, backward, lengths, finals = reference.run(
+                self, char_ids, states, self._boundary_ids()
             )
             self._states_out(finals)
             positions = torch.arange(tokens.shape[1], device=tokens.device)
             mask = positions[None, :] < lengths[:, None]
             return BiLMActivations(tokens, forward, backward, mask, lengths - 2)
-        training = fast_paths.records_autograd(modules=(self,))
-        return self._activations(self._run(char_ids, training))
+        run = self._run(char_ids, states, self._records_autograd())
+        forward, backward = lstm.padded_outputs(run)
+        return BiLMActivations(run.tokens, forward, backward, run.mask, run.lengths)
 
     def _fast(self, char_ids: torch.Tensor) -> bool:
-        """Whether this call takes the fast routes (else the reference's forward pass)."""
-        return fast_paths.ENABLED and not torch.is_autocast_enabled(char_ids.device.type)
+        """Whether this call takes the engine (else the reference's forward pass)."""
+        return FAST_PATHS and not torch.is_autocast_enabled(char_ids.device.type)
+
+    def _records_autograd(self) -> bool:
+        """Whether autograd records this call: the engine's training route. The parameters are
+        only looked at where autograd is on (listing them takes longer than some of the steps
+        of a one-sentence batch)."""
+        return torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
 
     def _checked(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(batch, time, W) ids on the biLM's device; ValueError for another shape, or an
@@ -166,115 +160,43 @@ class BiLM(BiLMFiles, ReferenceBiLM):
             raise ValueError("char_ids has an all-zero (padding) row before a token")
         return char_ids
 
-    def _run(self, char_ids: torch.Tensor, training: bool) -> PackedRun:
-        """Token vectors and the packed output of every LSTM layer of both directions."""
-        bos_ids, eos_ids = self._boundary_ids()
-        batch, time, _ = char_ids.shape
-        device = char_ids.device
-        lengths = (char_ids > 0).any(dim=-1).sum(dim=1)  # (batch,)
-        positions = torch.arange(time + 2, device=device)
-
-        # Add <S> at 0 and </S> right after each sentence's last token.
-        bounded = char_ids.new_zeros((batch, time + 2, char_ids.shape[-1]))
-        bounded[:, 1 : time + 1] = char_ids
-        bounded[:, 0] = torch.tensor(bos_ids, device=device)
-        bounded[torch.arange(batch, device=device), lengths + 1] = torch.tensor(
-            eos_ids, device=device
-        )
-        bounded_lengths = lengths + 2
-        mask = positions[None, :] < bounded_lengths[:, None]  # (batch, time + 2)
-
-        tokens = self.token_embeddings(bounded)  # (batch, time + 2, P)
-        # The backward LM reads each sentence from </S> to <S>: reverse within its length.
-        reverse_index = torch.where(
-            mask, bounded_lengths[:, None] - 1 - positions[None, :], positions[None, :]
-        )
-        # Both directions have the same lengths, hence the same packing: step them together.
-        stacks = (self.forward_lstm, self.backward_lstm)
-        cpu_lengths = bounded_lengths.cpu()
-        packed = [
-            pack_padded_sequence(inputs, cpu_lengths, batch_first=True, enforce_sorted=False)
-            for inputs in (tokens, _gather_time(tokens, reverse_index))
-        ]  # forward and backward inputs, each packed (N, P), N = sum of bounded_lengths
-        sorted_indices, unsorted_indices = packed[0].sorted_indices, packed[0].unsorted_indices
-        states = [
-            [(h[sorted_indices], c[sorted_indices]) for h, c in direction]
-            for direction in self._states_in(batch)
-        ]
-        outputs, final_states = run_stacks(
-            stacks,
-            [p.data for p in packed],
-            packed[0].batch_sizes.tolist(),
-            states,
+    def _run(
+        self, char_ids: torch.Tensor, states: tuple[list[State], list[State]], training: bool
+    ) -> lstm.PackedRun:
+        """The engine: token vectors with `<S>`/`</S>` (tokens.py), then both LSTM stacks
+        (lstm.py); in stateful mode the final states kept."""
+        with_boundaries, lengths = add_boundaries(char_ids, *self._boundary_ids())
+        cache = None if training else self.token_cache
+        vectors = tokens.token_vectors(
+            self.char_cnn,
+            with_boundaries,
+            self.padding_id,
             training,
-            self.layer_products,
-        )  # per direction, per layer: packed outputs (N, P) and final (h, c)
-        self._states_out(final_states, unsorted_indices)
-        return PackedRun(
-            tokens=tokens,
-            outputs=outputs,
-            batch_sizes=packed[0].batch_sizes,
-            sorted_indices=sorted_indices,
-            unsorted_indices=unsorted_indices,
-            lengths=lengths,
-            cpu_lengths=cpu_lengths,
-            mask=mask,
-            reverse_index=reverse_index,
-        )
+            cache,
+            (self.weights_generation, self.quantize),
+        )  # (batch, time + 2, P)
+        stacks = (self.forward_lstm, self.backward_lstm)
+        run = lstm.run(stacks, vectors, lengths, states, training, self.bf16_layers)
+        if self.stateful:
+            self._states_out(run.final_states, run.packing.unsorted_indices)
+        return run
+
+    def steps_release_gil(self) -> bool:
+        """Whether the LSTM steps at inference run as one call that releases the GIL (so that
+        another Python thread runs beside them: the `elmo` component's `overlap`)."""
+        weight = self.forward_lstm.layers[0].recurrent_weight
+        return FAST_PATHS and lstm.compiled_loop_applies(weight)
 
     def token_embeddings(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Context-insensitive vectors (..., P) for char ids (..., 50); zero where no token.
-
-        The char CNN runs once per distinct token in the batch.
-        """
+        The char CNN runs once per distinct token."""
         if not self._fast(char_ids):
-            return token_vectors(self.char_cnn, char_ids)
-        mask = (char_ids > 0).any(dim=-1)
-        output = char_ids.new_zeros(
-            (*char_ids.shape[:-1], self.options.projection_dim),
-            dtype=self.char_cnn.char_embedding.weight.dtype,
-        )
-        if mask.any():
-            distinct, inverse = fast_paths.distinct_rows(char_ids[mask])  # (k, 50), (n,)
-            inference = not fast_paths.records_autograd(modules=(self.char_cnn,))
-            if inference and self.token_cache.max_size > 0:  # tokens seen before: token_cache.py
-                version = (self.weights_generation, self.quantize)
-                vectors = self.token_cache.char_cnn(
-                    self._char_cnn, self.char_cnn.parameters(), distinct, version
-                )
-            else:
-                vectors = self._char_cnn(distinct)  # (k, P)
-            output[mask] = vectors[inverse]
-        return output
-
-    def _char_cnn(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """The char CNN's (n, P) vectors of (n, W) distinct ids, on the fast route."""
-        return fast_paths.char_cnn(self.char_cnn, char_ids, self.padding_id)
-
-    def _activations(self, run: PackedRun) -> BiLMActivations:
-        """Each layer's padded outputs, the backward ones in the original word order."""
-        time = run.tokens.shape[1]
-        outputs = {}
-        for direction, layer_outputs in zip(DIRECTIONS, run.outputs):
-            padded = [
-                pad_packed_sequence(
-                    PackedSequence(
-                        output, run.batch_sizes, run.sorted_indices, run.unsorted_indices
-                    ),
-                    batch_first=True,
-                    total_length=time,
-                )[0]
-                for output in layer_outputs
-            ]  # L x (batch, time + 2, P)
-            if direction == "backward":
-                padded = [_gather_time(output, run.reverse_index) for output in padded]
-            outputs[direction] = padded
-        return BiLMActivations(
-            token_embeddings=run.tokens,
-            forward=outputs["forward"],
-            backward=outputs["backward"],
-            mask=run.mask,
-            lengths=run.lengths,
+            return reference.token_vectors(self.char_cnn, char_ids)
+        training = self._records_autograd()
+        cache = None if training else self.token_cache
+        version = (self.weights_generation, self.quantize)
+        return tokens.token_vectors(
+            self.char_cnn, char_ids, self.padding_id, training, cache, version
         )
 
     # ------------------------------------------------------------------ state
@@ -367,15 +289,21 @@ class BiLM(BiLMFiles, ReferenceBiLM):
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if self.lexicon is not None:
+            to_ids = self.lexicon.batch_to_ids
+        else:
+            self._check_byte_model()
+            to_ids = batch_to_ids
         sentences = check_sentences(sentences)
         order = list(range(len(sentences)))
-        if not self.stateful:
-            order.sort(key=lambda i: -len(sentences[i]))
+        if not self.stateful:  # longest first; a stable sort keeps equal lengths in order
+            order.sort(key=list(map(len, sentences)).__getitem__, reverse=True)
         results: list[numpy.ndarray | None] = [None] * len(sentences)
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
+                batch = list(map(sentences.__getitem__, order[start : start + batch_size]))
                 indices = order[start : start + batch_size]
-                layers = self(self.batch_to_ids([sentences[i] for i in indices])).layers
+                layers = self(to_ids(batch)).layers
                 layers = layers.float().cpu().numpy()
                 for row, index in enumerate(indices):
                     n = len(sentences[index])
@@ -410,24 +338,14 @@ class BiLM(BiLMFiles, ReferenceBiLM):
             set_quantize(self, mode)
 
     def __setstate__(self, state: dict) -> None:
-        """After copy and pickle: the weights laid out again (`fast_paths.lay_out`: copying
+        """After copy and pickle: the weights laid out again (`lstm.lay_out`: copying
         gives every weight its own memory)."""
         super().__setstate__(state)
-        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
+        lstm.lay_out((self.forward_lstm, self.backward_lstm))
 
     def _apply(self, fn, recurse: bool = True) -> BiLM:
         """After `.to()` another device or dtype (`nn.Module._apply` gives every weight its own
         memory): the weights laid out again, so the batched step keeps using views of them."""
         super()._apply(fn, recurse)
-        fast_paths.lay_out((self.forward_lstm, self.backward_lstm))
+        lstm.lay_out((self.forward_lstm, self.backward_lstm))
         return self
-
-
-def _token_mask(lengths: torch.Tensor, time: int) -> torch.Tensor:
-    """(batch, time) True where a token is."""
-    return torch.arange(time, device=lengths.device)[None, :] < lengths[:, None]
-
-
-def _gather_time(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """values[b, index[b, t]] for (batch, time, dim) values and (batch, time) index."""
-    return values.gather(1, index[:, :, None].expand(-1, -1, values.shape[-1]))

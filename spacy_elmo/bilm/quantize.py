@@ -6,7 +6,7 @@ dict, saving, export and fine-tuning are unchanged); what changes is how each LS
 input, recurrent and projection products run where no autograd records: the input rows, the
 state h and the cell output m are rounded to bfloat16 and multiplied with bfloat16 kernels
 (oneDNN, float32 sums), each product rounded to bfloat16 and added to the rest in float32.
-Everything else is float32 and the same code as `lstm.py` and `fast_paths.char_cnn`: the char CNN,
+Everything else is float32 and the same code as in float32 (`lstm.py`, `tokens.py`): the char CNN,
 the gates, ELMo's cell clip on c_t and projection clip on h_t, the residual connections. The
 bfloat16 kernels are made from the float32 weights on first use and again whenever a weight
 changes (loading, an optimiser step).
@@ -24,14 +24,12 @@ model and bounds the error on the AllenNLP fixture. CPU only.
 from __future__ import annotations
 
 import warnings
-from typing import Optional, Sequence, TypeVar
+from typing import Optional, TypeVar
 
 import torch
 from torch import nn
 
-from . import compiled_steps, fast_paths
-from .lstm import Products
-from .reference import LstmCell
+from .lstm import Bf16Layer
 
 BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
 
@@ -61,13 +59,6 @@ def quantize_from_flags(bf16: bool, gpu: bool, gpu_flag: str) -> Optional[str]:
     return "bf16" if bf16 else None
 
 
-def _tensors_key(*tensors: Optional[torch.Tensor]) -> tuple:
-    """Changes whenever one of the tensors is replaced or modified in place."""
-    return tuple(
-        None if t is None else (t.data_ptr(), t._version, t.shape, t.stride()) for t in tensors
-    )
-
-
 # ---------------------------------------------------------------------- switching a biLM
 def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
     """Run the LSTM products of `bilm` (a `model.BiLM`) in bfloat16 ("bf16") or in float32
@@ -83,7 +74,7 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
                 "float32 on a GPU"
             )
         _warn_if_slow_here()
-    bilm.layer_products = [Bf16Cell() for _ in range(bilm.options.n_layers)] if mode else None
+    bilm.bf16_layers = [Bf16Layer() for _ in range(bilm.options.n_layers)] if mode else None
     bilm.quantize = mode
     return bilm
 
@@ -121,84 +112,3 @@ def bf16_is_native() -> bool:
 def quantize_mode(bilm: nn.Module) -> Optional[str]:
     """The mode `bilm` runs in: "bf16", or None for float32."""
     return getattr(bilm, "quantize", None)
-
-
-# ---------------------------------------------------------------------- the LSTM step
-class Bf16Kernels:
-    """The bfloat16 (in, out) kernels of k (out, in) float32 weights, as one (k, in, out)
-    stack; made again when the float32 tensors change (replaced, or written in place)."""
-
-    def __init__(self) -> None:
-        self._cached: tuple = ((), None)  # (key of the float32 tensors, stack)
-
-    def stack(self, weights: Sequence[torch.Tensor]) -> torch.Tensor:
-        key = _tensors_key(*weights)
-        cached_key, stack = self._cached
-        if key != cached_key:
-            stack = torch.stack([w.detach().t().to(torch.bfloat16) for w in weights])
-            self._cached = (key, stack)  # one assignment: threads see the old or the new pair
-        return stack
-
-    def __getstate__(self) -> dict:
-        """For copy and pickle: without the kernels (made again on first use)."""
-        return {}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()
-
-
-class Bf16Cell:
-    """An LSTM cell's `products` in bfloat16 (the first cell of a step keeps the kernels of
-    all k cells stepped with it): the products of a step from them."""
-
-    def __init__(self) -> None:
-        self.input = Bf16Kernels()
-        self.recurrent = Bf16Kernels()
-        self.projection = Bf16Kernels()
-
-    def __call__(self, cells: Sequence[LstmCell], inputs: Sequence[torch.Tensor]) -> Products:
-        """The products of a step of `cells` in bfloat16 (at inference only: with autograd the
-        cells run as one fused node in float32, `fused.py`)."""
-        return Bf16Products(self, cells)
-
-
-class Bf16Products:
-    """The products of a step of k LSTM cells (`lstm.Products`) in bfloat16, without autograd:
-    the input rows, the state h and the cell output m are rounded to bfloat16 and multiplied
-    with bfloat16 kernels (oneDNN: AMX or AVX-512 BF16, float32 sums;
-    `compiled_steps.bf16_product`), each product rounded to bfloat16 and added to the rest in
-    float32."""
-
-    def __init__(self, kernels: Bf16Cell, cells: Sequence[LstmCell]) -> None:
-        self.input_kernels = list(kernels.input.stack([cell.input_weight for cell in cells]))
-        self.recurrent = kernels.recurrent.stack([cell.recurrent_weight for cell in cells])
-        self.projection_kernels = (
-            kernels.projection.stack([cell.projection_weight for cell in cells])
-            if cells[0].projection_weight is not None
-            else None
-        )
-
-    def input_gates(
-        self, inputs: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]
-    ) -> torch.Tensor:
-        first = inputs[0]
-        gates = first.new_empty((len(inputs), first.shape[0], self.input_kernels[0].shape[1]))
-        for d, (x, kernel, bias) in enumerate(zip(inputs, self.input_kernels, biases)):
-            gates[d].copy_(compiled_steps.bf16_product(x, kernel)).add_(bias)
-        return gates  # (k, rows, 4D)
-
-    def recurrent_gates(self, h: torch.Tensor, gates: torch.Tensor, rows: slice) -> torch.Tensor:
-        z = compiled_steps.bf16_product(h, self.recurrent).to(torch.float32)
-        return z.add_(gates[:, rows])  # (k, active, 4D)
-
-    def projection(self, m: torch.Tensor) -> torch.Tensor:
-        product = compiled_steps.bf16_product(m, self.projection_kernels)
-        return product.to(torch.float32)  # (k, active, P)
-
-    def compiled_steps(self) -> Optional[compiled_steps.CompiledSteps]:
-        compiled = fast_paths.ENABLED and fast_paths.COMPILED_STEPS
-        if not compiled or self.projection_kernels is None:
-            return None
-        return compiled_steps.CompiledSteps(
-            "bfloat16", self.input_kernels, self.recurrent, self.projection_kernels
-        )

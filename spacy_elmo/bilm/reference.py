@@ -1,11 +1,12 @@
 """The ELMo biLM written once, plainly: the oracle that every fast route is held against.
 
-Read top to bottom against docs/MODEL.md: the character ids around a sentence (§4), the char
-CNN with its highways and projection (§5), the LSTM cell with projection and both clips (§6.1),
-the two stacks (§6.2) and what the biLM returns (§7, §8). Every product is `F.linear` or
-`conv1d`, one direction and one timestep at a time, over padded (not packed) sentences; no
-speed switch. Its parameters are named as `model.BiLM`'s, so that either loads the other's
-state dict. Imports torch and the biLM's description (options.py, chars.py) only.
+Read top to bottom against docs/MODEL.md: the character ids of a token and around a sentence
+(§4), the char CNN with its highways and projection (§5), the LSTM cell with projection and
+both clips (§6.1), the two stacks (§6.2) and what the biLM returns (§7, §8). Every product is
+`F.linear` or `conv1d`, one direction and one timestep at a time, over padded (not packed)
+sentences; no speed switch. Its parameters are named as `model.BiLM`'s, so that either loads
+the other's state dict. Imports torch and the standard library only: `options` is any object
+with the fields of `description.options.BiLMOptions`.
 """
 
 from __future__ import annotations
@@ -14,14 +15,28 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..description.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, PADDING_ROW_ID
-from ..description.options import BiLMOptions
-
 State = tuple[torch.Tensor, torch.Tensor]  # h (batch, hidden), c (batch, D)
 FORGET_BIAS = 1.0  # TF adds it to the forget gate at run time; the weights file lacks it
 
 
 # ---------------------------------------------------------------------- §4 character ids
+# Bytes 0-255 are a token's UTF-8 bytes; then begin and end of sentence, begin and end of word,
+# and the padding after a word's end. Every id is shifted by one: a row of 0 is "no token".
+BOS, EOS, BOW, EOW, PAD = 256, 257, 258, 259, 260
+WIDTH = 50  # ids per token: at most 48 bytes between begin and end of word
+
+
+def token_ids(token: str) -> list[int]:
+    """The 50 shifted ids of one token; "<S>" and "</S>" are the sentence boundaries (§4)."""
+    specials = {"<S>": [BOS], "</S>": [EOS]}
+    raw = specials.get(token) or list(token.encode("utf-8", errors="ignore")[: WIDTH - 2])
+    row = [BOW, *raw, EOW] + [PAD] * (WIDTH - 2 - len(raw))
+    return [i + 1 for i in row]
+
+
+BOS_IDS, EOS_IDS = tuple(token_ids("<S>")), tuple(token_ids("</S>"))
+
+
 def add_boundaries(
     char_ids: torch.Tensor, bos_ids: tuple[int, ...], eos_ids: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,13 +72,14 @@ class CharCNN(nn.Module):
     """(n, 50) char ids -> (n, P) token vectors; (n, 51) with a word id last for an
     ELMoForManyLangs model with a word embedding (§5, §12)."""
 
-    def __init__(self, options: BiLMOptions) -> None:
+    def __init__(self, options) -> None:
         super().__init__()
+        self.projection_dim = options.projection_dim
         self.char_embedding = nn.Embedding(
-            options.n_characters, options.char_embedding_dim, padding_idx=PADDING_ROW_ID
+            options.n_characters, options.char_embedding_dim, padding_idx=0
         )
         self.word_embedding = (
-            nn.Embedding(options.n_words, options.word_embedding_dim, padding_idx=PADDING_ROW_ID)
+            nn.Embedding(options.n_words, options.word_embedding_dim, padding_idx=0)
             if options.word_embedding_dim
             else None
         )
@@ -155,7 +171,7 @@ class LstmStack(nn.Module):
     """L cells of one direction; from the second on, the cell's input is added to its output
     (§6.2)."""
 
-    def __init__(self, options: BiLMOptions) -> None:
+    def __init__(self, options) -> None:
         super().__init__()
         self.use_skip_connections = options.use_skip_connections
         self.dropout = 0.0  # on each cell's input, in training mode only (LM pretraining)
@@ -216,7 +232,7 @@ def reverse_within(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 class ReferenceBiLM(nn.Module):
     """ELMo's biLM on (batch, time, W) char ids without boundaries (§7, §8)."""
 
-    def __init__(self, options: BiLMOptions) -> None:
+    def __init__(self, options) -> None:
         super().__init__()
         self.options = options
         self.char_cnn = CharCNN(options)
@@ -230,39 +246,50 @@ class ReferenceBiLM(nn.Module):
         reference.load_state_dict(bilm.state_dict())
         return reference
 
-    def run(
-        self,
-        char_ids: torch.Tensor,
-        states: tuple[list[State], list[State]] | None = None,
-        boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_CHAR_IDS, EOS_CHAR_IDS),
-    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor, tuple]:
-        """For (batch, time, W) ids, with `<S>` and `</S>` added (`boundaries`: their id rows):
-        the token vectors (batch, time + 2, P), each cell's forward and backward outputs
-        (batch, time + 2, P; the backward ones in the original order), the lengths with the
-        boundaries (batch,) and the final states of both directions. `states` (§8): each
-        direction's initial (h, c) per cell, one row per sentence; zeros where None."""
-        bounded, lengths = add_boundaries(char_ids, *boundaries)  # (batch, time + 2, W)
-        tokens = token_vectors(self.char_cnn, bounded)  # (batch, time + 2, P)
-        forward_states, backward_states = states if states is not None else (None, None)
-        forward, forward_finals = self.forward_lstm(tokens, lengths, forward_states)
-        backward, backward_finals = self.backward_lstm(
-            reverse_within(tokens, lengths), lengths, backward_states
-        )
-        backward = [reverse_within(output, lengths) for output in backward]
-        return tokens, forward, backward, lengths, (forward_finals, backward_finals)
+    def run(self, char_ids, states=None, boundaries=(BOS_IDS, EOS_IDS)):
+        """`run` below, with this biLM's modules."""
+        return run(self, char_ids, states, boundaries)
 
-    def forward(
-        self,
-        char_ids: torch.Tensor,
-        states: tuple[list[State], list[State]] | None = None,
-        boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_CHAR_IDS, EOS_CHAR_IDS),
-    ) -> tuple[torch.Tensor, tuple[list[State], list[State]]]:
-        """The (L + 1, batch, time, 2P) layers, zero where no token is, and the final states of
-        both directions (`run`'s arguments)."""
-        time = char_ids.shape[1]
-        tokens, forward, backward, lengths, finals = self.run(char_ids, states, boundaries)
-        layers = [torch.cat([tokens, tokens], dim=-1)]
-        layers += [torch.cat(pair, dim=-1) for pair in zip(forward, backward)]
-        mask = torch.arange(time, device=lengths.device)[None, :] < (lengths - 2)[:, None]
-        stacked = torch.stack(layers)[:, :, 1 : time + 1]  # boundaries removed
-        return stacked * mask[None, :, :, None], finals
+    def forward(self, char_ids, states=None, boundaries=(BOS_IDS, EOS_IDS)):
+        """`layers` below, with this biLM's modules."""
+        return layers(self, char_ids, states, boundaries)
+
+
+def run(
+    bilm: nn.Module,
+    char_ids: torch.Tensor,
+    states: tuple[list[State], list[State]] | None = None,
+    boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_IDS, EOS_IDS),
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor, tuple]:
+    """For (batch, time, W) ids, with `<S>` and `</S>` added (`boundaries`: their id rows):
+    the token vectors (batch, time + 2, P), each cell's forward and backward outputs
+    (batch, time + 2, P; the backward ones in the original order), the lengths with the
+    boundaries (batch,) and the final states of both directions. `bilm` is any module with a
+    `char_cnn`, a `forward_lstm` and a `backward_lstm`. `states` (§8): each direction's initial
+    (h, c) per cell, one row per sentence; zeros where None."""
+    bounded, lengths = add_boundaries(char_ids, *boundaries)  # (batch, time + 2, W)
+    tokens = token_vectors(bilm.char_cnn, bounded)  # (batch, time + 2, P)
+    forward_states, backward_states = states if states is not None else (None, None)
+    forward, forward_finals = bilm.forward_lstm(tokens, lengths, forward_states)
+    backward, backward_finals = bilm.backward_lstm(
+        reverse_within(tokens, lengths), lengths, backward_states
+    )
+    backward = [reverse_within(output, lengths) for output in backward]
+    return tokens, forward, backward, lengths, (forward_finals, backward_finals)
+
+
+def layers(
+    bilm: nn.Module,
+    char_ids: torch.Tensor,
+    states: tuple[list[State], list[State]] | None = None,
+    boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_IDS, EOS_IDS),
+) -> tuple[torch.Tensor, tuple[list[State], list[State]]]:
+    """The (L + 1, batch, time, 2P) layers, zero where no token is, and the final states of
+    both directions (`run`'s arguments)."""
+    time = char_ids.shape[1]
+    tokens, forward, backward, lengths, finals = run(bilm, char_ids, states, boundaries)
+    outputs = [torch.cat([tokens, tokens], dim=-1)]
+    outputs += [torch.cat(pair, dim=-1) for pair in zip(forward, backward)]
+    mask = torch.arange(time, device=lengths.device)[None, :] < (lengths - 2)[:, None]
+    stacked = torch.stack(outputs)[:, :, 1 : time + 1]  # boundaries removed
+    return stacked * mask[None, :, :, None], finals

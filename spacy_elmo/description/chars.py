@@ -36,6 +36,21 @@ EOS_CHAR_IDS = _row([END_OF_SENTENCE_CHAR])
 _SPECIAL_ROWS = {BOS_TOKEN: BOS_CHAR_IDS, EOS_TOKEN: EOS_CHAR_IDS}
 
 
+def add_boundaries(
+    char_ids: torch.Tensor, bos_ids: Sequence[int], eos_ids: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch, time, W) ids -> (batch, time + 2, W) with the rows `bos_ids` at 0 and `eos_ids`
+    right after each sentence's last token, and the (batch,) tokens per sentence without them."""
+    batch, time, width = char_ids.shape
+    lengths = (char_ids > 0).any(dim=-1).sum(dim=1)
+    bounded = char_ids.new_zeros((batch, time + 2, width))
+    bounded[:, 1 : time + 1] = char_ids
+    device = char_ids.device
+    bounded[:, 0] = torch.tensor(bos_ids, device=device)
+    bounded[torch.arange(batch, device=device), lengths + 1] = torch.tensor(eos_ids, device=device)
+    return bounded, lengths
+
+
 def token_to_char_ids(token: str) -> tuple[int, ...]:
     """The 50 shifted character ids of one token (UTF-8 bytes truncated to 48)."""
     special = _SPECIAL_ROWS.get(token)

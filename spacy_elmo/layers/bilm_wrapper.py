@@ -3,7 +3,7 @@
 Serialised as msgpack {options, safetensors weights}: no pickle, and independent of thinc's
 default torch (de)serialiser. Before its weights are known (architecture left to the weights)
 the layer holds a `PendingBiLM`, which `install_bilm` replaces. An optimiser step writes into
-the weights in place (`BiLMShim`), which keeps the memory layout of `bilm.fast_paths.lay_out`.
+the weights in place (`BiLMShim`), which keeps the memory layout of `bilm.lstm.lay_out`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from thinc.layers.pytorchwrapper import forward as pytorch_forward
 from thinc.types import Floats4d, Ints3d
 
 from ..bilm import BiLM, BiLMOptions
-from ..bilm.token_cache import TOKEN_CACHE_SIZE
+from ..bilm.tokens import TOKEN_CACHE_SIZE
 from ..weights.tensors import check_weights
 
 

@@ -4,7 +4,7 @@
 `nlp.pipe` runs the components in turn on each batch: the biLM on torch's threads, then the
 tagger, parser or NER on one. With `overlap`, the biLM works on the next batch in a background
 thread while the components after it work on this one. The biLM's LSTM steps run as one
-TorchScript call that releases the GIL (`bilm.fast_paths.run_compiled_steps`), so both run at
+TorchScript call that releases the GIL (`bilm.lstm.compiled_loop`), so both run at
 once on two cores or more. It applies on the CPU with the steps in the compiled loop and two
 torch threads or more; the background thread runs the biLM on one thread fewer
 (`util.threads.bilm_threads`), leaving a core to the caller. The layers are those of the
@@ -22,7 +22,6 @@ from spacy.tokens import Doc
 from spacy.util import minibatch
 from thinc.api import NumpyOps
 
-from ..bilm import fast_paths
 from ..layers.elmo_model import get_bilm
 from ..util.threads import bilm_threads
 
@@ -36,7 +35,7 @@ def overlap_applies(component: TrainablePipe) -> bool:
     if bilm_threads(component.cfg["threads"], overlapped=True) < 1:
         return False
     component.ensure_weights()
-    return fast_paths.steps_release_gil(get_bilm(component.model))
+    return get_bilm(component.model).steps_release_gil()
 
 
 def overlapped_pipe(

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from spacy_elmo.bilm.cache import BoundedCache, entry_bytes, key_bytes, one
-from spacy_elmo.bilm.token_cache import RowCache
+from spacy_elmo.bilm.tokens import RowCache
 
 
 class ReferenceLRU:

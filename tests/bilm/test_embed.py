@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
-from spacy_elmo.bilm import fast_paths
+from spacy_elmo.bilm import model
 
 from .numpy_reference import NumpyBiLM
 from .util import tiny_options, write_random_model
@@ -127,7 +127,7 @@ def test_gradients_match_finite_differences(files):
 
 
 def test_token_cache_is_exact_and_follows_weight_changes(files, tmp_path, monkeypatch):
-    monkeypatch.setattr(fast_paths, "ENABLED", True)  # the token cache is one of the fast paths
+    monkeypatch.setattr(model, "FAST_PATHS", True)  # the token cache is the engine's
     cached = BiLM.from_allennlp(*files)
     uncached = BiLM.from_allennlp(*files)
     uncached.token_cache_size = 0

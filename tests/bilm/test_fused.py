@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from spacy_elmo.bilm import fast_paths, fused
+from spacy_elmo.bilm import fused, model, tokens
 from spacy_elmo.bilm.fused import fused_cells
 from spacy_elmo.bilm.lstm import run_stacks
 from spacy_elmo.bilm.reference import LstmStack
@@ -130,7 +130,7 @@ def test_the_fused_path_is_taken_only_with_autograd(monkeypatch):
     assert calls == []
     bilm(ids)
     assert len(calls) == bilm.options.n_layers  # one node per layer, both directions together
-    monkeypatch.setattr(fast_paths, "ENABLED", False)
+    monkeypatch.setattr(model, "FAST_PATHS", False)
     bilm(ids)
     assert len(calls) == bilm.options.n_layers
 
@@ -144,10 +144,10 @@ def test_char_cnn_on_trimmed_columns_equals_all_fifty():
     ids = batch_to_ids([["a", "river", "bank", "x" * 20, "🙂"]])[0]
     widest = max(width for width, _ in bilm.options.filters)
     assert widest == 3
-    trimmed = fast_paths.trim_columns(ids, bilm.padding_id, widest)
+    trimmed = tokens.trim_columns(ids, bilm.padding_id, widest)
     assert trimmed.shape[1] == 22 + 3  # the 20-byte token + begin/end of word, widest filter 3
     with torch.no_grad():
-        fast = fast_paths.char_cnn(bilm.char_cnn, ids, bilm.padding_id)
+        fast = tokens.char_cnn(bilm.char_cnn, ids, bilm.padding_id, training=False)
         torch.testing.assert_close(fast, bilm.char_cnn(ids), rtol=0, atol=1e-6)
     long = batch_to_ids([["y" * 60]])[0]  # 48 bytes + 2: nothing to trim
-    assert torch.equal(fast_paths.trim_columns(long, bilm.padding_id, widest), long)
+    assert torch.equal(tokens.trim_columns(long, bilm.padding_id, widest), long)

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import fast_paths
 
 from .util import tiny_options, write_random_model
 
@@ -79,8 +78,8 @@ def test_loaded_parameters_are_float32_and_contiguous(tmp_path):
     for name, parameter in bilm.named_parameters():
         assert parameter.dtype == torch.float32, name
         assert isinstance(parameter, torch.nn.Parameter) and parameter.requires_grad, name
-        if fast_paths.ENABLED and name.endswith(("recurrent_weight", "projection_weight")):
-            # Small kernels are laid out (in, out) for the batched step (fast_paths.lay_out)
+        if name.endswith(("recurrent_weight", "projection_weight")):
+            # Small kernels are laid out (in, out) for the batched step (lstm.lay_out)
             assert parameter.t().is_contiguous(), name
         else:
             assert parameter.is_contiguous(), name

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.bilm.compiled_steps import bf16_product
+from spacy_elmo.bilm.lstm import Bf16Layer, layer_kernels
 from spacy_elmo.bilm.quantize import (
-    Bf16Cell,
     Bf16SpeedWarning,
     check_quantize,
     quantize_mode,
@@ -80,10 +81,17 @@ def test_bf16_products_match_the_numpy_model_of_the_scheme(rows, out, inn):
     h = torch.randn(2, rows, hidden, generator=generator)
     m = torch.randn(2, rows, cell_dim, generator=generator)
     with torch.no_grad():
-        products = Bf16Cell()(cells, inputs)
-        gates = products.input_gates(inputs, biases)
-        z = products.recurrent_gates(h, gates, slice(0, rows))
-        projected = products.projection(m)
+        # The kernels as the step loop gets them, and its products (compiled_steps.step_loop).
+        kernels = layer_kernels(cells, Bf16Layer())
+        assert kernels.mode == "bfloat16"
+        gates = torch.stack(
+            [
+                bf16_product(x, kernel).to(torch.float32).add_(bias)
+                for x, kernel, bias in zip(inputs, kernels.input_kernels, biases)
+            ]
+        )
+        z = bf16_product(h, kernels.recurrent[0]).to(torch.float32).add_(gates)
+        projected = bf16_product(m, kernels.projection[0]).to(torch.float32)
 
     def product(x, weight):  # the bfloat16 scheme in float64, before rounding the result
         return to_bfloat16(x.numpy()) @ to_bfloat16(weight.detach().numpy()).T

@@ -3,13 +3,18 @@ and every route of `BiLM` (the default fast one, the reference one) against the 
 
 from __future__ import annotations
 
+import ast
+import sys
+
 import h5py
 import numpy as np
 import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.bilm import reference as reference_module
 from spacy_elmo.bilm.reference import ReferenceBiLM
+from spacy_elmo.description import chars
 
 from .numpy_reference import NumpyBiLM
 from .test_reference import SENTENCES, VARIANTS
@@ -26,6 +31,40 @@ FIXTURE_TOLERANCE = 1e-5  # against TensorFlow's float32 numbers, as tests/bilm/
 # random models' larger weights and values (up to the clips, 3) round to a few 1e-6.
 FIXTURE_ROUTE_TOLERANCE = 1e-6
 ROUTE_TOLERANCE = 1e-5
+
+
+def test_the_reference_imports_torch_and_the_standard_library_only():
+    tree = ast.parse(open(reference_module.__file__, encoding="utf-8").read())
+    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = set()
+    for node in imports:
+        assert not (isinstance(node, ast.ImportFrom) and node.level), "a package import"
+        if isinstance(node, ast.ImportFrom):
+            modules = [node.module]
+        else:
+            modules = [alias.name for alias in node.names]
+        names |= {module.split(".")[0] for module in modules}
+    assert names - set(sys.stdlib_module_names) == {"torch"}
+
+
+WORDS = ["a", "river", "<S>", "</S>", "", " ", "x" * 60, "🙂", "银行", "e\u0301", "ß" * 30]
+
+
+def test_the_reference_char_ids_are_the_packages():
+    """The reference's own §4 (a token at a time) and the package's (`description/chars.py`,
+    a batch at a time): the same ids, boundaries included."""
+    for word in WORDS:
+        assert tuple(reference_module.token_ids(word)) == chars.token_to_char_ids(word), word
+    assert (reference_module.BOS_IDS, reference_module.EOS_IDS) == (
+        chars.BOS_CHAR_IDS,
+        chars.EOS_CHAR_IDS,
+    )
+    ids = chars.batch_to_ids([WORDS, WORDS[3:5], []])
+    ours = reference_module.add_boundaries(ids, reference_module.BOS_IDS, reference_module.EOS_IDS)
+    theirs = chars.add_boundaries(ids, chars.BOS_CHAR_IDS, chars.EOS_CHAR_IDS)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1] + 2)
+    rows = [reference_module.token_ids(word) for word in WORDS]
+    assert torch.equal(ids[0], torch.tensor(rows))
 
 
 def test_the_reference_reproduces_tensorflow_with_carried_states(allennlp_fixture):
@@ -85,9 +124,9 @@ def test_reference_gradients_match_finite_differences(tmp_path):
 def route_bilm(monkeypatch, route: str, options_file, weight_file, **kwargs) -> BiLM:
     """A BiLM loaded on one route: "fast" (the default) or "reference" (every fast path off:
     the reference's forward pass inside `BiLM`, with its states and ids)."""
-    from spacy_elmo.bilm import fast_paths
+    from spacy_elmo.bilm import model
 
-    monkeypatch.setattr(fast_paths, "ENABLED", route == "fast")
+    monkeypatch.setattr(model, "FAST_PATHS", route == "fast")
     return BiLM.from_allennlp(options_file, weight_file, **kwargs)
 
 

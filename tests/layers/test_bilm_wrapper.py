@@ -10,7 +10,7 @@ import torch
 from thinc.api import Adam, ArgsKwargs, PyTorchShim
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import batch_to_ids, fast_paths
+from spacy_elmo.bilm import batch_to_ids, lstm, model
 from spacy_elmo.description.options import BiLMOptions
 from spacy_elmo.layers.bilm_wrapper import BiLMShim
 
@@ -28,13 +28,13 @@ def plain_shim(bilm: BiLM) -> tuple[PyTorchShim, BiLM]:
 
 
 def test_an_optimiser_step_keeps_the_layout_and_matches_thinc(monkeypatch):
-    monkeypatch.setattr(fast_paths, "ENABLED", True)
+    monkeypatch.setattr(model, "FAST_PATHS", True)
     torch.manual_seed(0)
     bilm = BiLM(BiLMOptions.from_dict(tiny_options()))
     thinc_shim, plain = plain_shim(bilm)
     initial = {name: weight.detach().clone() for name, weight in bilm.named_parameters()}
     cells = [stack.layers[1] for stack in (bilm.forward_lstm, bilm.backward_lstm)]
-    assert not cells[0].recurrent_weight.is_contiguous()  # laid out by `fast_paths.lay_out`
+    assert not cells[0].recurrent_weight.is_contiguous()  # laid out by `lstm.lay_out`
     assert (
         cells[0].recurrent_weight.data_ptr()
         != plain.forward_lstm.layers[1].recurrent_weight.data_ptr()
@@ -53,7 +53,8 @@ def test_an_optimiser_step_keeps_the_layout_and_matches_thinc(monkeypatch):
         assert torch.equal(got, want), name
         assert not torch.equal(got, initial[name]), name  # the step changed it
     with torch.no_grad():
-        recurrent, projection = fast_paths.stacked_kernels(cells)
+        kernels = lstm.layer_kernels(cells)
+        (recurrent,), (projection,) = kernels.recurrent, kernels.projection
     for d, cell in enumerate(cells):  # still views of one (2, in, out) tensor
         assert cell.recurrent_weight.data_ptr() == recurrent[d].data_ptr()
         assert cell.projection_weight.data_ptr() == projection[d].data_ptr()

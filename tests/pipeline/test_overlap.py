@@ -15,7 +15,7 @@ import pytest
 import torch
 from spacy.language import Language
 
-from spacy_elmo.bilm import fast_paths
+from spacy_elmo.bilm import lstm
 from spacy_elmo.bilm.quantize import Bf16SpeedWarning
 from spacy_elmo.pipeline.overlap import overlap_applies
 
@@ -82,9 +82,9 @@ def test_overlap_applies_on_the_cpu_with_two_threads_or_more(bilm_dir, threads, 
         warnings.simplefilter("ignore", Bf16SpeedWarning)
         elmo.cfg["quantize"] = "bf16"  # bfloat16 steps run in the compiled loop too
         assert overlap_applies(elmo)
-    monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)  # steps in Python: in turn
+    monkeypatch.setattr(lstm, "COMPILED_STEPS", False)  # steps in Python: in turn
     assert not overlap_applies(elmo)
-    monkeypatch.setattr(fast_paths, "COMPILED_STEPS", True)
+    monkeypatch.setattr(lstm, "COMPILED_STEPS", True)
     elmo.cfg["quantize"] = None
     assert overlap_applies(elmo)
     elmo.cfg["overlap"] = False

@@ -1,27 +1,135 @@
-"""The biLM's token cache at inference (one of the fast paths; why: `fast_paths.py`).
+"""The token layer at speed (docs/MODEL.md §5; the plain char CNN it is held against is
+`reference.CharCNN`): each distinct token of a batch once, its vector looked up in the token
+cache at inference, the convolutions on the columns that decide the max.
 
-Without autograd a `BiLM` looks the char-CNN vector of a token up here when it computed it
-before with the same weights, keyed by the token's char ids: an LRU map of TOKEN_CACHE_SIZE
-tokens and at most TOKEN_CACHE_BYTES (`RowCache`), emptied whenever a char-CNN weight changes.
-Exact: a cached vector is the one the char CNN gave (tests/bilm/test_embed.py).
-
-`RowCache` keeps the vectors as the rows of one tensor. Storing a row copies it into a free or
-evicted row, so a process that keeps meeting new tokens allocates nothing per token once the
-cache is full. (One small tensor per token, each replaced when evicted, scatters long-lived
-allocations over the C heap between short-lived ones: in a service embedding new words all
-day the heap's free gaps, and the resident set, kept growing after the cache was full.)
+Why each part is there (timed in benchmarks/results/bilm_cpu.md):
+* Distinct tokens: a batch repeats most of its tokens; `distinct_rows` finds them through
+  NumPy's unique over each row's bytes, 4x faster than torch's `unique_dim`.
+* Trimmed columns: after a token's end every slot holds the padding character, so windows
+  wholly in the padding all give one value; convolving up to the longest token plus the widest
+  filter keeps every max, bit for bit, on typically half the columns.
+* Channels-last convolutions on the CPU at inference: a 2-d convolution of height 1 whose
+  output oneDNN writes in place, where `conv1d` writes a blocked layout and reorders it.
+* The token cache (`TokenCache`): the vectors of the tokens seen last, rows of one tensor, so
+  that a process meeting new tokens all day allocates nothing per token once it is full.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from functools import partial
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
+from torch import nn
+from torch.nn import functional as F
 
 from .cache import check_bounds
 
+# The convolution outputs (n, filters, positions) are the largest tensors of the biLM: the
+# convolutions run on blocks of tokens so that one filter bank's output stays under
+# CNN_BLOCK_BYTES; the highway and projection GEMMs on blocks of at least TOP_BLOCK_ROWS tokens,
+# where they run at full speed.
+CNN_BLOCK_BYTES = 8 << 20  # 40 tokens for the published models' 1024-filter bank
+TOP_BLOCK_ROWS = 256
+
+
+def token_vectors(
+    cnn: nn.Module,
+    char_ids: torch.Tensor,
+    padding_id: int,
+    training: bool,
+    cache: Optional[TokenCache] = None,
+    version: tuple = (),
+) -> torch.Tensor:
+    """(..., P) vectors of (..., W) char ids, zero where no token is: the char CNN (`cnn`, a
+    `reference.CharCNN`) once per distinct token, those in `cache` (at inference, computed
+    with the same weights: `version` and the parameters' own) read from it."""
+    mask = (char_ids > 0).any(dim=-1)
+    output = char_ids.new_zeros(
+        (*char_ids.shape[:-1], cnn.projection_dim), dtype=cnn.char_embedding.weight.dtype
+    )
+    if mask.any():
+        distinct, inverse = distinct_rows(char_ids[mask])  # (k, W), (n,)
+        run = partial(char_cnn, cnn, padding_id=padding_id, training=training)
+        if cache is not None and not training and cache.max_size > 0:
+            vectors = cache.char_cnn(run, cnn.parameters(), distinct, version)
+        else:
+            vectors = run(distinct)  # (k, P)
+        output[mask] = vectors[inverse]
+    return output
+
+
+def char_cnn(
+    cnn: nn.Module, char_ids: torch.Tensor, padding_id: int, training: bool
+) -> torch.Tensor:
+    """`reference.CharCNN`'s (n, P) vectors of (n, W) ids, on the columns that decide the max
+    (`trim_columns`), in blocks."""
+    words = None
+    if cnn.word_embedding is not None:  # rows are 50 char ids and a word id
+        words = cnn.word_embedding(char_ids[:, -1])  # (n, word_dim)
+        char_ids = char_ids[:, :-1]
+    widest = max(conv.kernel_size[0] for conv in cnn.convolutions)
+    char_ids = trim_columns(char_ids, padding_id, widest)
+    max_filters = max(conv.out_channels for conv in cnn.convolutions)
+    conv_rows = max(1, CNN_BLOCK_BYTES // (max_filters * char_ids.shape[-1] * 4))
+    channels_last = char_ids.device.type == "cpu" and not training
+    outputs = []
+    start = 0
+    for block in char_ids.split(max(conv_rows, TOP_BLOCK_ROWS)):
+        features = torch.cat(
+            [_features(cnn, part, channels_last) for part in block.split(conv_rows)]
+        )
+        for highway in cnn.highways:  # reference.Highway, written out to stay in this file
+            transform, carry = F.linear(features, highway.weight, highway.bias).chunk(2, dim=-1)
+            gate = torch.sigmoid(carry)
+            features = gate * torch.relu(transform) + (1 - gate) * features
+        if words is not None:  # (n, word_dim + F), the word vector first
+            features = torch.cat([words[start : start + len(block)], features], dim=-1)
+        start += len(block)
+        outputs.append(cnn.projection(features))  # (n, P)
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+
+def _features(cnn: nn.Module, char_ids: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """(n, columns) character ids -> (n, F) max-pooled filter activations (max, then the
+    activation: bilm-tf's order)."""
+    chars = cnn.char_embedding(char_ids)  # (n, columns, e)
+    features = []
+    for conv in cnn.convolutions:
+        if channels_last:  # a 2-d convolution of height 1, channels last
+            x = chars.transpose(1, 2)[:, :, None, :].contiguous(memory_format=torch.channels_last)
+            scores = F.conv2d(x, conv.weight[:, :, None, :], conv.bias)  # (n, filters, 1, cols)
+            features.append(cnn.activation(scores.amax(dim=(2, 3))))
+        else:
+            features.append(cnn.activation(conv(chars.transpose(1, 2)).amax(dim=-1)))
+    return torch.cat(features, dim=-1)
+
+
+def trim_columns(char_ids: torch.Tensor, padding_id: int, widest_filter: int) -> torch.Tensor:
+    """The first columns of (n, 50) char ids that decide the max-pooled features: those up to
+    the longest token's end, plus the widest filter's (one all-padding window)."""
+    padding = char_ids == padding_id
+    longest = int((~padding).sum(dim=-1).max()) if char_ids.shape[0] else 0
+    keep = longest + widest_filter
+    return char_ids[:, :keep] if keep < char_ids.shape[-1] else char_ids
+
+
+def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of (n, W) char ids and each row's index among them, as
+    `torch.unique(rows, dim=0, return_inverse=True)` gives them (up to their order); on the CPU
+    through NumPy's unique over each row's bytes."""
+    if rows.device.type != "cpu":
+        return torch.unique(rows, dim=0, return_inverse=True)
+    values = np.ascontiguousarray(rows.numpy())
+    keys = values.view(np.dtype((np.void, values.dtype.itemsize * values.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return rows[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1))
+
+
+# ---------------------------------------------------------------------- the token cache
 TOKEN_CACHE_SIZE = 20000  # distinct tokens whose char-CNN vectors are kept at inference
 TOKEN_CACHE_BYTES = 64 * 2**20  # and at most this many bytes of them (keys and vectors)
 

@@ -1,12 +1,15 @@
-"""The fast paths (`bilm/fast_paths.py`: oneDNN products, batched GEMMs over both directions on
-weights laid out for them, in-place updates and output, blocked input projections and char CNN)
-and the reference route of `fast_paths.ENABLED = False`, against NumPy and against each other."""
+"""The engine (`bilm/tokens.py`, `bilm/lstm.py`, `bilm/compiled_steps.py`: oneDNN products,
+batched GEMMs over both directions on weights laid out for them, in-place updates and output,
+blocked input projections and char CNN) and the reference route of `model.FAST_PATHS = False`,
+against NumPy and against each other."""
 
 from __future__ import annotations
 
 import copy
-import importlib
+import os
 import pickle
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -14,7 +17,8 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import batch_to_ids, fast_paths, lstm, model
+from spacy_elmo.bilm import batch_to_ids, compiled_steps, lstm, model
+from spacy_elmo.bilm import tokens as token_layer
 from spacy_elmo.bilm.compiled_steps import cell_update_in_place
 from spacy_elmo.bilm.quantize import Bf16SpeedWarning, set_quantize
 
@@ -49,19 +53,19 @@ def use_path(
     tanh_min=None,
     compiled=True,
 ):
-    """Choose a path (before the BiLM is built: `fast_paths.lay_out` follows the switch)."""
-    if onednn == ALWAYS and not fast_paths.ONEDNN:
+    """Choose a path (before the BiLM is built: `lstm.lay_out` follows the kernel sizes)."""
+    if onednn == ALWAYS and not lstm.ONEDNN:
         pytest.skip("oneDNN is not available in this torch build")
-    monkeypatch.setattr(fast_paths, "ENABLED", enabled)
-    monkeypatch.setattr(fast_paths, "COMPILED_STEPS", compiled)
-    monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", onednn)
-    monkeypatch.setattr(fast_paths, "STACKED_MAX_ELEMENTS", stacked)
+    monkeypatch.setattr(model, "FAST_PATHS", enabled)
+    monkeypatch.setattr(lstm, "COMPILED_STEPS", compiled)
+    monkeypatch.setattr(lstm, "ONEDNN_MIN_ELEMENTS", onednn)
+    monkeypatch.setattr(lstm, "STACKED_MAX_ELEMENTS", stacked)
     if gate_block is not None:
         monkeypatch.setattr(lstm, "GATE_BLOCK_ROWS", gate_block)
     if cnn_block is not None:
-        monkeypatch.setattr(fast_paths, "CNN_BLOCK_BYTES", cnn_block)
+        monkeypatch.setattr(token_layer, "CNN_BLOCK_BYTES", cnn_block)
     if tanh_min is not None:
-        monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", tanh_min)
+        monkeypatch.setattr(lstm, "TANH_VIA_SIGMOID_MIN_ELEMENTS", tanh_min)
 
 
 @pytest.fixture(scope="module")
@@ -106,21 +110,24 @@ def test_stateful_paths_agree_with_plain(monkeypatch, files, path):
         dict(gate_block=5),
         dict(tanh_min=0),  # every tanh through the sigmoid
         dict(tanh_min=NEVER),  # torch's tanh kernel
+        dict(stacked=-1),  # one product per direction
+        dict(stacked=-1, onednn=ALWAYS),  # through oneDNN
     ],
-    ids=["default", "block_1", "block_5", "tanh_via_sigmoid", "tanh_kernel"],
+    ids=["default", "block_1", "block_5", "tanh_via_sigmoid", "tanh_kernel", "single", "onednn"],
 )
 @pytest.mark.parametrize("stateful", [False, True])
 @pytest.mark.parametrize("quantize", [None, "bf16"])
 def test_compiled_step_loop_equals_the_python_loop(
     monkeypatch, files, settings, stateful, quantize
 ):
-    """The TorchScript step loop runs the Python loop's kernels in its order, float32 or
-    bfloat16: the same layers, final states included (three stateful calls in a row), bit for
-    bit."""
+    """The step loop in TorchScript and as Python: the same kernels in the same order, float32
+    or bfloat16: the same layers, final states included (three stateful calls in a row), bit
+    for bit."""
     batches = [SENTENCES[:3], SENTENCES[1:], SENTENCES[::-1][:3]]
     results = {}
     for compiled in (False, True):
-        use_path(monkeypatch, onednn=NEVER, stacked=NEVER, compiled=compiled, **settings)
+        chosen = dict(onednn=NEVER, stacked=NEVER) | settings
+        use_path(monkeypatch, compiled=compiled, **chosen)
         bilm = BiLM.from_allennlp(*files, stateful=stateful)
         with warnings.catch_warnings():  # bf16 without bfloat16 instructions: slow, exact
             warnings.simplefilter("ignore", Bf16SpeedWarning)
@@ -143,26 +150,34 @@ def _states(bilm):
 
 
 def test_which_biLMs_release_the_gil(monkeypatch, files):
+    """Every biLM on the CPU, float32 or bfloat16, batched or not, steps in the compiled loop;
+    none with the Python steps or on the reference route."""
     use_path(monkeypatch, onednn=NEVER, stacked=NEVER)
     bilm = BiLM.from_allennlp(*files)
-    assert fast_paths.steps_release_gil(bilm)
+    assert bilm.steps_release_gil()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Bf16SpeedWarning)
-        assert fast_paths.steps_release_gil(set_quantize(bilm, "bf16"))
-    monkeypatch.setattr(fast_paths, "COMPILED_STEPS", False)
-    assert not fast_paths.steps_release_gil(bilm)
-    use_path(monkeypatch, onednn=NEVER, stacked=-1)  # kernels too large to batch: Python loop
-    assert not fast_paths.steps_release_gil(BiLM.from_allennlp(*files))
+        assert set_quantize(bilm, "bf16").steps_release_gil()
+    use_path(monkeypatch, onednn=NEVER, stacked=-1)  # kernels too large to batch
+    assert BiLM.from_allennlp(*files).steps_release_gil()
+    monkeypatch.setattr(lstm, "COMPILED_STEPS", False)
+    assert not bilm.steps_release_gil()
+    monkeypatch.setattr(lstm, "COMPILED_STEPS", True)
+    monkeypatch.setattr(model, "FAST_PATHS", False)
+    assert not bilm.steps_release_gil()
 
 
 def test_the_compiled_loop_is_used_at_inference_only(monkeypatch, files):
     """Inference on the CPU takes the compiled loop; with autograd the fused cells run."""
     use_path(monkeypatch, onednn=NEVER, stacked=NEVER)
     calls = []
-    original = fast_paths.run_compiled_steps
-    monkeypatch.setattr(
-        fast_paths, "run_compiled_steps", lambda *a, **k: calls.append(1) or original(*a, **k)
-    )
+    compiled = lstm.compiled_loop()
+
+    def counted(*args):
+        calls.append(1)
+        return compiled(*args)
+
+    monkeypatch.setattr(lstm, "compiled_loop", lambda: counted)
     bilm = BiLM.from_allennlp(*files)
     with torch.no_grad():
         bilm(batch_to_ids(SENTENCES[:2]))
@@ -252,7 +267,9 @@ def assert_stacked_views(bilm):
     for layer in range(bilm.options.n_layers):
         cells = layer_cells(bilm, layer)
         with torch.no_grad():
-            recurrent, projection = fast_paths.stacked_kernels(cells)
+            kernels = lstm.layer_kernels(cells)
+        assert kernels.mode == "batched"
+        (recurrent,), (projection,) = kernels.recurrent, kernels.projection
         for name, stacked in (("recurrent_weight", recurrent), ("projection_weight", projection)):
             for d, cell in enumerate(cells):
                 weight = getattr(cell, name)
@@ -315,7 +332,7 @@ def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, r
                 weight.data = weight.detach().clone(memory_format=torch.contiguous_format)
     cells = layer_cells(bilm, 0)
     with torch.no_grad():
-        recurrent, _ = fast_paths.stacked_kernels(cells)
+        (recurrent,) = lstm.layer_kernels(cells).recurrent
     assert recurrent.data_ptr() not in {cell.recurrent_weight.data_ptr() for cell in cells}
     assert torch.equal(recurrent[1], cells[1].recurrent_weight.t())
     for a, b in zip(bilm.embed(SENTENCES), expected):
@@ -326,43 +343,37 @@ def test_weights_that_lost_the_layout_are_stacked_per_call(monkeypatch, files, r
     assert np.abs(changed[1:] - expected[0][1:]).max() > 1e-3
 
 
-def test_the_switch_turns_every_fast_path_off(monkeypatch, files, reference):
-    """`fast_paths.ENABLED = False`: plain (out, in) weights, and every call the forward pass of
-    `reference.py` (no fast char CNN, no packed LSTM, no token cache); the reference's numbers."""
-    use_path(
-        monkeypatch, onednn=ALWAYS if fast_paths.ONEDNN else NEVER, stacked=NEVER, enabled=False
-    )
+def test_the_switch_turns_the_engine_off(monkeypatch, files, reference):
+    """`model.FAST_PATHS = False`: every call the forward pass of `reference.py` (no fast char
+    CNN, no packed LSTM, no token cache); the reference's numbers."""
+    use_path(monkeypatch, onednn=NEVER, stacked=NEVER, enabled=False)
     bilm = BiLM.from_allennlp(*files)
-    for name, parameter in bilm.named_parameters():
-        assert parameter.is_contiguous(), name
     fast = []
-    monkeypatch.setattr(fast_paths, "char_cnn", lambda *args: fast.append(args))
-    monkeypatch.setattr(model, "run_stacks", lambda *args: fast.append(args))
+    monkeypatch.setattr(token_layer, "token_vectors", lambda *args: fast.append(args))
+    monkeypatch.setattr(lstm, "run", lambda *args: fast.append(args))
     for tokens, got in zip(SENTENCES, bilm.embed(SENTENCES)):
         np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
     assert not bilm.token_cache and not fast
 
 
 @pytest.mark.parametrize(
-    "environment, enabled",
-    [({}, True), ({"SPACY_ELMO_REFERENCE": "1"}, False), ({"SPACY_ELMO_REFERENCE": "0"}, True)],
-)  # fmt: skip
-def test_the_environment_sets_the_switch(monkeypatch, environment, enabled):
+    "environment, fast, onednn",
+    [
+        ({}, True, True),
+        ({"SPACY_ELMO_REFERENCE": "1"}, False, True),
+        ({"SPACY_ELMO_REFERENCE": "0", "SPACY_ELMO_DISABLE_ONEDNN": "1"}, True, False),
+    ],
+)
+def test_the_environment_sets_the_switches(environment, fast, onednn):
+    """Read once, when the modules are imported (in a fresh interpreter here)."""
     names = ("SPACY_ELMO_REFERENCE", "SPACY_ELMO_DISABLE_ONEDNN")
-    try:
-        for name in names:
-            monkeypatch.delenv(name, raising=False)
-        for name, value in environment.items():
-            monkeypatch.setenv(name, value)
-        importlib.reload(fast_paths)
-        assert fast_paths.ENABLED is enabled
-        assert fast_paths.ONEDNN == torch.backends.mkldnn.is_available()
-        monkeypatch.setenv("SPACY_ELMO_DISABLE_ONEDNN", "1")
-        importlib.reload(fast_paths)
-        assert fast_paths.ENABLED is enabled and fast_paths.ONEDNN is False
-    finally:
-        monkeypatch.undo()
-        importlib.reload(fast_paths)
+    env = {k: v for k, v in os.environ.items() if k not in names} | environment
+    code = "from spacy_elmo.bilm import lstm, model; print(model.FAST_PATHS, lstm.ONEDNN)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    expected_onednn = onednn and torch.backends.mkldnn.is_available()
+    assert result.stdout.split() == [str(fast), str(expected_onednn)]
 
 
 @pytest.mark.parametrize("path", ["reference", "plain", "stacked", "onednn"])
@@ -380,11 +391,10 @@ def test_inference_forward_equals_the_autograd_forward(monkeypatch, files, path)
     assert not inference.layers[:, ~inference.mask].any()  # padding is exactly zero
 
 
-@pytest.mark.skipif(not fast_paths.ONEDNN, reason="oneDNN is not available in this torch build")
+@pytest.mark.skipif(not lstm.ONEDNN, reason="oneDNN is not available in this torch build")
 @pytest.mark.parametrize("rows", [1, 5, 33])
 def test_onednn_linear_matches_float64(monkeypatch, rows):
-    monkeypatch.setattr(fast_paths, "ENABLED", True)
-    monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", ALWAYS)
+    monkeypatch.setattr(lstm, "ONEDNN_MIN_ELEMENTS", ALWAYS)
     rng = np.random.default_rng(rows)
     x, w = rng.standard_normal((rows, 48)), rng.standard_normal((64, 48)) / 7
     bias, add = rng.standard_normal(64), rng.standard_normal((rows, 64))
@@ -393,72 +403,32 @@ def test_onednn_linear_matches_float64(monkeypatch, rows):
         for name, a in dict(x=x, w=w, b=bias, a=add).items()
     }
     with torch.inference_mode():
-        assert fast_paths.uses_onednn(t["x"], t["w"])
-        plain = fast_paths.linear(t["x"], t["w"])
-        full = fast_paths.linear(t["x"], t["w"], t["b"], t["a"])
+        assert lstm.uses_onednn(t["w"])
+        plain = compiled_steps.linear(t["x"], t["w"], None, None, True)
+        full = compiled_steps.linear(t["x"], t["w"], t["b"], t["a"], True)
     np.testing.assert_allclose(plain.numpy(), x @ w.T, atol=1e-5, rtol=0)
     np.testing.assert_allclose(full.numpy(), x @ w.T + bias + add, atol=1e-5, rtol=0)
 
 
 def test_onednn_is_not_used_for_other_dtypes(monkeypatch):
-    monkeypatch.setattr(fast_paths, "ONEDNN_MIN_ELEMENTS", ALWAYS)
-    x, w = torch.randn(4, 6), torch.randn(5, 6)
-    assert not fast_paths.uses_onednn(x.double(), w.double())
+    monkeypatch.setattr(lstm, "ONEDNN_MIN_ELEMENTS", ALWAYS)
+    assert not lstm.uses_onednn(torch.randn(5, 6).double())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_tanh_through_the_sigmoid_matches_torch_tanh(monkeypatch, dtype):
-    """2 sigmoid(2x) - 1 against torch.tanh over the range where tanh is not yet +-1, in
-    float32 within a few float32 ulps of 1."""
-    monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", 0)
-    x = torch.linspace(-12, 12, 200_001, dtype=dtype)
-    expected = np.tanh(x.double().numpy())
-    tolerance = 3e-7 if dtype == torch.float32 else 1e-15
-    np.testing.assert_allclose(fast_paths.tanh(x).double().numpy(), expected, atol=tolerance)
-    # Small tensors keep torch's kernel (faster there): the same values bit for bit.
-    monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", 1 << 62)
-    torch.testing.assert_close(fast_paths.tanh(x), torch.tanh(x), atol=0, rtol=0)
-
-
-@pytest.mark.parametrize("tanh_min", [0, 1 << 62])
-def test_in_place_cell_update_equals_the_lstm_formula(monkeypatch, tanh_min):
-    """`cell_update` (one sigmoid over the four gate blocks, in place) against the LSTM cell in
-    float64 NumPy, with the cell clip, through the sigmoid and through torch's tanh."""
-    monkeypatch.setattr(fast_paths, "TANH_VIA_SIGMOID_MIN_ELEMENTS", tanh_min)
-    generator = torch.Generator().manual_seed(0)
-    cell_dim = 64
-    z = torch.randn((2, 70, 4 * cell_dim), generator=generator) * 3
-    c = torch.randn((2, 70, cell_dim), generator=generator) * 2
-    zz, cc = z.double().numpy(), c.double().numpy()
-    i, j, f, o = np.split(zz, 4, axis=-1)
-    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-    c_expected = np.clip(sigmoid(f) * cc + sigmoid(i) * np.tanh(j), -3.0, 3.0)
-    m_expected = sigmoid(o) * np.tanh(c_expected)
-    c_t, m_t = fast_paths.cell_update(z.clone(), c, 3.0)
-    np.testing.assert_allclose(c_t.numpy(), c_expected, atol=2e-6, rtol=0)
-    np.testing.assert_allclose(m_t.numpy(), m_expected, atol=2e-6, rtol=0)
-    # Keeping what the fused backward pass reads: c_t and m_t in the given buffers, and the
-    # activations sigmoid(i), tanh(j), sigmoid(f), sigmoid(o) left in z.
-    kept = z.clone()
-    kept_c, kept_m = torch.empty_like(c), torch.empty_like(c)
-    c_t, m_t = cell_update_in_place(kept, c, 3.0, tanh_min, kept_c, kept_m)
-    assert c_t.data_ptr() == kept_c.data_ptr() and m_t.data_ptr() == kept_m.data_ptr()
-    np.testing.assert_allclose(kept_c.numpy(), c_expected, atol=2e-6, rtol=0)
-    np.testing.assert_allclose(kept_m.numpy(), m_expected, atol=2e-6, rtol=0)
-    activations = np.concatenate([sigmoid(i), np.tanh(j), sigmoid(f), sigmoid(o)], axis=-1)
-    np.testing.assert_allclose(kept.numpy(), activations, atol=2e-6, rtol=0)
-
-
-def test_distinct_rows_are_torch_uniques_rows():
-    """NumPy's unique over each row's bytes gives the rows of torch.unique(dim=0), each once,
-    and an inverse that rebuilds the input; with the fast paths off it is torch.unique."""
-    generator = torch.Generator().manual_seed(0)
-    vocabulary = torch.randint(0, 262, (300, 50), generator=generator)
-    rows = vocabulary[torch.randint(0, 300, (2000,), generator=generator)]
-    distinct, inverse = fast_paths.distinct_rows(rows)
-    expected, _ = torch.unique(rows, dim=0, return_inverse=True)
-    torch.testing.assert_close(distinct[inverse], rows, atol=0, rtol=0)
-    assert len(distinct) == len(expected)
-    assert {tuple(r) for r in distinct.tolist()} == {tuple(r) for r in expected.tolist()}
-    empty_distinct, empty_inverse = fast_paths.distinct_rows(rows[:0])
-    assert empty_distinct.shape == (0, 50) and empty_inverse.shape == (0,)
+@pytest.mark.parametrize("tanh_min", [0, NEVER])
+def test_the_cell_update_matches_float64(dtype, tanh_min):
+    """`cell_update_in_place`, tanh through the sigmoid (tanh_min 0) or torch's kernel, against
+    the cell's maths in float64 (docs/MODEL.md §6.1) over gates where tanh is not yet +-1: in
+    float32 within a few float32 ulps."""
+    z = torch.linspace(-6, 6, 4 * 30_000, dtype=torch.float64).reshape(30_000, 4)
+    z = z[torch.randperm(30_000, generator=torch.Generator().manual_seed(0))].reshape(1, -1, 4)
+    z = z.transpose(1, 2).reshape(1, -1)  # (1, 4D): the i, j, f, o blocks
+    c = torch.linspace(-3, 3, 30_000, dtype=torch.float64)[None]
+    i, j, f, o = z.chunk(4, dim=-1)
+    want_c = (torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)).clamp(-3.5, 3.5)
+    want_m = torch.sigmoid(o) * torch.tanh(want_c)
+    got_c, got_m = cell_update_in_place(z.to(dtype), c.to(dtype), 3.5, tanh_min)
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-14
+    torch.testing.assert_close(got_c.double(), want_c, atol=tolerance, rtol=0)
+    torch.testing.assert_close(got_m.double(), want_m, atol=tolerance, rtol=0)
