@@ -1,16 +1,8 @@
-"""One file fetched whole from a URL: resumed only while the server promises the same file,
-bounded in time and rate, checked against its record, then moved into place.
+"""One file fetched whole from a URL (`fetch`), thin over requests, filelock, srsly and tqdm.
 
-requests sends the requests (proxies from the environment, urllib3's `Retry` for a refused
-connection or a 429/5xx), filelock keeps one writer per file, tqdm shows the bytes arriving.
-`<file>.part` holds what has arrived and `<file>.part.json` its URL, validator (a strong ETag,
-else a Last-Modified a second before the answer's Date) and size: a resume sends `If-Range` and
-keeps the part only for a 206 that continues it; any other answer starts again from byte 0.
-A transfer that receives nothing for `timeout` s, or less than `speed_limit` bytes/s over
-`speed_time` s, ends with an error and keeps the part. The whole part is checked (`check`),
-compared with the folder's `checksums.json` (its first download's size and sha256) and renamed
-over the final name. Files are only created here (O_EXCL), opened without following a link
-(O_NOFOLLOW) and replaced by rename: nothing is ever written through a link planted beside.
+A cut transfer resumes only while the server promises the same file (If-Range on a strong
+validator); one that receives nothing, or crawls, ends with an error and keeps its part; the
+whole file is checked against its folder's record (size, sha256) and renamed into place.
 """
 
 from __future__ import annotations
@@ -19,26 +11,37 @@ import os
 import re
 import shutil
 import stat
-import sys
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Optional
+from typing import BinaryIO, Callable, Optional
 
+import requests
 import srsly
+import urllib3
+from filelock import FileLock, Timeout
+from tqdm import tqdm
 
 from .files import file_sha256, fsync_directory, write_text
 
 TIMEOUT_VARIABLE = "SPACY_ELMO_DOWNLOAD_TIMEOUT"
 SPEED_LIMIT_VARIABLE = "SPACY_ELMO_DOWNLOAD_SPEED_LIMIT"
 SPEED_TIME_VARIABLE = "SPACY_ELMO_DOWNLOAD_SPEED_TIME"
+# Each of Limits' fields in order: its name in messages, its variable, what it must be.
+SETTINGS = (
+    ("timeout", TIMEOUT_VARIABLE, "a positive number of seconds"),
+    ("--speed-limit", SPEED_LIMIT_VARIABLE, "a number of bytes a second >= 0 (0: no limit)"),
+    ("--speed-time", SPEED_TIME_VARIABLE, "a positive number of seconds"),
+)
 RETRIES = 2  # further tries within one download after a transfer is cut, each resumed
-PART_SUFFIX, STATE_SUFFIX, RECORD_NAME = ".part", ".part.json", "checksums.json"
-CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+RETRY_STATUSES = (429, 500, 502, 503, 504)  # answers that urllib3 asks again for
+PROGRESS = {"unit": "B", "unit_scale": True, "unit_divisor": 1024, "leave": False}  # tqdm's
+PART_SUFFIX = ".part"
+RECORD_NAME = "checksums.json"
 Check = Optional[Callable[[Path], Optional[str]]]  # what is wrong with a file, if anything
 
 
@@ -61,22 +64,19 @@ class Limits:
 
     @classmethod
     def configured(cls, timeout=None, speed_limit=None, speed_time=None) -> Limits:
-        """The values given, else the environment's, else the defaults; ValueError naming a
+        """The values given, else the environment's, else the defaults; a ValueError names a
         value that is not one and where it came from."""
         values = []
-        for value, variable, name, default in [
-            (timeout, TIMEOUT_VARIABLE, "timeout", cls.timeout),
-            (speed_limit, SPEED_LIMIT_VARIABLE, "--speed-limit", cls.speed_limit),
-            (speed_time, SPEED_TIME_VARIABLE, "--speed-time", cls.speed_time),
-        ]:
-            where, text = f"{name} {value!r} ({variable})", os.environ.get(variable, "").strip()
+        given = (timeout, speed_limit, speed_time)
+        for field, value, (name, variable, what) in zip(fields(cls), given, SETTINGS):
+            where = f"{name} {value!r} ({variable})"
             if value is None:
+                text = os.environ.get(variable, "").strip() or str(field.default)
                 where = f"{variable}={text!r}"
-                value = default if not text else float(text) if _is_number(text) else -1.0
-            rate = variable == SPEED_LIMIT_VARIABLE
-            if not (0 <= value if rate else 0 < value) or value == float("inf"):
-                what = "a number of bytes a second >= 0 (0: no limit)" if rate else "a positive"
-                raise ValueError(f"{where} is not {what}{'' if rate else ' number of seconds'}")
+                value = float(text) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", text) else -1.0
+            above_0 = value >= 0 if field.name == "speed_limit" else value > 0
+            if not (above_0 and value < float("inf")):
+                raise ValueError(f"{where} is not {what}")
             values.append(float(value))
         return cls(*values)
 
@@ -87,9 +87,9 @@ class Advice:
 
     again: str = "fetch it again to continue from there"
     force: str = "fetch it with replace=True"
-    unreachable: str = ""
-    http_error: str = ""
-    unwritable: str = ""
+    unreachable: str = "offline, or behind a proxy (https_proxy)?"
+    http_error: str = "is the URL right?"
+    unwritable: str = "choose a folder you can write"
 
 
 def part_path(final: Path) -> Path:
@@ -97,7 +97,7 @@ def part_path(final: Path) -> Path:
 
 
 def state_path(final: Path) -> Path:
-    return final.with_name(final.name + STATE_SUFFIX)
+    return final.with_name(final.name + PART_SUFFIX + ".json")
 
 
 def fetch(
@@ -111,27 +111,18 @@ def fetch(
     advice: Advice = Advice(),
 ) -> None:
     """`url` into `final` under a lock: a file in place is verified instead, unless `replace`."""
-    from filelock import FileLock, Timeout
-
-    part, limits, unwritable = part_path(final), limits or Limits.configured(), advice.unwritable
+    part = part_path(final)
+    limits = limits or Limits.configured()
     try:
         with FileLock(f"{final}.lock", blocking=False):
             if final.exists() and not replace:
                 _discard(final)
                 return verify(final, check, advice)
-            handle = _open_part(final, url)
             try:
-                with handle:
-                    if url.startswith("file:"):
-                        path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
-                        with open(path, "rb") as source:
-                            shutil.copyfileobj(source, handle)
-                    else:
-                        _transfer_with_retries(
-                            url, handle, final, limits, progress, retries, advice
-                        )
+                with _open_part(final, url) as handle:
+                    _download(url, handle, final, limits, progress, retries, advice)
                     os.fsync(handle.fileno())
-                entry = _checked(part, final.name, check, advice, url, replace)
+                entry = _examine(part, final.name, check, advice, url, replace)
             except BaseException:
                 if not state_path(final).exists() or not part.stat().st_size:
                     _discard(final)  # nothing to resume from
@@ -143,16 +134,16 @@ def fetch(
                 write_record(final.parent, final.name, entry, replace, advice)
     except Timeout:
         raise DownloadError(f"another download is writing {part}; wait for it to finish") from None
+    except DownloadError:
+        raise
     except OSError as error:
-        if isinstance(error, DownloadError):
-            raise
         what = f"read {error.filename}" if url.startswith("file:") else f"write {part}"
-        hint = f"; {unwritable}" if unwritable and "write" in what else ""
+        hint = f"; {advice.unwritable}" if "write" in what else ""
         raise DownloadError(f"cannot {what} ({error.strerror or error}){hint}") from None
 
 
 def _open_part(final: Path, url: str) -> BinaryIO:
-    """The part there when its record names `url` and it is a file of one name (opened without
+    """The part there when its state names `url` and it is a file of one name (opened without
     following a link); else the name unlinked (never what it named) and a part created anew."""
     part = part_path(final)
     try:
@@ -168,166 +159,177 @@ def _open_part(final: Path, url: str) -> BinaryIO:
     return os.fdopen(fd, "r+b", buffering=0)
 
 
-class _Cut(Exception):
-    """A transfer that ended early: (reason, "cut", "stalled" or "slow", size)."""
-
-
-def _transfer_with_retries(url, handle, final, limits, progress, retries, advice) -> None:
-    """`_transfer` again from where a cut transfer stopped, while each try gets further."""
-    import requests
-    from urllib3 import Retry
-
-    retry = Retry(connect=retries, read=0, status=retries, backoff_factor=0.5,
-                  status_forcelist=(429, 500, 502, 503, 504), raise_on_status=False)  # fmt: skip
+def _download(url, handle, final, limits, progress, retries, advice) -> None:
+    """`url` into the part: a copy of a file:// URL, else an HTTP transfer, where urllib3 asks
+    again after a refused connection or a 429/5xx answer."""
+    if url.startswith("file:"):
+        with open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb") as source:
+            return shutil.copyfileobj(source, handle)
+    retry = urllib3.Retry(
+        retries, read=0, backoff_factor=0.5, status_forcelist=RETRY_STATUSES, raise_on_status=False
+    )
     with requests.Session() as session:
         session.mount("http", requests.adapters.HTTPAdapter(max_retries=retry))
-        for attempt in range(retries + 1):
-            before = handle.seek(0, os.SEEK_END)
-            try:
-                return _transfer(session, url, handle, final, limits, progress, advice)
-            except _Cut as cut:
-                reason, kind, size = cut.args
-                received = handle.seek(0, os.SEEK_END)
-                if kind == "cut" and attempt < retries and received > before:
-                    continue
-                where = f"{received} of {size or '?'} bytes"
-                reason = {
-                    "cut": f"was cut at {where} ({reason})",
-                    "stalled": f"stalled: nothing arrived for {limits.timeout:g} s "
-                    f"({TIMEOUT_VARIABLE}) after {where}",
-                    "slow": f"is too slow: {reason}, below {limits.speed_limit:g} bytes/s "
-                    f"({SPEED_LIMIT_VARIABLE} or --speed-limit; 0 turns it off) for "
-                    f"{limits.speed_time:g} s ({SPEED_TIME_VARIABLE} or --speed-time), "
-                    f"after {where}",
-                }[kind]
-                keep = f" ({part_path(final)} keeps what arrived)" if received else ""
-                raise DownloadError(f"transfer of {url} {reason}; {advice.again}{keep}") from None
+        session.headers.update({"User-Agent": "spacy-elmo", "Accept-Encoding": "identity"})
+        _transfer(session, url, handle, final, limits, progress, retries, advice)
 
 
-def _transfer(session, url, handle, final, limits, progress, advice) -> None:
-    """One request: the rest of the file after what the part holds, or all of it."""
+def _transfer(session, url, handle, final, limits, progress, retries, advice) -> None:
+    """One answer into the part; a transfer cut after it got further is resumed at once
+    (`retries` times), a stall or a crawl ends the download."""
+    response = _answer(session, url, handle, final, limits, advice)
+    if response is None:
+        return  # the part is whole already
+    offset = handle.tell()
+    length = response.headers.get("Content-Length", "")
+    size = offset + int(length) if length.isdigit() else None
+    total = size or "?"
+    received, cut = offset, None
+    window = (time.monotonic(), offset)  # when the rate's window starts, and the bytes then
+    bar = tqdm(total=size, initial=offset, desc=final.name, disable=not progress, **PROGRESS)
+    with response, bar:
+        while True:
+            try:  # read1: what has arrived, so that the part grows and a crawl is measured
+                block = response.raw.read1(1 << 20, decode_content=False)
+            except urllib3.exceptions.ReadTimeoutError:
+                stalled = f"nothing arrived for {limits.timeout:g} s ({TIMEOUT_VARIABLE})"
+                where = f"{received} of {total} bytes"
+                raise _ended(url, f"stalled: {stalled} after {where}", final, advice) from None
+            except Exception as error:  # noqa: BLE001 - a reset, an early close
+                cut = _reason(error)
+                break
+            if not block:
+                break
+            handle.write(block)
+            bar.update(len(block))
+            received += len(block)
+            seconds = time.monotonic() - window[0]
+            if limits.speed_limit and seconds >= limits.speed_time:
+                rate = (received - window[1]) / seconds
+                if rate < limits.speed_limit:
+                    slow = f"{_too_slow(rate, seconds, limits)}, after {received} of {total} bytes"
+                    raise _ended(url, slow, final, advice)
+                window = (time.monotonic(), received)
+    if cut is None and (size is None or received >= size):
+        return
+    if retries and received > offset:
+        return _transfer(session, url, handle, final, limits, progress, retries - 1, advice)
+    cut = cut or "the connection closed early"
+    raise _ended(url, f"was cut at {received} of {total} bytes ({cut})", final, advice)
+
+
+def _answer(session, url, handle, final, limits, advice) -> Optional[requests.Response]:
+    """The answer to read into the part: the rest of the file after what it holds while the
+    server promises the same file, else all of it (the part emptied); None when it is whole."""
     offset = handle.seek(0, os.SEEK_END)
     saved = _read_state(final, url) if offset else None
     headers = {"Range": f"bytes={offset}-", "If-Range": saved["validator"]} if saved else {}
     response = _get(session, url, headers, limits, advice)
     stated = response.headers.get("Content-Range", "").strip()
-    whole = saved and saved["size"] == offset and stated == f"bytes */{offset}"
-    if response.status_code == 416 and whole:
-        return response.close()  # the part is whole already
-    match = CONTENT_RANGE.fullmatch(stated)
-    sent = response.headers.get("ETag" if saved and saved["kind"] == "etag" else "Last-Modified")
-    rest = [offset, saved["size"] - 1, saved["size"]] if saved else None
-    same = saved and sent in (None, saved["validator"])
-    if not (same and match and [int(n) for n in match.groups()] == rest):
-        handle.truncate(offset := handle.seek(0))  # not the rest of the part's file: all of it
-        if response.status_code != 200:
-            response.close()
-            response = _get(session, url, {}, limits, advice)
-        _save_state(final, url, response)
-    length = response.headers.get("Content-Length", "")
-    size = offset + int(length) if length.isdigit() else None
-    received, window = offset, (time.monotonic(), offset)
-    with response, _bar(final, size, offset, progress) as bar:
-        while True:
-            try:  # read1: what has arrived, so that the part grows and a crawl is measured
-                block = response.raw.read1(1 << 20, decode_content=False)
-            except Exception as error:  # noqa: BLE001 - a reset, a timeout, an early close
-                stalled = "timed out" in str(error).lower()
-                raise _Cut(_reason(error), "stalled" if stalled else "cut", size) from None
-            if not block:
-                break
-            handle.write(block)
-            bar.update(len(block))
-            received, now = received + len(block), time.monotonic()
-            if limits.speed_limit and now - window[0] >= limits.speed_time:
-                rate = (received - window[1]) / (now - window[0])
-                if rate < limits.speed_limit:
-                    measured = f"{rate:.1f} bytes/s over the last {now - window[0]:.1f} s"
-                    raise _Cut(measured, "slow", size)
-                window = (now, received)
-    if size is not None and received < size:
-        raise _Cut("the connection closed early", "cut", size)
+    if response.status_code == 416 and saved["size"] == offset and stated == f"bytes */{offset}":
+        response.close()
+        return None
+    if saved and response.status_code == 206:
+        header = "ETag" if saved["kind"] == "etag" else "Last-Modified"
+        same = response.headers.get(header, saved["validator"]) == saved["validator"]
+        if same and stated == f"bytes {offset}-{saved['size'] - 1}/{saved['size']}":
+            return response
+    handle.seek(0)
+    handle.truncate()
+    if response.status_code != 200:
+        response.close()
+        response = _get(session, url, {}, limits, advice)
+    _save_state(final, url, response)
+    return response
 
 
-def _get(session, url: str, headers: dict, limits: Limits, advice: Advice) -> Any:
+def _get(session, url: str, headers: dict, limits: Limits, advice: Advice) -> requests.Response:
     """The streamed answer to a GET (200, 206, or 416 to a Range); DownloadError for others."""
-    import requests
-
-    headers = {"User-Agent": "spacy-elmo", "Accept-Encoding": "identity", **headers}
     try:
         response = session.get(url, headers=headers, stream=True, timeout=limits.timeout)
     except requests.RequestException as error:
         reason = _reason(error)
         if isinstance(error, requests.Timeout):
             reason = f"no answer within {limits.timeout:g} s, {TIMEOUT_VARIABLE}"
-        hint = f"; {advice.unreachable}" if advice.unreachable else ""
-        raise DownloadError(f"cannot reach {url} ({reason}){hint}") from None
-    if response.status_code in (200, 206) or (response.status_code == 416 and "Range" in headers):
+        raise DownloadError(f"cannot reach {url} ({reason}); {advice.unreachable}") from None
+    if response.status_code in (200, 206) or (response.status_code == 416 and headers):
         return response
     response.close()
-    hint = f"; {advice.http_error}" if advice.http_error else ""
     status = f"HTTP {response.status_code} {response.reason}"
-    raise DownloadError(f"cannot download {url}: {status}{hint}")
+    raise DownloadError(f"cannot download {url}: {status}; {advice.http_error}")
 
 
-def _save_state(final: Path, url: str, response) -> None:
-    """Keep the validator of a whole-file answer beside the part (or none: no resume)."""
+def _ended(url: str, what: str, final: Path, advice: Advice) -> DownloadError:
+    """The error of a transfer that ended early; its part is kept where it can be resumed."""
+    kept = state_path(final).exists() and part_path(final).stat().st_size
+    keep = f" ({part_path(final)} keeps what arrived)" if kept else ""
+    return DownloadError(f"transfer of {url} {what}; {advice.again}{keep}")
+
+
+def _too_slow(rate: float, seconds: float, limits: Limits) -> str:
+    return (
+        f"is too slow: {rate:.1f} bytes/s over the last {seconds:.1f} s, below "
+        f"{limits.speed_limit:g} bytes/s ({SPEED_LIMIT_VARIABLE} or --speed-limit; 0 turns it "
+        f"off) for {limits.speed_time:g} s ({SPEED_TIME_VARIABLE} or --speed-time)"
+    )
+
+
+def _save_state(final: Path, url: str, response: requests.Response) -> None:
+    """Keep the validator of a whole-file answer beside the part: a strong ETag, else a
+    Last-Modified a second or more before the answer's Date (RFC 9110 §8.8.2.2); else none."""
     state_path(final).unlink(missing_ok=True)
-    etag, modified = response.headers.get("ETag", ""), response.headers.get("Last-Modified", "")
-    length = response.headers.get("Content-Length", "")
-    state = {"url": url, "kind": "etag", "validator": etag, "size": int(length or -1)}
-    if not etag.startswith('"'):  # a weak ETag (W/"...") promises no byte-for-byte copy
-        try:  # RFC 9110 §8.8.2.2: a date is strong a second or more before the answer's
-            date = parsedate_to_datetime(response.headers.get("Date", ""))
-            if (date - parsedate_to_datetime(modified)).total_seconds() < 1:
+    headers = response.headers
+    state = {"url": url, "kind": "etag", "validator": headers.get("ETag", "")}
+    if not state["validator"].startswith('"'):  # a weak ETag (W/"...") or none
+        state.update(kind="last-modified", validator=headers.get("Last-Modified", ""))
+        try:
+            date = parsedate_to_datetime(headers.get("Date", ""))
+            if (date - parsedate_to_datetime(state["validator"])).total_seconds() < 1:
                 return
         except (TypeError, ValueError):
             return
-        state.update(kind="last-modified", validator=modified)
-    write_text(state_path(final), srsly.json_dumps(state))
+    if headers.get("Content-Length", "").isdigit():
+        state["size"] = int(headers["Content-Length"])
+        write_text(state_path(final), srsly.json_dumps(state))
 
 
 def _read_state(final: Path, url: str) -> Optional[dict]:
-    """The part's record when it is of `url` and well formed; else None."""
+    """The part's state when it is of `url` and well formed; else None."""
     try:
         state = srsly.read_json(state_path(final))
-        good = state["kind"] in ("etag", "last-modified") and isinstance(state["validator"], str)
-        good = good and state["url"] == url and isinstance(state["size"], int)
+        good = state["url"] == url and isinstance(state["validator"], str) and state["validator"]
+        return state if good and isinstance(state["size"], int) and state["size"] > 0 else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return state if good and state["validator"] and state["size"] > 0 else None
 
 
-# ------------------------------------------------------------------------------ the record
 def verify(final: Path, check: Check = None, advice: Advice = Advice()) -> None:
     """A file in place against its folder's record and `check` (ChecksumError when either finds
     it changed, or it is not a regular file); a file without an entry is recorded now."""
     if not stat.S_ISREG(final.lstat().st_mode):
         raise ChecksumError(f"cached file {final} is not a regular file (a link?); {advice.force}")
-    entry = _checked(final, final.name, check, advice)
+    entry = _examine(final, final.name, check, advice)
     if entry is not None:
         write_record(final.parent, final.name, entry, advice=advice)
 
 
-def _checked(path: Path, name: str, check: Check, advice: Advice, url="", replace=False) -> Any:
+def _examine(path: Path, name: str, check: Check, advice: Advice, url="", replace=False):
     """ChecksumError (DownloadError for a download) when `check` finds `path` wrong, or it has
     not the size and sha256 the record holds for `name` (unless `replace`); the entry to record
     where the record has none, else None. A download that fails is deleted."""
-    cached = f"cached file {path}"
     problem = check(path) if check else None
     entry = None if replace else read_record(path.parent, advice=advice).get(name)
     size, digest = path.stat().st_size, file_sha256(path)
     if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
-        problem = "is not the file recorded at its first download" if url else "changed since"
-        problem += f"{'' if url else ' it was downloaded'}: expected {entry['size']} bytes, "
-        problem += f"sha256 {entry['sha256']}; got {size} bytes, sha256 {digest}"
+        problem = f"changed since it was downloaded: expected {entry['size']} bytes, sha256 "
+        problem += f"{entry['sha256']}; got {size} bytes, sha256 {digest}"
     if problem and url:
         _discard(path.with_name(name))
         then = f"; {advice.force} to check it and record it instead" if entry else ""
         error = ChecksumError if entry else DownloadError
         raise error(f"{url} {problem}; the download was deleted{then}")
     if problem:
-        raise ChecksumError(f"{cached} {problem}; {advice.force} to download it again")
+        raise ChecksumError(f"cached file {path} {problem}; {advice.force} to download it again")
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     source = url or "found in the cache"
     return None if entry else {"size": size, "sha256": digest, "source": source, "recorded": now}
@@ -340,16 +342,15 @@ def read_record(folder: Path, replace: bool = False, advice: Advice = Advice()) 
     if not path.exists():
         return {}
     try:
-        text = path.read_text(encoding="utf-8")
         try:
-            record = srsly.json_loads(text)
+            record = srsly.read_json(path)
         except ValueError as error:
             raise ValueError(f"not JSON: {error}") from None
         if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
             raise ValueError('expected a JSON object with a "files" object')
         for name, entry in record["files"].items():
             size = entry.get("size") if isinstance(entry, dict) else None
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            if type(size) is not int or size < 0:
                 raise ValueError(f"the entry of {name} has no size in bytes: {entry!r}")
             if not re.fullmatch("[0-9a-f]{64}", str(entry.get("sha256"))):
                 raise ValueError(f"the entry of {name} has no sha256 hex digest: {entry!r}")
@@ -373,24 +374,9 @@ def _discard(final: Path) -> None:
     state_path(final).unlink(missing_ok=True)
 
 
-def _is_number(text: str) -> bool:
-    return re.fullmatch(r"\d+(\.\d*)?|\.\d+", text) is not None
-
-
 def _reason(error: BaseException) -> str:
-    """A network error in a few words: the system's, else the error's own."""
-    if "IncompleteRead" in repr(error):
-        return "the connection closed early"
-    cause: Any = error
-    while isinstance(cause, BaseException):
-        if isinstance(cause, OSError) and cause.strerror:
-            return cause.strerror
-        cause = cause.__cause__ or cause.__context__ or getattr(cause, "reason", None)
-    return str(error).rpartition(": ")[2] or type(error).__name__
-
-
-def _bar(final: Path, size: Optional[int], offset: int, progress: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=size, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=final.name, disable=not progress, file=sys.stderr, leave=False)  # fmt: skip
+    """A network error in a few words: the system's (Connection refused), else its own."""
+    cause: Optional[BaseException] = error
+    while cause is not None and not (isinstance(cause, OSError) and cause.strerror):
+        cause = cause.__cause__ or cause.__context__
+    return cause.strerror if cause else str(error).rpartition(": ")[2] or type(error).__name__

@@ -415,3 +415,32 @@ def test_a_cached_file_that_is_a_link_is_not_taken_as_verified(server, final, tm
         fetch(server.url, final, progress=False, limits=FAST)
     fetch(server.url, final, replace=True, progress=False, limits=FAST)
     assert not final.is_symlink() and elsewhere.read_bytes() == payload(0)
+
+
+# ------------------------------------------------------------------------ what an error says
+def test_a_cut_part_that_cannot_be_resumed_is_not_said_to_be_kept(server, final):
+    """Without a strong validator the part is deleted: the error says nothing is kept."""
+    server.validators = "weak"
+    final.parent.mkdir(parents=True)
+    server.cuts = [100_000]
+    with pytest.raises(DownloadError, match=r"cut at 100000 of") as raised:
+        fetch(server.url, final, progress=False, retries=0, limits=FAST)
+    assert "keeps what arrived" not in str(raised.value)
+    assert not part_path(final).exists() and not state_path(final).exists()
+    server.validators = "etag"  # the same cut with a validator keeps the part, and says so
+    server.cuts = [100_000]
+    with pytest.raises(DownloadError, match=r"cut at 100000 of") as raised:
+        fetch(server.url, final, progress=False, retries=0, limits=FAST)
+    assert f"({part_path(final)} keeps what arrived)" in str(raised.value)
+    assert part_path(final).stat().st_size == 100_000
+
+
+def test_a_restarted_transfer_that_is_cut_is_resumed_within_the_fetch(server, final):
+    """The file changed after a cut: the whole new file is asked for, cut again before the old
+    part's length, and resumed from there within the same fetch (one retry)."""
+    cut_transfer(server, final, 100_000)
+    server.files[PATH] = payload(1)
+    server.cuts = [50_000]
+    fetch(server.url, final, progress=False, retries=1, limits=FAST)
+    assert sha256(final.read_bytes()) == sha256(payload(1))
+    assert [request[0] for request in server.log] == [None, "bytes=100000-", "bytes=50000-"]
