@@ -212,7 +212,7 @@ def _transfer(session, url, handle, final, limits, progress, retries, advice) ->
                 window = (time.monotonic(), received)
     if cut is None and (size is None or received >= size):
         return
-    if retries and received > offset:
+    if retries > 0 and received > offset:
         return _transfer(session, url, handle, final, limits, progress, retries - 1, advice)
     cut = cut or "the connection closed early"
     raise _ended(url, f"was cut at {received} of {total} bytes ({cut})", final, advice)
