@@ -115,7 +115,9 @@ def lay_out(stacks: Sequence[nn.Module]) -> None:
 
     For weights that no autograd graph or optimiser state refers to by memory: a BiLM that is
     being built, loaded, copied or moved. Weights laid out already keep their memory (so
-    `share_memory()` and a `.to()` that changes nothing leave them where they are).
+    `share_memory()` and a `.to()` that changes nothing leave them where they are). Kept for
+    what copies of the kernels cost instead: the bundled biLM 10% slower at batch 32 (0.705
+    against 0.638 s, docs/research/speed.md, commit 9020b70 reverted).
     """
     for cells in zip(*(stack.layers for stack in stacks)):
         if cells[0].recurrent_weight.numel() > STACKED_MAX_ELEMENTS:

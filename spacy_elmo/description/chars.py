@@ -1,4 +1,4 @@
-"""Tokens to ELMo character ids (docs/MODEL.md §4).
+"""Tokens to ELMo character ids (docs/MODEL.md §4), and batches of sentences by padded size.
 
 Raw alphabet: bytes 0-255 are UTF-8 bytes, 256..260 are the special characters below. Every
 raw id is shifted by +1 before the embedding lookup so that id 0 means "no token here".
@@ -6,7 +6,7 @@ raw id is shifted by +1 before the embedding lookup so that id 0 means "no token
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import numpy
 import torch
@@ -122,3 +122,35 @@ def _token_positions(sentences: list[list[str]]) -> tuple[numpy.ndarray, numpy.n
     sentence = numpy.repeat(numpy.arange(len(sentences)), lengths)
     position = numpy.concatenate([numpy.arange(n) for n in lengths])
     return sentence, position
+
+
+# ---------------------------------------------------------------------- batches
+Item = TypeVar("Item")
+BOUNDARY_TOKENS = 2  # <S> and </S> around every sentence
+
+
+def batches_by_padded_tokens(
+    items: Iterable[Item],
+    batch_tokens: int,
+    length: Callable[[Item], int] = len,
+    max_items: Optional[int] = None,
+) -> Iterator[list[Item]]:
+    """Consecutive batches of `items` in their order, each padded within `batch_tokens`.
+
+    An item starts a new batch when adding it would make the padded size
+    (batch rows x (longest `length` + 2)) exceed `batch_tokens`, or the batch already holds
+    `max_items`. An item longer than `batch_tokens` on its own gets a batch of its own.
+    """
+    batch: list[Item] = []
+    width = 0  # longest length in the batch, boundaries included
+    for item in items:
+        item_width = length(item) + BOUNDARY_TOKENS
+        joined_width = max(width, item_width)
+        full = max_items is not None and len(batch) >= max_items
+        if batch and (joined_width * (len(batch) + 1) > batch_tokens or full):
+            yield batch
+            batch, joined_width = [], item_width
+        batch.append(item)
+        width = joined_width
+    if batch:
+        yield batch

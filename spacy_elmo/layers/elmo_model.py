@@ -29,7 +29,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
-from ..bilm.batching import batches_by_padded_tokens
+from ..description.chars import batches_by_padded_tokens
 from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
 from .layer_cache import LayerCache, layer_cache
 
@@ -310,8 +310,7 @@ def predict_units(model: Model, units: List[Unit], lengths: List[int]) -> List[F
 
 def _zero_outputs(model: Model, lengths: List[int]) -> List[Floats3d]:
     """One (L + 1, n, 2P) array of zeros per doc of n tokens, in the model's store dtype."""
-    options = get_bilm(model).options
-    n_layers, width = options.n_layers + 1, options.output_dim
+    n_layers, width = model.get_dim("n_layers"), model.get_dim("nO")  # set with the weights
     dtype = model.attrs["settings"].store_dtype
     return [model.ops.xp.zeros((n_layers, n, width), dtype=dtype) for n in lengths]
 

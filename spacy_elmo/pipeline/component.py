@@ -26,12 +26,15 @@ sum). A downstream component's mix (`spacy_elmo.ElmoListener.v1`: a `spacy_elmo.
 layer) learns pre-softmax weights w, starting from `initial_weights`: s = softmax(w).
 """
 
+import os
 import warnings
+from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 import numpy
+import torch
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
@@ -192,6 +195,7 @@ class Elmo(TrainablePipe):
         }
         set_unit_rule(model, split_sentences=split_sentences, sentence_punct=sentence_punct)
         self._mix_coefficients: Optional[numpy.ndarray] = None
+        self._thread_counts: Dict[tuple, int] = {}  # `_threads`
         if model.maybe_get_dim("n_layers") is not None:
             n_layers = model.get_dim("n_layers")
             self._mix_coefficients = mix_coefficients(mix_weights, gamma, n_layers)
@@ -210,6 +214,15 @@ class Elmo(TrainablePipe):
         bilm, wanted = get_bilm(self.model), self.cfg["quantize"]
         if getattr(bilm, "quantize", None) != (None if wanted == "none" else wanted):
             set_quantize(bilm, wanted)
+
+    def _threads(self, training: bool = False) -> int:
+        """The biLM's torch threads: `bilm_threads` of the `threads` setting, worked out again
+        (it reads the CPU affinity and cgroup files) only when the setting, torch's own count
+        or the process changes."""
+        key = (self.cfg["threads"], training, torch.get_num_threads(), os.getpid())
+        if key not in self._thread_counts:
+            self._thread_counts[key] = bilm_threads(self.cfg["threads"], training=training)
+        return self._thread_counts[key]
 
     @property
     def mix_coefficients(self) -> numpy.ndarray:
@@ -269,7 +282,8 @@ class Elmo(TrainablePipe):
         """The layers of `docs`, the biLM on `threads` torch threads (default: by the
         `threads` setting, `util.threads.bilm_threads`)."""
         self._bilm_as_configured()
-        with torch_threads(threads or bilm_threads(self.cfg["threads"])):
+        count = threads or self._threads()
+        with nullcontext() if count == torch.get_num_threads() else torch_threads(count):
             return self.model.predict(list(docs))
 
     def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
@@ -300,7 +314,7 @@ class Elmo(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         set_dropout_rate(self.model, drop)
         self._bilm_as_configured()
-        threads = bilm_threads(self.cfg["threads"], training=True)
+        threads = self._threads(training=True)
         with torch_threads(threads):
             layers, backprop_layers = self.model.begin_update(docs)
         ops = self.model.ops

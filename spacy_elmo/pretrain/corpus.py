@@ -14,7 +14,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence
 
-from ..bilm.batching import batches_by_padded_tokens
+from ..description.chars import batches_by_padded_tokens
 from ..util.files import atomic_path, write_text
 from .config import PretrainConfig
 

@@ -8,8 +8,8 @@ from typing import Any, Iterator, Optional
 import torch
 
 from ..bilm import batch_to_ids
-from ..bilm.batching import batches_by_padded_tokens
 from ..bilm.lm_head import LMHead
+from ..description.chars import batches_by_padded_tokens
 from ..weights.sources import BiLMSource, resolve_source
 from .corpus import iter_input_files, iter_lines, pretokenized_splitter, spacy_sentence_splitter
 from .objective import (

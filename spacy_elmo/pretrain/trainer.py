@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..bilm import batch_to_ids
-from ..bilm.batching import batches_by_padded_tokens
+from ..description.chars import batches_by_padded_tokens
 from ..util import threads as cpu_threads
 from .checkpoint import (
     CHECKPOINT,

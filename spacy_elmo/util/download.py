@@ -23,7 +23,6 @@ from typing import BinaryIO, Callable, Optional
 import requests
 import srsly
 import urllib3
-from filelock import FileLock, Timeout
 from tqdm import tqdm
 
 from .files import file_sha256, fsync_directory, write_text
@@ -111,6 +110,10 @@ def fetch(
     advice: Advice = Advice(),
 ) -> None:
     """`url` into `final` under a lock: a file in place is verified instead, unless `replace`."""
+    # Imported here: filelock registers a fork hook when imported (tests/pipeline/
+    # test_spacy_untouched.py holds that importing the package registers none).
+    from filelock import FileLock, Timeout
+
     part = part_path(final)
     limits = limits or Limits.configured()
     try:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from spacy_elmo.bilm.batching import batches_by_padded_tokens
+from spacy_elmo.description.chars import batches_by_padded_tokens
 
 
 def random_sentences(seed: int, n: int = 300) -> list[list[str]]:
