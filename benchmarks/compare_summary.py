@@ -24,20 +24,19 @@ def _fused(result: dict) -> float:
     return result["results"]["fused LSTM, trimmed CNN"]["tokens_per_s"]
 
 
-# (measure, file prefix, its value in a result, the better of two values)
+# (measure, file prefix, its value in a result, the better of two values); a biLM shape the run
+# did not measure gives no row.
 MEASURES = [
-    ("biLM, small preset, batch 32, tokens/s", "bilm",
-     lambda r: _bilm(r, "small", "b32_tokens_per_s"), max),
-    ("biLM, medium preset, batch 32, tokens/s", "bilm",
-     lambda r: _bilm(r, "medium", "b32_tokens_per_s"), max),
-    ("biLM, medium preset, batch 1, tokens/s", "bilm",
-     lambda r: _bilm(r, "medium", "b1_tokens_per_s"), max),
-    ("biLM, bundled, batch 32, tokens/s", "bilm",
-     lambda r: _bilm(r, "bundled", "b32_tokens_per_s"), max),
-    ("biLM, bundled, batch 1, tokens/s", "bilm",
-     lambda r: _bilm(r, "bundled", "b1_tokens_per_s"), max),
-    ("elmo pipeline, `nlp.pipe` words/s", "pipeline",
-     lambda r: _elmo(r, "batch_words_per_s"), max),
+    (
+        f"biLM, {arch}{'' if arch == 'bundled' else ' preset'}, batch {batch}, tokens/s",
+        "bilm",
+        lambda r, arch=arch, batch=batch: _bilm(r, arch, f"b{batch}_tokens_per_s"),
+        max,
+    )
+    for arch in ("small", "medium", "original", "bundled")
+    for batch in (32, 1)
+] + [
+    ("elmo pipeline, `nlp.pipe` words/s", "pipeline", lambda r: _elmo(r, "batch_words_per_s"), max),
     ("elmo pipeline, one sentence, median ms", "pipeline",
      lambda r: _elmo(r, "sentence_ms_median"), min),
     ("pretraining step (fused), tokens/s", "pretrain", _fused, max),
