@@ -159,7 +159,8 @@ def as_stack(weights: Sequence[torch.Tensor]) -> torch.Tensor:
 
 class Bf16Kernels:
     """The bfloat16 (in, out) kernels of k (out, in) float32 weights, as one (k, in, out)
-    stack; made again when the float32 tensors change (replaced, or written in place)."""
+    stack; made again when the float32 tensors change (replaced, or written in place: torch's
+    private `_version` counts the in-place writes, as for the token cache's key)."""
 
     def __init__(self) -> None:
         self._cached: tuple = ((), None)  # (key of the float32 tensors, stack)

@@ -196,7 +196,9 @@ class TokenCache:
 
 
 def _weights_key(weights: Iterable[torch.Tensor]) -> tuple:
-    """Changes whenever one of the tensors is replaced or modified in place."""
+    """Changes whenever one of the tensors is replaced or modified in place. `_version`, torch's
+    count of in-place writes (private), is the one sign of an optimiser step or an edit under
+    `torch.no_grad()`; without it such a write would leave stale vectors in the cache."""
     return tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
 
 
