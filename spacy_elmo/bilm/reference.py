@@ -261,10 +261,10 @@ def run(
     states: tuple[list[State], list[State]] | None = None,
     boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_IDS, EOS_IDS),
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], torch.Tensor, tuple]:
-    """For (batch, time, W) ids, with `<S>` and `</S>` added (`boundaries`: their id rows):
-    the token vectors (batch, time + 2, P), each cell's forward and backward outputs
-    (batch, time + 2, P; the backward ones in the original order), the lengths with the
-    boundaries (batch,) and the final states of both directions. `bilm` is any module with a
+    """The biLM's activations (§7) for (batch, time, W) ids, with `<S>` and `</S>` added
+    (`boundaries`: their id rows): the token vectors (batch, time + 2, P), each cell's forward
+    and backward outputs (batch, time + 2, P; the backward ones in the original order), the
+    lengths with the boundaries (batch,) and the final states of both directions. `bilm` is any module with a
     `char_cnn`, a `forward_lstm` and a `backward_lstm`. `states` (§8): each direction's initial
     (h, c) per cell, one row per sentence; zeros where None."""
     bounded, lengths = add_boundaries(char_ids, *boundaries)  # (batch, time + 2, W)
@@ -284,8 +284,8 @@ def layers(
     states: tuple[list[State], list[State]] | None = None,
     boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_IDS, EOS_IDS),
 ) -> tuple[torch.Tensor, tuple[list[State], list[State]]]:
-    """The (L + 1, batch, time, 2P) layers, zero where no token is, and the final states of
-    both directions (`run`'s arguments)."""
+    """What the biLM returns (§7): the (L + 1, batch, time, 2P) layers, zero where no token
+    is, and the final states of both directions (§8; `run`'s arguments)."""
     time = char_ids.shape[1]
     tokens, forward, backward, lengths, finals = run(bilm, char_ids, states, boundaries)
     outputs = [torch.cat([tokens, tokens], dim=-1)]
