@@ -29,7 +29,7 @@ import json
 import logging
 import warnings
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -37,7 +37,7 @@ from ..description.chars import MAX_CHARS_PER_TOKEN
 from ..description.options import BiLMOptions
 from ..util.json_files import MissingFileError, read_json
 from .efml_lexicon import EfmlLexicon, read_dictionary
-from .tensors import check_weights, read_torch_file
+from .tensors import check_shapes, check_weights, read_torch_file
 
 logger = logging.getLogger(__name__)
 
@@ -96,17 +96,17 @@ def _reorder_gates(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat([i, g, f, o])
 
 
-def _take(state: dict[str, torch.Tensor], key: str, shape: tuple[int, ...], path: Path):
-    """state[key] as float32, checked for presence and shape."""
-    if key not in state:
-        raise ValueError(f"weights file {path} has no tensor '{key}' required by the config")
-    tensor = state.pop(key)
-    if tuple(tensor.shape) != shape:
-        raise ValueError(
-            f"weights file {path}: tensor '{key}' has shape {tuple(tensor.shape)} but the "
-            f"config implies {shape}; the config does not match the weights"
-        )
-    return tensor.detach().to(torch.float32)
+def _gate_bias(bias: torch.Tensor) -> torch.Tensor:
+    """Their LSTM bias in the bilm-tf order, less the forget bias of 1 that the cell adds."""
+    i, j, f, o = _reorder_gates(bias).chunk(4)
+    return torch.cat([i, j, f - 1.0, o])
+
+
+def _highway_gate(tensor: torch.Tensor) -> torch.Tensor:
+    """AllenNLP: x <- g x + (1 - g) relu(A x), g = sigmoid(B x); ours gates the transform
+    branch with t = sigmoid(-B x) = 1 - g, so the B half (rows f:) is negated."""
+    transform, gate = tensor.chunk(2)
+    return torch.cat([transform, -gate])
 
 
 def _with_no_token_row(table: torch.Tensor) -> torch.Tensor:
@@ -114,78 +114,67 @@ def _with_no_token_row(table: torch.Tensor) -> torch.Tensor:
     return torch.cat([table.new_zeros((1, table.shape[1])), table])
 
 
-def convert_state_dicts(
+def _same(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _conversions(
     options: BiLMOptions,
-    token_embedder: dict[str, torch.Tensor],
-    encoder: dict[str, torch.Tensor],
-    token_embedder_path: Path,
-    encoder_path: Path,
-) -> dict[str, torch.Tensor]:
-    """Their two state dicts (key names of their modules) -> a `BiLM` state dict."""
+) -> Iterator[tuple[str, str, tuple[int, ...], str, Callable]]:
+    """(their file, their key, its shape, our key, theirs -> ours) for every tensor."""
     e, f, p, d = (
         options.char_embedding_dim,
         options.n_filters,
         options.projection_dim,
         options.lstm_dim,
     )
-    token_embedder, encoder = dict(token_embedder), dict(encoder)
-    # Checked as stored, before `_take` casts to float32 (which would drop an imaginary part).
-    check_weights(token_embedder, f"weights file {token_embedder_path}")
-    check_weights(encoder, f"weights file {encoder_path}")
-    state: dict[str, torch.Tensor] = {}
-    n_chars = options.n_characters - 1
-    state["char_cnn.char_embedding.weight"] = _with_no_token_row(
-        _take(token_embedder, "char_emb_layer.embedding.weight", (n_chars, e), token_embedder_path)
-    )
-    if options.word_embedding_dim:
-        shape = (options.n_words - 1, options.word_embedding_dim)
-        state["char_cnn.word_embedding.weight"] = _with_no_token_row(
-            _take(token_embedder, "word_emb_layer.embedding.weight", shape, token_embedder_path)
-        )
+    embedder, word_dim = TOKEN_EMBEDDER_WEIGHTS, options.word_embedding_dim
+    tables = [("char", options.n_characters - 1, e)]
+    if word_dim:
+        tables.append(("word", options.n_words - 1, word_dim))
+    for kind, rows, dim in tables:
+        key = f"{kind}_emb_layer.embedding.weight"
+        ours = f"char_cnn.{kind}_embedding.weight"
+        yield embedder, key, (rows, dim), ours, _with_no_token_row
     for k, (width, n) in enumerate(options.filters):
         for name, shape in (("weight", (n, e, width)), ("bias", (n,))):
             key = f"convolutions.{k}.{name}"
-            state[f"char_cnn.{key}"] = _take(token_embedder, key, shape, token_embedder_path)
+            yield embedder, key, shape, f"char_cnn.{key}", _same
     for h in range(options.n_highway):
-        # AllenNLP: x <- g x + (1 - g) relu(A x), g = sigmoid(B x); ours gates the transform
-        # branch with t = sigmoid(-B x) = 1 - g.
-        prefix = f"highways._layers.{h}"
-        weight = _take(token_embedder, f"{prefix}.weight", (2 * f, f), token_embedder_path)
-        bias = _take(token_embedder, f"{prefix}.bias", (2 * f,), token_embedder_path)
-        state[f"char_cnn.highways.{h}.weight"] = torch.cat([weight[:f], -weight[f:]])
-        state[f"char_cnn.highways.{h}.bias"] = torch.cat([bias[:f], -bias[f:]])
-    width = options.word_embedding_dim + f
-    state["char_cnn.projection.weight"] = _take(
-        token_embedder, "projection.weight", (p, width), token_embedder_path
-    )
-    state["char_cnn.projection.bias"] = _take(
-        token_embedder, "projection.bias", (p,), token_embedder_path
-    )
-    forget = slice(2 * d, 3 * d)  # the f block in the bilm-tf order
+        for name, shape in (("weight", (2 * f, f)), ("bias", (2 * f,))):
+            key = f"highways._layers.{h}.{name}"
+            yield embedder, key, shape, f"char_cnn.highways.{h}.{name}", _highway_gate
+    for name, shape in (("weight", (p, word_dim + f)), ("bias", (p,))):
+        yield embedder, f"projection.{name}", shape, f"char_cnn.projection.{name}", _same
     for direction in ("forward", "backward"):
         for layer in range(options.n_layers):
             theirs, ours = f"{direction}_layer_{layer}", f"{direction}_lstm.layers.{layer}"
+            for key, shape, our_key, convert in (
+                ("input_linearity.weight", (4 * d, p), "input_weight", _reorder_gates),
+                ("state_linearity.weight", (4 * d, p), "recurrent_weight", _reorder_gates),
+                ("state_linearity.bias", (4 * d,), "bias", _gate_bias),
+                ("state_projection.weight", (p, d), "projection_weight", _same),
+            ):
+                yield ENCODER_WEIGHTS, f"{theirs}.{key}", shape, f"{ours}.{our_key}", convert
 
-            def take(name: str, shape: tuple[int, ...], theirs: str = theirs) -> torch.Tensor:
-                return _take(encoder, f"{theirs}.{name}", shape, encoder_path)
 
-            state[f"{ours}.input_weight"] = _reorder_gates(
-                take("input_linearity.weight", (4 * d, p))
-            )
-            state[f"{ours}.recurrent_weight"] = _reorder_gates(
-                take("state_linearity.weight", (4 * d, p))
-            )
-            bias = _reorder_gates(take("state_linearity.bias", (4 * d,)))
-            bias[forget] -= 1.0  # the cell adds TF's forget bias of 1 back
-            state[f"{ours}.bias"] = bias
-            state[f"{ours}.projection_weight"] = take("state_projection.weight", (p, d))
-    for leftover, path in ((token_embedder, token_embedder_path), (encoder, encoder_path)):
-        if leftover:
-            raise ValueError(
-                f"weights file {path} has tensors that the config does not describe: "
-                f"{', '.join(sorted(leftover)[:5])}; the config does not match the weights"
-            )
-    return state
+def convert_state_dicts(
+    options: BiLMOptions, model_dir: Path, states: dict[str, dict[str, torch.Tensor]]
+) -> dict[str, torch.Tensor]:
+    """Their state dicts, by file name (key names of their modules) -> a `BiLM` state dict."""
+    expected: dict[str, dict[str, tuple[int, ...]]] = {name: {} for name in states}
+    for file_name, key, shape, _, _ in _conversions(options):
+        expected[file_name][key] = shape
+    for file_name, state in states.items():
+        source = f"weights file {model_dir / file_name}"
+        # Checked as stored, before the cast to float32 (which would drop an imaginary part).
+        check_weights(state, source)
+        found = {key: tuple(tensor.shape) for key, tensor in state.items()}
+        check_shapes(found, expected[file_name], source, "the config")
+    return {
+        ours: convert(states[file_name][key].detach().to(torch.float32))
+        for file_name, key, _, ours, convert in _conversions(options)
+    }
 
 
 # ---------------------------------------------------------------------- the model directory
@@ -208,20 +197,17 @@ def is_elmoformanylangs_dir(path: str | Path) -> bool:
     return isinstance(config, dict) and "config_path" in config and "format" not in config
 
 
-def missing_files(model_dir: Path) -> list[str]:
-    """The files that every ELMoForManyLangs model directory holds and `model_dir` lacks."""
-    return [name for name in MODEL_FILES if not (model_dir / name).is_file()]
-
-
-def missing_files_error(model_dir: Path, missing: list[str]) -> MissingFileError:
-    """The error for an ELMoForManyLangs model directory that lacks `missing` files."""
-    return MissingFileError(
-        2,
-        f"ELMoForManyLangs model directory {model_dir} lacks {', '.join(missing)} (a model "
-        f"holds {', '.join(MODEL_FILES)}, the architecture JSON its config.json names and, "
-        f"with a word embedding, {WORD_DICTIONARY})",
-        str(model_dir / missing[0]),
-    )
+def check_model_files(model_dir: Path) -> None:
+    """MissingFileError naming the files of every ELMoForManyLangs model that `model_dir` lacks."""
+    missing = [name for name in MODEL_FILES if not (model_dir / name).is_file()]
+    if missing:
+        raise MissingFileError(
+            2,
+            f"ELMoForManyLangs model directory {model_dir} lacks {', '.join(missing)} (a model "
+            f"holds {', '.join(MODEL_FILES)}, the architecture JSON its config.json names and, "
+            f"with a word embedding, {WORD_DICTIONARY})",
+            str(model_dir / missing[0]),
+        )
 
 
 def _climbs_out(name: str) -> bool:
@@ -346,9 +332,7 @@ def read_elmoformanylangs(
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise MissingFileError(2, "ELMoForManyLangs model directory does not exist", str(model_dir))
-    missing = missing_files(model_dir)
-    if missing:
-        raise missing_files_error(model_dir, missing)
+    check_model_files(model_dir)
     architecture, source = read_architecture(model_dir)
     embedder = architecture.get("token_embedder") if isinstance(architecture, dict) else None
     word_dim = embedder.get("word_dim", 0) if isinstance(embedder, dict) else 0
@@ -386,5 +370,6 @@ def read_elmoformanylangs(
     except ValueError as err:
         raise ValueError(f"ELMoForManyLangs model {model_dir}: {err}") from None
     lexicon.check_sizes(options, f"ELMoForManyLangs model {model_dir}")
-    state = convert_state_dicts(options, token_embedder, encoder, token_embedder_path, encoder_path)
+    states = {TOKEN_EMBEDDER_WEIGHTS: token_embedder, ENCODER_WEIGHTS: encoder}
+    state = convert_state_dicts(options, model_dir, states)
     return options, state, lexicon

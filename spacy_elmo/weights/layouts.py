@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy
 import torch
 
 from ..description.options import BiLMOptions
-from ..util.files import atomic_path
+from ..util.files import atomic_path, write_text
 from ..util.json_files import MissingFileError, read_json
-from .elmoformanylangs import missing_files, missing_files_error
-from .tensors import check_dtype, check_weights, read_safetensors, write_safetensors
+from .elmoformanylangs import check_model_files
+from .tensors import check_dtype, check_shapes, check_weights, read_safetensors, write_safetensors
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -26,10 +26,6 @@ FORMAT_VERSION = 1
 
 
 # ---------------------------------------------------------------------- hdf5 <-> state dict
-def _cell_prefix(direction: int, layer: int) -> str:
-    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-
-
 def _conversions(
     options: BiLMOptions,
 ) -> Iterator[tuple[str, tuple[int, ...], str, Callable, Callable]]:
@@ -69,7 +65,8 @@ def _conversions(
     hidden = p if options.has_lstm_projection else d
     for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
         for layer in range(options.n_layers):
-            prefix, key = _cell_prefix(direction, layer), f"{stack}.layers.{layer}"
+            prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            key = f"{stack}.layers.{layer}"
             # W_0 stacks the input rows (P of them) over the recurrent rows.
             yield (f"{prefix}/W_0", (p + hidden, 4 * d), f"{key}.W_0", *same)
             yield (f"{prefix}/B", (4 * d,), f"{key}.bias", *same)
@@ -77,76 +74,61 @@ def _conversions(
                 yield (f"{prefix}/W_P_0", (d, p), f"{key}.projection_weight", *transpose)
 
 
-def _highway_datasets(options: BiLMOptions, h: int) -> dict[str, tuple[int, ...]]:
-    f = options.n_filters
-    return {
-        f"CNN_high_{h}/W_transform": (f, f),
-        f"CNN_high_{h}/b_transform": (f,),
-        f"CNN_high_{h}/W_carry": (f, f),
-        f"CNN_high_{h}/b_carry": (f,),
-    }
-
-
 def expected_datasets(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
     """Every dataset a bilm-tf weights file for these options holds, with its shape."""
     shapes = {name: shape for name, shape, *_ in _conversions(options)}
+    f = options.n_filters
     for h in range(options.n_highway):
-        shapes.update(_highway_datasets(options, h))
+        for part in ("transform", "carry"):
+            shapes[f"CNN_high_{h}/W_{part}"] = (f, f)
+            shapes[f"CNN_high_{h}/b_{part}"] = (f,)
     return shapes
+
+
+def hdf5_datasets(hdf5: Any) -> dict[str, Any]:
+    """Every dataset of an open h5py file, by its path in the file."""
+    import h5py
+
+    found = {}
+
+    def add(name: str, node: Any) -> None:
+        if isinstance(node, h5py.Dataset):
+            found[name] = node
+
+    hdf5.visititems(add)
+    return found
 
 
 def _read_datasets(weight_file: Path, options_source: str, options: BiLMOptions) -> dict:
     """Read and check every dataset; ValueError naming the file and dataset on any problem."""
-    try:
-        import h5py
-    except ImportError:  # pragma: no cover - h5py is a dependency
-        raise ImportError("reading ELMo weights needs h5py: pip install h5py") from None
+    import h5py
+
     if not weight_file.exists():
         raise MissingFileError(2, "ELMo weights file does not exist", str(weight_file))
     expected = expected_datasets(options)
+    source = f"weights file {weight_file}"
     arrays = {}
     try:
         with h5py.File(weight_file, "r") as hdf5:
-            found: dict[str, tuple[int, ...]] = {}
-            hdf5.visititems(
-                lambda name, obj: (
-                    found.__setitem__(name, obj.shape) if isinstance(obj, h5py.Dataset) else None
+            found = hdf5_datasets(hdf5)
+            if not set(found) & set(expected):
+                raise ValueError(
+                    f"{source} has no dataset 'char_embed' nor any other of bilm-tf's: is this "
+                    f"an ELMo weights file?"
                 )
-            )
-            for name, shape in expected.items():
-                if name not in found:
-                    hint = (
-                        " It holds none of the bilm-tf datasets: is this an ELMo weights file?"
-                        if not set(found) & set(expected)
-                        else ""
-                    )
-                    raise ValueError(
-                        f"weights file {weight_file} has no dataset '{name}' required by "
-                        f"{options_source}.{hint}"
-                    )
-                if tuple(found[name]) != shape:
-                    raise ValueError(
-                        f"weights file {weight_file}: dataset '{name}' has shape "
-                        f"{tuple(found[name])} but {options_source} implies {shape}; the "
-                        f"options do not match the weights"
-                    )
-                source = f"weights file {weight_file}"
-                check_dtype(name, hdf5[name].dtype, source, "dataset")  # before reading it
+            shapes = {name: dataset.shape for name, dataset in found.items()}
+            check_shapes(shapes, expected, source, options_source, "dataset")
+            for name in expected:
+                check_dtype(name, found[name].dtype, source, "dataset")  # before reading it
                 try:
-                    array = hdf5[name][...]  # as stored: checked before the cast to float32
+                    array = found[name][...]  # as stored: checked before the cast to float32
                 except (OSError, KeyError, RuntimeError) as err:
                     raise ValueError(
-                        f"weights file {weight_file}: cannot read dataset '{name}' ({err}); "
-                        f"the file may be truncated or corrupted"
+                        f"{source}: cannot read dataset '{name}' ({err}); the file may be "
+                        f"truncated or corrupted"
                     ) from None
                 check_weights({name: array}, source, "dataset")
                 arrays[name] = numpy.asarray(array, dtype=numpy.float32)
-            unexpected = sorted(set(found) - set(expected))
-            if unexpected:
-                raise ValueError(
-                    f"weights file {weight_file} has datasets that {options_source} does not "
-                    f"describe: {', '.join(unexpected[:5])}; the options do not match the weights"
-                )
     except OSError as err:
         raise ValueError(
             f"cannot read weights file {weight_file} as HDF5 ({err}); it may be truncated, "
@@ -221,8 +203,7 @@ def write_allennlp(
         with h5py.File(tmp, "w") as hdf5:
             for name, array in datasets.items():
                 hdf5.create_dataset(name, data=numpy.ascontiguousarray(array, dtype=numpy.float32))
-    with atomic_path(options_file) as tmp:
-        tmp.write_text(json.dumps(options.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_text(options_file, json.dumps(options.to_dict(), indent=2) + "\n")
 
 
 # ---------------------------------------------------------------------- our own format
@@ -234,8 +215,7 @@ def write_saved(
     directory.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "options": options.to_dict()}
     write_safetensors(state_dict, directory / WEIGHTS_NAME, metadata={"format": FORMAT_NAME})
-    with atomic_path(directory / CONFIG_NAME) as tmp:
-        tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    write_text(directory / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
 
 
 def read_saved_options(directory: str | Path) -> BiLMOptions:
@@ -249,9 +229,7 @@ def read_saved_options(directory: str | Path) -> BiLMOptions:
     config = read_json(config_path, "biLM config")
     if isinstance(config, dict) and "config_path" in config and "format" not in config:
         # The config.json of an ELMoForManyLangs model, in a folder without its other files.
-        missing = missing_files(Path(directory))
-        if missing:
-            raise missing_files_error(Path(directory), missing)
+        check_model_files(Path(directory))
         raise ValueError(
             f"{directory} is an ELMoForManyLangs model directory, not a saved biLM: read it "
             f"with BiLM.from_elmoformanylangs (or BiLM.load)"
@@ -289,21 +267,8 @@ def saved_weights(directory: str | Path, options: BiLMOptions) -> Path:
 def read_saved(weights_path: Path, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
     """The state dict in the weights file that `saved_weights` checked, key by key against
     `shapes`, those of the model its config describes."""
-    config_path = weights_path.parent / CONFIG_NAME
     state = read_safetensors(weights_path)
-    for key, shape in shapes.items():
-        if key not in state:
-            raise ValueError(f"{weights_path} has no tensor '{key}' required by {config_path}")
-        if tuple(state[key].shape) != shape:
-            raise ValueError(
-                f"{weights_path}: tensor '{key}' has shape {tuple(state[key].shape)} but "
-                f"{config_path} implies {shape}"
-            )
-    unexpected = sorted(set(state) - set(shapes))
-    if unexpected:
-        raise ValueError(
-            f"{weights_path} has tensors that {config_path} does not describe: "
-            f"{', '.join(unexpected[:5])}"
-        )
+    found = {key: tuple(tensor.shape) for key, tensor in state.items()}
+    check_shapes(found, shapes, str(weights_path), str(weights_path.parent / CONFIG_NAME))
     check_weights(state, str(weights_path))
     return state

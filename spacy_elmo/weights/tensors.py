@@ -96,6 +96,29 @@ def check_dtype(key: str, dtype: Any, source: str, what: str = "tensor") -> None
     )
 
 
+def check_shapes(
+    found: Mapping[str, tuple[int, ...]],
+    expected: Mapping[str, tuple[int, ...]],
+    source: str,
+    described_by: str,
+    what: str = "tensor",
+) -> None:
+    """Raise ValueError naming the first of the `expected` shapes that `found` lacks or holds in
+    another shape, or the names `found` holds beyond `expected`."""
+    for name, shape in expected.items():
+        if name not in found:
+            raise ValueError(f"{source} has no {what} '{name}' required by {described_by}")
+        if tuple(found[name]) != shape:
+            raise ValueError(
+                f"{source}: {what} '{name}' has shape {tuple(found[name])} but {described_by} "
+                f"implies {shape}"
+            )
+    unexpected = sorted(set(found) - set(expected))
+    if unexpected:
+        names = ", ".join(unexpected[:5])
+        raise ValueError(f"{source} has {what}s that {described_by} does not describe: {names}")
+
+
 def check_weights(state: Mapping[str, Weights], source: str, what: str = "tensor") -> None:
     """Raise ValueError naming the first tensor (or array) of `state` that is not weights: a
     dtype not in WEIGHT_DTYPES, a NaN or infinity, or a float64 value past float32's range."""
