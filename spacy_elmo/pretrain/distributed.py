@@ -4,7 +4,6 @@ each a no-op or the local answer in a single process."""
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import torch
 from torch import nn
@@ -33,21 +32,13 @@ class Ranks:
         if self.distributed:
             torch.distributed.barrier()
 
-    def any(self, flag: bool) -> bool:
-        """Whether `flag` holds on any rank (the same answer on all, so that all stop)."""
+    def max(self, value: float) -> float:
+        """The largest `value` of all ranks (the same answer on all, so that all stop)."""
         if not self.distributed:
-            return flag
-        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
-        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
-        return value.item() > 0
-
-    def stop_signal(self, signum: Optional[int]) -> Optional[int]:
-        """The largest stop signal of any rank, or None."""
-        if not self.distributed:
-            return signum
-        flag = torch.tensor([float(signum or 0)], device=self.device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return int(flag.item()) or None
+            return value
+        reduced = torch.tensor([float(value)], device=self.device)
+        torch.distributed.all_reduce(reduced, op=torch.distributed.ReduceOp.MAX)
+        return reduced.item()
 
     def checksums(self, model: nn.Module) -> list[float]:
         """Every rank's sum of all weights of `model` (float64), gathered on all ranks."""

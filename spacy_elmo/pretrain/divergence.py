@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Collection, Optional
 
@@ -26,26 +25,27 @@ DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
 # A mean NLL (nats a token) whose perplexity no float holds counts as a divergence (guessing
 # uniformly over 50,000 words costs about 11 nats).
 MAX_LOSS = MAX_LOG_FLOAT
-DEFAULT_LEARNING_RATE = next(f.default for f in fields(PretrainConfig) if f.name == "learning_rate")
 
 
 class TrainingDiverged(ValueError):
     """A non-finite loss, gradient, weight or held-out loss: the run stopped before writing it."""
 
 
-def step_problem(loss: torch.Tensor, grad_norm: torch.Tensor) -> tuple[bool, str]:
-    """Whether a step's loss (or past MAX_LOSS) or gradient norm is not finite; both in words."""
+def step_problem(loss: torch.Tensor, grad_norm: torch.Tensor) -> Optional[str]:
+    """The loss and gradient norm in words when either is not finite (or the loss past
+    MAX_LOSS); None when both are sound."""
     values = torch.stack([loss.detach().float(), grad_norm.detach().float().to(loss.device)])
     loss_value, norm_value = values.tolist()
-    bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
-    what = f"the loss is {loss_value:.6g} (nats a token) and the gradient norm {norm_value:.6g}"
-    return bad or loss_value > MAX_LOSS, what
+    if math.isfinite(loss_value) and math.isfinite(norm_value) and loss_value <= MAX_LOSS:
+        return None
+    return f"the loss is {loss_value:.6g} (nats a token) and the gradient norm {norm_value:.6g}"
 
 
-def held_out_problem(held_out: dict[str, float]) -> tuple[bool, str]:
-    """Whether a held-out perplexity is not finite, and the perplexity in words."""
-    bad = not all(math.isfinite(value) for value in held_out.values())
-    return bad, f"the held-out perplexity is {held_out.get('dev_ppl', 'not finite')}"
+def held_out_problem(held_out: dict[str, float]) -> Optional[str]:
+    """The held-out perplexity in words when it is not finite; None when it is."""
+    if all(math.isfinite(value) for value in held_out.values()):
+        return None
+    return f"the held-out perplexity is {held_out['dev_ppl']}"
 
 
 def weights_problem(model: nn.Module, optimizer: torch.optim.Optimizer) -> Optional[str]:
@@ -89,7 +89,7 @@ def divergence_error(
     if record is not None:
         entry = {"step": step, "what": what, "learning_rate": rate, "checkpoint_step": kept}
         write_text(record, json.dumps(entry) + "\n")
-    rates = (config.learning_rate / 10, DEFAULT_LEARNING_RATE)
+    rates = (config.learning_rate / 10, PretrainConfig.learning_rate)
     lower = f"{min(rates):.3g}"
     if kept is None:
         advice = (

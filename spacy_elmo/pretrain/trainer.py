@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Collection, Iterator, NoReturn, Optional
+from typing import Any, Collection, Iterator, Optional
 
 import torch
 from torch import nn
@@ -26,6 +26,7 @@ from ..description.chars import batches_by_padded_tokens
 from ..util import threads as cpu_threads
 from .checkpoint import (
     CHECKPOINT,
+    load_checkpoint,
     restore_training_state,
     save_checkpoint,
     training_state,
@@ -34,6 +35,8 @@ from .config import (
     DEFAULT_MAX_STEPS,
     PretrainConfig,
     check_sources,
+    moved_settings,
+    resumed_config,
     warmup_longer_than_run,
 )
 from .corpus import SKIPPED, iter_batches, prepare_corpus, read_sentences, spread_sample
@@ -42,6 +45,7 @@ from .divergence import (
     DIVERGED,
     divergence_error,
     held_out_problem,
+    remedies_after_divergence,
     step_problem,
     warn_if_worse_than_guessing,
     weights_problem,
@@ -60,7 +64,6 @@ from .records import (
     truncate_metrics,
     write_outputs,
 )
-from .resume import log_changes, resume_run
 from .rundir import locked_run_directory, prepare_run_directory
 
 logger = logging.getLogger("spacy_elmo.pretrain")
@@ -80,11 +83,15 @@ class Pretrainer:
     ) -> None:
         self.work = Path(config.output)
         self.ranks = ranks = Ranks()
-        resumed = resume_run(self.work, config, explicit) if resume else None
-        checkpoint = resumed.checkpoint if resumed is not None else None
-        self.checkpoint_step: Optional[int] = checkpoint["step"] if checkpoint is not None else None
-        if resumed is not None:
-            config = resumed.config
+        checkpoint = load_checkpoint(self.work / CHECKPOINT) if resume else None
+        remedied: dict[str, tuple[Any, Any]] = {}
+        if checkpoint is not None:
+            saved, remedied = remedies_after_divergence(
+                checkpoint["config"], config, self.work / DIVERGED, explicit
+            )
+            config = resumed_config(saved, config, self.work / CHECKPOINT, explicit)
+            if ranks.is_main:
+                log_resume(checkpoint["step"], remedied, moved_settings(saved, config))
         elif config.max_steps is None:
             config = replace(config, max_steps=DEFAULT_MAX_STEPS)
         self.config = config
@@ -113,14 +120,25 @@ class Pretrainer:
         self.step = 0
         self.tokens_seen = 0
         self.train_seconds = 0.0
-        if resumed is not None:
-            self._restore(resumed.checkpoint)
-            if resumed.remedied:
+        self.checkpoint_step: Optional[int] = None
+        if checkpoint is not None:
+            restore_training_state(
+                checkpoint,
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                self.device,
+                self.work / CHECKPOINT,
+            )
+            self.step = self.checkpoint_step = checkpoint["step"]
+            self.tokens_seen = checkpoint["tokens_seen"]
+            self.train_seconds = float(checkpoint["train_seconds"])
+            if remedied:
                 self._set_learning_rate()
             if self.ranks.is_main:
-                log_changes(resumed, self.step)
                 truncate_metrics(self.work / METRICS, self.step)
-        self.ran_with = ran_with(checkpoint, self.step, self._placement())
+        placement = {name: getattr(config, name) for name in PLACEMENT}
+        self.ran_with = ran_with(checkpoint, self.step, {**placement, "threads": self.threads})
         self.train_module: nn.Module = self.model
         if self.ranks.distributed:
             # The adaptive softmax leaves the tail clusters without a target in a batch unused:
@@ -130,28 +148,9 @@ class Pretrainer:
                 device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 find_unused_parameters=True,
             )
-        self.stop_requested = False
         self.stop_signal: Optional[int] = None
         self.last_train_ppl: Optional[float] = None  # the last one logged
         self.checkpoint_ppl: Optional[float] = None  # the last one logged before the checkpoint
-
-    def _placement(self) -> dict[str, Any]:
-        """The PLACEMENT settings of this part of the run (threads as set)."""
-        return {**{name: getattr(self.config, name) for name in PLACEMENT}, "threads": self.threads}
-
-    def _restore(self, checkpoint: dict[str, Any]) -> None:
-        """Weights, optimizer, scheduler, RNG state and progress from a checked checkpoint."""
-        restore_training_state(
-            checkpoint,
-            self.model,
-            self.optimizer,
-            self.scheduler,
-            self.device,
-            self.work / CHECKPOINT,
-        )
-        self.step = checkpoint["step"]
-        self.tokens_seen = checkpoint["tokens_seen"]
-        self.train_seconds = float(checkpoint["train_seconds"])
 
     def _set_learning_rate(self) -> None:
         """The scheduler's rates from `config` (a resume that changed them after a divergence)."""
@@ -226,7 +225,8 @@ class Pretrainer:
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), config.clip_norm
                 )
-                self._check_step(loss, grad_norm)  # before the step: the weights stay finite
+                # before the step: the weights stay finite
+                self._check(step_problem(loss, grad_norm), self.step + 1)
                 self.optimizer.step()
                 self.scheduler.step()
                 self.step += 1
@@ -256,7 +256,7 @@ class Pretrainer:
                 if self.step % config.eval_every == 0 or self.step == config.max_steps:
                     held_out = self.evaluate()
                     self._log({"step": self.step, **held_out})
-                    self._check_held_out(held_out)
+                    self._check(held_out_problem(held_out))
                 if self.step % config.checkpoint_every == 0:
                     self.save_checkpoint()
         finally:
@@ -264,7 +264,7 @@ class Pretrainer:
             for number, handler in previous.items():
                 signal.signal(number, handler)
         self.save_checkpoint()
-        if self.stop_requested:
+        if self.stop_signal is not None:
             if self.ranks.is_main:
                 logger.warning(
                     "interrupted: checkpoint written at step %d; resume the run to continue",
@@ -281,39 +281,21 @@ class Pretrainer:
             bar.refresh()
 
     def _request_stop(self, signum, frame) -> None:  # noqa: ARG002
-        self.stop_requested = True
         self.stop_signal = signum
 
     def _should_stop(self) -> bool:
-        if not self.ranks.distributed:
-            return self.stop_requested
-        self.stop_signal = self.ranks.stop_signal(self.stop_signal)
-        self.stop_requested = self.stop_signal is not None
-        return self.stop_requested
+        """Whether a stop signal came to any rank (all then stop at the same step)."""
+        self.stop_signal = int(self.ranks.max(self.stop_signal or 0)) or None
+        return self.stop_signal is not None
 
-    def _check_step(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """TrainingDiverged when the loss or gradient norm is not finite on any rank."""
-        bad, what = step_problem(loss, grad_norm)
-        if self.ranks.any(bad):
-            self._diverged(what, self.step + 1)
-
-    def _check_held_out(self, held_out: dict[str, float]) -> None:
-        """TrainingDiverged when the held-out perplexity (rank 0's) is not finite."""
-        bad, what = held_out_problem(held_out)
-        if self.ranks.any(bad):
-            self._diverged(what)
-
-    def _check_weights(self) -> None:
-        """TrainingDiverged when a weight or an optimizer moment is not finite."""
-        bad = weights_problem(self.model, self.optimizer)
-        if self.ranks.any(bad is not None):
-            self._diverged(bad or "a weight on another rank holds NaN or inf")
-
-    def _diverged(self, what: str, step: Optional[int] = None) -> NoReturn:
-        """Record the divergence beside the checkpoint and raise TrainingDiverged."""
+    def _check(self, problem: Optional[str], step: Optional[int] = None) -> None:
+        """TrainingDiverged, recorded beside the checkpoint, when `problem` (a value that is
+        not finite, in words) holds on any rank; `step`: where (else the current step)."""
+        if not self.ranks.max(problem is not None):
+            return
         raise divergence_error(
             self.config,
-            what,
+            problem or "a value on another rank is not finite",
             self.step if step is None else step,
             self.scheduler.get_last_lr()[0],
             self.checkpoint_step,
@@ -352,7 +334,7 @@ class Pretrainer:
     def save_checkpoint(self) -> None:
         """Write checkpoints/last.pt atomically (rank 0); TrainingDiverged for weights that
         are not finite, which leave the last checkpoint as it was."""
-        self._check_weights()
+        self._check(weights_problem(self.model, self.optimizer))
         self.ranks.barrier()
         if self.ranks.is_main:
             path = self.work / CHECKPOINT
@@ -375,9 +357,9 @@ class Pretrainer:
         if self.ranks.distributed:
             summary["rank_checksums"] = self.ranks.checksums(self.model)
         # Checked before anything is written: no model from non-finite weights.
-        self._check_weights()
+        self._check(weights_problem(self.model, self.optimizer))
         final_eval = self.evaluate()
-        self._check_held_out(final_eval)
+        self._check(held_out_problem(final_eval))
         if self.ranks.is_main:
             warn_if_worse_than_guessing(final_eval["dev_ppl"], len(self.vocab), self.config)
             bilm = self.model.bilm
@@ -398,6 +380,30 @@ class Pretrainer:
             write_outputs(self.work, self.config, self.model, self.vocab, summary)
         self.ranks.barrier()
         return summary
+
+
+def log_resume(
+    step: int, remedied: dict[str, tuple[Any, Any]], moved: dict[str, tuple[Any, Any]]
+) -> None:
+    """A warning for each kind of setting that a resume at `step` changed: the remedies after
+    a divergence, and where the run happens ({setting: (old, new)} each)."""
+    if remedied:
+        logger.warning(
+            "resuming after a divergence from the checkpoint of step %d with %s",
+            step,
+            _changes(remedied),
+        )
+    if moved:
+        logger.warning(
+            "resuming at step %d with %s: where the run happens, not what it computes "
+            "(another thread count or device may round its sums differently)",
+            step,
+            _changes(moved),
+        )
+
+
+def _changes(changed: dict[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
 
 
 def pretrain(
