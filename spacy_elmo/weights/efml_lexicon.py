@@ -13,7 +13,7 @@ import torch
 
 from ..description.chars import MAX_CHARS_PER_TOKEN, check_sentences
 from ..description.options import BiLMOptions
-from ..util.files import atomic_path
+from ..util.files import write_text
 from ..util.json_files import MAX_LEXICON_BYTES, MissingFileError, read_json
 
 LEXICON_NAME = "lexicon.json"  # what `BiLM.save` writes next to the weights
@@ -68,32 +68,29 @@ class EfmlLexicon:
         return self.token_ids(EOS)
 
     def token_ids(self, token: str) -> tuple[int, ...]:
-        """The shifted ids of one token (their code's ids + 1)."""
-        row = self._rows.get(token)
-        if row is None:
-            row = self._token_ids(token)
-            if len(self._rows) < 2**17:
-                self._rows[token] = row
-        return row
-
-    def _token_ids(self, token: str) -> tuple[int, ...]:
+        """The shifted ids of one token (their code's ids + 1), kept for the next time."""
+        known = self._rows.get(token)
+        if known is not None:
+            return known
         chars = self.chars
-        if len(token) + 2 > self.max_chars:  # code points, not bytes (their read_list)
-            token = token[: self.max_chars - 2]
+        cut = token[: self.max_chars - 2]  # code points, not bytes (their read_list)
         # Their create_one_batch reads `bow_id, eow_id` from '<eow>', '<bow>': in this order.
         begin, end = chars[EOW], chars[BOW]
-        if token in (BOS, EOS):
-            inner = [chars[token]]
+        if cut in (BOS, EOS):
+            inner = [chars[cut]]
         else:
             oov = chars[OOV]
-            inner = [chars.get(c, oov) for c in token]
+            inner = [chars.get(c, oov) for c in cut]
         row = [begin, *inner, end]
         row += [chars[PAD]] * (self.max_chars - len(row))
         if self.words is not None:
-            row.append(self.words.get(token, self.words[OOV]))
+            row.append(self.words.get(cut, self.words[OOV]))
         # From a list: a tuple grown from a generator passes 512 bytes on its way and stays a
         # block of the C heap, not of Python's small-object pools, for as long as it is kept.
-        return tuple([i + 1 for i in row])
+        ids = tuple([i + 1 for i in row])
+        if len(self._rows) < 2**17:
+            self._rows[token] = ids
+        return ids
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         """Ids of a batch, (batch, max_tokens, row_width), without `<bos>`/`<eos>`; 0 = no token."""
@@ -172,8 +169,7 @@ class EfmlLexicon:
 
     def save(self, directory: str | Path) -> None:
         """Write `lexicon.json` into `directory`."""
-        with atomic_path(Path(directory) / LEXICON_NAME) as tmp:
-            tmp.write_text(self.to_json() + "\n", encoding="utf-8")
+        write_text(Path(directory) / LEXICON_NAME, self.to_json() + "\n")
 
     @classmethod
     def load(cls, directory: str | Path) -> EfmlLexicon:

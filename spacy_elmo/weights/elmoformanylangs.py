@@ -1,26 +1,10 @@
 """ELMoForManyLangs (HIT-SCIR, CoNLL 2018) models: their directory read into a `BiLM`.
 
 A model directory holds `config.json` (whose `config_path` names the architecture JSON), the
-dictionaries `char.dic` and `word.dic` (`token<TAB>id` a line) and two PyTorch state dicts,
-`token_embedder.pkl` and `encoder.pkl`. What differs from bilm-tf/AllenNLP ELMo, as their
-code (`elmoformanylangs` 0.0.4.post2) does it:
-
-* characters are Unicode code points looked up in `char.dic` (unknown ones: `<oov>`), not
-  UTF-8 bytes; tokens are cut to `max_characters_per_token - 2` code points;
-* each token row is `char2id['<eow>'], chars..., char2id['<bow>'], <pad>...` (their
-  `create_one_batch` names the two the other way round, so a word starts with the id of
-  `<eow>` and ends with that of `<bow>`); sentences are `<bos> tokens <eos>`, each boundary
-  a row `<eow>-id, <bos>/<eos>-id, <bow>-id, <pad>...`;
-* an optional word embedding (`word.dic`, unknown words: `<oov>`) is concatenated before the
-  highway-transformed CNN features, and the projection is always applied;
-* the encoder is AllenNLP's `LstmCellWithProjection`: gates in the order i, f, g, o, the
-  forget bias inside the stored bias;
-* the highway is AllenNLP's: x <- g * x + (1 - g) * relu(A x), g = sigmoid(B x).
-
-Everything is mapped onto the bilm-tf layout of `BiLM`: ids are shifted by +1 as ELMo's (0 means
-"no token"), the gates are reordered to i, j, f, o with 1 taken off the forget bias (the cell
-adds it back), the highway gate is negated. The `.pkl` files are read with
-`torch.load(weights_only=True)`, which builds tensors and containers only and never runs code.
+dictionaries `char.dic` and `word.dic` and two PyTorch state dicts, `token_embedder.pkl` and
+`encoder.pkl`. Their ids, gates and highway gate are mapped onto the bilm-tf layout of `BiLM`
+(docs/languages.md lists what differs, as their code, `elmoformanylangs` 0.0.4.post2, does it).
+The `.pkl` files are read with `torch.load(weights_only=True)`, which never runs code.
 """
 
 from __future__ import annotations
@@ -179,7 +163,8 @@ def convert_state_dicts(
 
 # ---------------------------------------------------------------------- the model directory
 # The files of a model directory (word.dic only with a word embedding); any of them marks one.
-MODEL_FILES = (CONFIG_NAME, CHAR_DICTIONARY, TOKEN_EMBEDDER_WEIGHTS, ENCODER_WEIGHTS)
+WEIGHTS_FILES = (TOKEN_EMBEDDER_WEIGHTS, ENCODER_WEIGHTS)
+MODEL_FILES = (CONFIG_NAME, CHAR_DICTIONARY, *WEIGHTS_FILES)
 MARKERS = (CHAR_DICTIONARY, WORD_DICTIONARY, TOKEN_EMBEDDER_WEIGHTS, ENCODER_WEIGHTS)
 
 
@@ -273,16 +258,15 @@ def architecture_options(
     encoder, embedder = architecture.get("encoder"), architecture.get("token_embedder")
     if not isinstance(encoder, dict) or not isinstance(embedder, dict):
         raise ValueError(f"{source}: missing the 'encoder' or 'token_embedder' object")
-    if str(encoder.get("name", "")).lower() != "elmo":
-        raise ValueError(
-            f"{source}: encoder '{encoder.get('name')}' is not supported; spacy-elmo reads "
-            f'the ELMo encoder ("name": "elmo") of the published models'
-        )
-    if str(embedder.get("name", "")).lower() != "cnn":
-        raise ValueError(
-            f"{source}: token_embedder '{embedder.get('name')}' is not supported; spacy-elmo "
-            f'reads the character CNN ("name": "cnn") of the published models'
-        )
+    for key, section, name, what in (
+        ("encoder", encoder, "elmo", "the ELMo encoder"),
+        ("token_embedder", embedder, "cnn", "the character CNN"),
+    ):
+        if str(section.get("name", "")).lower() != name:
+            raise ValueError(
+                f"{source}: {key} '{section.get('name')}' is not supported; spacy-elmo reads "
+                f'{what} ("name": "{name}") of the published models'
+            )
     if not embedder.get("char_dim"):
         raise ValueError(f"{source}: 'token_embedder.char_dim' is 0; a char CNN is required")
     max_chars = embedder.get("max_characters_per_token", MAX_CHARS_PER_TOKEN)
@@ -337,39 +321,32 @@ def read_elmoformanylangs(
     embedder = architecture.get("token_embedder") if isinstance(architecture, dict) else None
     word_dim = embedder.get("word_dim", 0) if isinstance(embedder, dict) else 0
     token_embedder_path = model_dir / TOKEN_EMBEDDER_WEIGHTS
-    encoder_path = model_dir / ENCODER_WEIGHTS
-    token_embedder = load_state_dict(token_embedder_path)
-    encoder = load_state_dict(encoder_path)
+    states = {name: load_state_dict(model_dir / name) for name in WEIGHTS_FILES}
     # The table sizes are the weights' (as their EmbeddingLayer, len(dictionary) rows).
-    rows = {}
-    for kind, key in (("char", "char_emb_layer"), ("word", "word_emb_layer")):
-        table = token_embedder.get(f"{key}.embedding.weight")
-        if table is None and (kind == "char" or word_dim):
+    rows, dictionaries = {"char": 0, "word": 0}, {"char": None, "word": None}
+    for kind, dictionary, what in (
+        ("char", CHAR_DICTIONARY, "character"),
+        ("word", WORD_DICTIONARY, "word"),
+    ):
+        if kind == "word" and not word_dim:
+            continue
+        key = f"{kind}_emb_layer.embedding.weight"
+        table = states[TOKEN_EMBEDDER_WEIGHTS].get(key)
+        if table is None:
             raise ValueError(
-                f"weights file {token_embedder_path} has no tensor '{key}.embedding.weight' "
-                f"required by {source}"
+                f"weights file {token_embedder_path} has no tensor '{key}' required by {source}"
             )
-        rows[kind] = 0 if table is None or table.dim() != 2 else table.shape[0]
-    chars = read_dictionary(
-        model_dir / CHAR_DICTIONARY,
-        rows["char"] or None,
-        f"the character embedding of {token_embedder_path}",
-    )
-    words = None
-    if word_dim:
-        words = read_dictionary(
-            model_dir / WORD_DICTIONARY,
-            rows["word"] or None,
-            f"the word embedding of {token_embedder_path}",
-        )
+        rows[kind] = table.shape[0] if table.dim() == 2 else 0
+        table_name = f"the {what} embedding of {token_embedder_path}"
+        dictionaries[kind] = read_dictionary(model_dir / dictionary, rows[kind] or None, table_name)
     options = architecture_options(
         architecture, rows["char"], rows["word"], f"architecture {source}"
     )
+    chars, words = dictionaries["char"], dictionaries["word"]
     try:
         lexicon = EfmlLexicon(chars, words, MAX_CHARS_PER_TOKEN)
     except ValueError as err:
         raise ValueError(f"ELMoForManyLangs model {model_dir}: {err}") from None
     lexicon.check_sizes(options, f"ELMoForManyLangs model {model_dir}")
-    states = {TOKEN_EMBEDDER_WEIGHTS: token_embedder, ENCODER_WEIGHTS: encoder}
     state = convert_state_dicts(options, model_dir, states)
     return options, state, lexicon

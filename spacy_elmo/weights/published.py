@@ -1,19 +1,9 @@
 """The published AllenNLP/bilm-tf English biLMs by name: where they are, and their download.
 
-`download(name)` fetches a model's two files (`<shape>/elmo_<shape>_options.json` and
-`_weights.hdf5`, as AllenNLP publishes them) into the cache, `SPACY_ELMO_CACHE` (default
-`$XDG_CACHE_HOME/spacy-elmo`, else `~/.cache/spacy-elmo`), in the same `<shape>/` layout,
-with `util.download.fetch`: resumed only while the server promises the same file, bounded in
-time and rate, recorded (size, sha256) in `<shape>/checksums.json` once checked, and verified
-against that record later (`--force` fetches again and replaces it). The checks are here:
-the options file must describe the name's published architecture, and the weights file must
-open as HDF5 and hold every dataset of that architecture, each of its shape, a weights dtype
-and readable, finite values. `SPACY_ELMO_MIRROR` replaces the published base URL: an
-http(s):// URL, a file:// URL or a local folder holding the same `<shape>/` layout (and that
-is not the cache, nor holds it or lies in it).
-
-Nothing here is called unless the user asks for a download: `spacy-elmo download NAME` or a
-config's `spacy_elmo.PublishedWeights.v1`. `sources.resolve_source` only reads the cache.
+`download(name)` fetches a model's options and weights files into the cache (`SPACY_ELMO_CACHE`)
+from AllenNLP or `SPACY_ELMO_MIRROR` with `util.download.fetch`, and checks them against the
+name's architecture (docs/download.md). Nothing here runs unless a user asks for a download
+(`spacy-elmo download NAME`, `spacy_elmo.PublishedWeights.v1`); `sources` only reads the cache.
 """
 
 from __future__ import annotations
@@ -38,6 +28,7 @@ from ..util.download import (
     read_record,
     verify,
 )
+from ..util.files import place
 
 PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 CACHE_VARIABLE = "SPACY_ELMO_CACHE"
@@ -134,7 +125,8 @@ def base_url() -> str:
     mirror = os.environ.get(MIRROR_VARIABLE, "").strip()
     if not mirror:
         return PUBLISHED_BASE_URL
-    scheme = urllib.parse.urlsplit(mirror).scheme.lower() if "://" in mirror else ""
+    parsed = urllib.parse.urlsplit(mirror)
+    scheme = parsed.scheme.lower() if "://" in mirror else ""
     if scheme in ("http", "https"):
         return mirror
     if scheme and scheme != "file":
@@ -142,7 +134,6 @@ def base_url() -> str:
             f"{MIRROR_VARIABLE}={mirror!r} is not an http://, https:// or file:// URL nor a "
             "local folder"
         )
-    parsed = urllib.parse.urlsplit(mirror)
     if scheme == "file" and parsed.netloc not in ("", "localhost"):
         raise DownloadError(
             f"{MIRROR_VARIABLE}={mirror!r} names a file:// URL on host '{parsed.netloc}'; a "
@@ -210,21 +201,19 @@ def download(
     folder, base, advice = model.folder(), base_url(), _advice(model)
     limits = Limits.configured(timeout, speed_limit, speed_time)
     mirror = _local(base)
-    if mirror is not None:  # the cache apart from the mirror it reads, their links resolved
-        cache, read = cache_dir().expanduser().resolve(), mirror.resolve()
-        relation = "is" if cache == read else "is inside" if read in cache.parents else None
-        relation = relation or ("holds" if cache in read.parents else None)
-        if relation:
-            raise DownloadError(
-                f"the cache {cache_dir()} ({CACHE_VARIABLE}) {relation} the mirror folder "
-                f"{mirror} ({MIRROR_VARIABLE}): a download would write into what it reads; set "
-                f"{CACHE_VARIABLE} to a folder apart from the mirror"
-            )
+    where = place(cache_dir(), mirror) if mirror is not None else None
+    if where is not None:  # the cache apart from the mirror it reads, their links resolved
+        relation = {"is": "is", "inside": "is inside", "contains": "holds"}[where]
+        raise DownloadError(
+            f"the cache {cache_dir()} ({CACHE_VARIABLE}) {relation} the mirror folder "
+            f"{mirror} ({MIRROR_VARIABLE}): a download would write into what it reads; set "
+            f"{CACHE_VARIABLE} to a folder apart from the mirror"
+        )
     if not force:  # a malformed record stops the download before anything is fetched
         read_record(folder, advice=advice)
+    check = functools.partial(_format_problem, model)
     for file_name in model.file_names:
         final, url = folder / file_name, model.url(file_name, base)
-        check = functools.partial(_format_problem, model)
         if final.exists() and not force:  # a read-only cache is fine for this
             verify(final, check, advice)
             continue
@@ -261,7 +250,7 @@ def _advice(model: PublishedModel) -> Advice:
     )
 
 
-def _writable_folder(folder: Path) -> Path:
+def _writable_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-test-{os.getpid()}"
@@ -273,18 +262,13 @@ def _writable_folder(folder: Path) -> Path:
             f"cannot write the spacy-elmo cache {folder} ({reason}); set {CACHE_VARIABLE} to "
             "a folder you can write"
         ) from None
-    return folder
 
 
 # ------------------------------------------------------------------------------ the checks
 def _format_problem(model: PublishedModel, path: Path) -> Optional[str]:
     """What keeps a downloaded file from being `model`'s file (an error page, a cut or
     corrupted transfer, another architecture), if anything: the end of a sentence."""
-    if path.name.endswith(PART_SUFFIX):
-        file_name = path.name[: -len(PART_SUFFIX)]
-    else:
-        file_name = path.name
-    if file_name == model.weights_name:
+    if path.name.removesuffix(PART_SUFFIX) == model.weights_name:
         return _weights_problem(model, path)
     from ..description.options import BiLMOptions
 
@@ -316,19 +300,14 @@ def _weights_problem(model: PublishedModel, path: Path) -> Optional[str]:
             return "did not send an HDF5 file (a proxy's or server's page?)"
     import h5py
 
-    from .layouts import check_weights, expected_datasets
+    from .layouts import check_weights, expected_datasets, hdf5_datasets
 
     expected = expected_datasets(model.architecture)
     whole = f"is not a whole weights file of the published '{model.name}'"
     try:
         # locking=False: the download holds its own lock (flock) on the part being checked
         with h5py.File(path, "r", locking=False) as hdf5:
-            found: dict[str, Any] = {}
-            hdf5.visititems(
-                lambda name, obj: (
-                    found.__setitem__(name, obj) if isinstance(obj, h5py.Dataset) else None
-                )
-            )
+            found = hdf5_datasets(hdf5)
             missing = [name for name in expected if name not in found]
             if missing:
                 return f"{whole}: it has no dataset {', '.join(missing[:3])}"

@@ -13,8 +13,7 @@ through `resolve_source`:
   files named explicitly (`options`, `weights`);
 * an ELMoForManyLangs model directory (`char.dic`, `encoder.pkl`, ...).
 
-`BiLM.from_source` reads each kind with its reader in this package (`layouts`, `elmoformanylangs`),
-with that reader's format and shape checks.
+`BiLM.from_source` reads each kind with its reader (`layouts`, `elmoformanylangs`).
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "en_elmo_bundled
 PUBLISHED_NAMES = tuple(PUBLISHED)
 # A run directory of `spacy-elmo pretrain` keeps its biLM here.
 RUN_MODEL_DIR = "model"
-KINDS = ("bundled", "saved", "run", "allennlp", "elmoformanylangs")
 ACCEPTED = (
     "'bundled', a published model (small, medium, original, original-5.5b), a directory "
     "written by BiLM.save, a `spacy-elmo pretrain` run directory, a "
@@ -148,11 +146,9 @@ def _published_source(name: str) -> BiLMSource:
 def _resolve_directory(name: str, path: Path) -> BiLMSource:
     if is_elmoformanylangs_dir(path):
         return BiLMSource("elmoformanylangs", name, path)
-    if (path / CONFIG_NAME).exists() or (path / WEIGHTS_NAME).exists():
-        return BiLMSource("saved", name, path)
-    run_model = path / RUN_MODEL_DIR
-    if (run_model / CONFIG_NAME).exists() or (run_model / WEIGHTS_NAME).exists():
-        return BiLMSource("run", name, run_model)
+    for kind, folder in (("saved", path), ("run", path / RUN_MODEL_DIR)):
+        if (folder / CONFIG_NAME).exists() or (folder / WEIGHTS_NAME).exists():
+            return BiLMSource(kind, name, folder)
     options = sorted(path.glob("*options*.json"))
     weights = sorted(path.glob("*weights*.hdf5"))
     if len(options) == 1 and len(weights) == 1:

@@ -63,12 +63,8 @@ def _first_line(error: Exception) -> str:
 
 
 # ---------------------------------------------------------------------- the weights' values
-# The one check of every weight source (hdf5, safetensors, ELMoForManyLangs .pkl, checkpoints,
-# a pipeline's bytes), made on the values as stored, before the cast to the float32 that
-# `BiLM` computes in: floating-point numbers whose cast is exact (float16, bfloat16) or the
-# nearest float32 (float64, within float32's range). Integers, booleans and complex numbers
-# are not weights: a cast would make numbers of them silently (a complex tensor's imaginary
-# part would be dropped).
+# Every weight source is checked as stored, before the cast to float32: a cast of integers,
+# booleans or complex numbers would make numbers of them silently.
 WEIGHT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
 

@@ -794,6 +794,26 @@ def test_a_mirror_folder_given_with_a_tilde(fixture_files, tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize(
+    "cache, relation",
+    [("m", "is"), ("link", "is"), ("m/cache", "is inside"), (".", "holds")],
+)
+def test_a_cache_that_overlaps_the_mirror_folder_is_refused(
+    fixture_files, tmp_path, monkeypatch, cache, relation
+):
+    root = tmp_path / "m"
+    (root / SMALL.shape).mkdir(parents=True)
+    for name in ("options", "weights"):
+        (root / SMALL.shape / getattr(SMALL, f"{name}_name")).write_bytes(fixture_files[name])
+    (tmp_path / "link").symlink_to(root)
+    monkeypatch.setenv("SPACY_ELMO_MIRROR", str(root))
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / cache))
+    pattern = rf"the cache .* \(SPACY_ELMO_CACHE\) {relation} the mirror folder {root} "
+    with pytest.raises(DownloadError, match=pattern):
+        download("small", progress=False)
+    assert sorted(p.name for p in (root / SMALL.shape).iterdir()) == sorted(SMALL.file_names)
+
+
+@pytest.mark.parametrize(
     "mirror_value, message",
     [
         ("{tmp}/nowhere", r"the mirror folder {tmp}/nowhere does not exist"),
