@@ -17,10 +17,10 @@ from typing import Any, Iterator, Optional
 
 from ..util.files import atomic_path, files_sha256
 from .embed_file import LineRange, read_lines
-from .engine import Cluster
+from .engine import Cluster, check_positive
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
-from .temporary import staged, staged_result
+from .temporary import write_output
 
 APPLY_SUFFIXES = (".jsonl", ".txt", ".spacy")
 DEFAULT_SHARD_DOCS = 2000
@@ -40,8 +40,7 @@ class ApplyJob:
     def setup(self) -> Any:
         import spacy
 
-        if self.code is not None:
-            spacy.util.import_file("python_code", self.code)
+        import_code(self.code)
         if self.gpu:
             spacy.require_gpu()  # the GPU Ray gave this worker
         return spacy.load(self.pipeline)
@@ -49,7 +48,6 @@ class ApplyJob:
     def run(self, nlp: Any, payload: dict[str, Any]) -> dict[str, Any]:
         from spacy.tokens import Doc, DocBin
 
-        output, install = Path(payload["output"]), payload["kind"] == "part"
         docbin = DocBin(store_user_data=True)
         if payload["kind"] == "join":
             for part in payload["parts"]:
@@ -63,9 +61,13 @@ class ApplyJob:
                 if drop_layers:
                     doc._.elmo_layers = None
                 docbin.add(doc)
-        with staged(output, install) as stage, atomic_path(stage) as tmp:
-            tmp.write_bytes(docbin.to_bytes())
-        return staged_result(len(docbin), stage, install)
+
+        def write(stage: Path) -> int:
+            with atomic_path(stage) as tmp:
+                tmp.write_bytes(docbin.to_bytes())
+            return len(docbin)
+
+        return write_output(payload, write)
 
     def options(self) -> dict[str, Any]:
         return {"command": "apply", "text_key": self.text_key}
@@ -118,8 +120,7 @@ def apply_corpus(
     `embed_corpus` (docs/corpus.md). `code`: a Python file every worker imports before it loads
     the pipeline (its custom components), on storage every node sees.
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_positive(batch_size=batch_size)
     name, identity, folder, files = _pipeline(pipeline)
     output_dir = Path(output_dir)
     check_apart(output_dir, "the pipeline", folder, files)
@@ -129,22 +130,42 @@ def apply_corpus(
     return run_corpus("apply", inputs, output_dir, job, identity, job.options(), cluster, progress)
 
 
-def _pipeline(pipeline: str | Path) -> tuple[str, dict[str, Any], Path, list[Path]]:
-    """How workers load the pipeline (absolute path or package name), its manifest identity
-    (sha256 over the names and bytes of every file of its folder), its folder and files."""
+def import_code(code: Optional[str]) -> None:
+    """Import the Python file a worker is given (`--code`) before it loads the model."""
+    if code is not None:
+        import spacy.util
+
+        spacy.util.import_file("python_code", code)
+
+
+def pipeline_files(pipeline: str | Path) -> tuple[str, Optional[Path], list[Path]]:
+    """How workers load a spaCy pipeline (a folder's absolute path or an installed package's
+    name), its folder (None where it is neither, or a file), and its files."""
     import spacy.util
 
     path = Path(pipeline).expanduser()
     if path.exists():
-        if not (path / "config.cfg").is_file():
-            raise ValueError(f"pipeline {pipeline} is not a spaCy pipeline folder (no config.cfg)")
         name = str(path.absolute())
     elif spacy.util.is_package(str(pipeline)):
         name = str(pipeline)
         path = Path(spacy.util.get_package_path(name))
     else:
-        raise ValueError(f"pipeline {pipeline} is neither a folder nor an installed spaCy package")
+        return str(pipeline), None, []
+    if not path.is_dir():
+        return name, None, [path]
     files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    digest = files_sha256((os.fsencode(f.relative_to(path).as_posix()), f) for f in files)
+    return name, path, files
+
+
+def _pipeline(pipeline: str | Path) -> tuple[str, dict[str, Any], Optional[Path], list[Path]]:
+    """`pipeline_files`, checked, and the pipeline's manifest identity (sha256 over the names
+    and bytes of every file of its folder)."""
+    path = Path(pipeline).expanduser()
+    if path.exists() and not (path / "config.cfg").is_file():
+        raise ValueError(f"pipeline {pipeline} is not a spaCy pipeline folder (no config.cfg)")
+    name, folder, files = pipeline_files(pipeline)
+    if folder is None:
+        raise ValueError(f"pipeline {pipeline} is neither a folder nor an installed spaCy package")
+    digest = files_sha256((os.fsencode(f.relative_to(folder).as_posix()), f) for f in files)
     identity = {"kind": "spacy", "name": str(pipeline), "sha256": digest}
-    return name, identity, path, files
+    return name, identity, folder, files

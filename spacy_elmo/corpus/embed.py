@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
 from ..util.files import atomic_path
-from .embed_file import MAX_TOKENS, OUTPUT_FORMATS, dataset_options, write_sentence_to_index
-from .engine import Cluster
+from .apply import import_code, pipeline_files
+from .embed_file import MAX_TOKENS, embed_options, write_sentence_to_index
+from .engine import Cluster, check_positive
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
-from .temporary import staged, staged_result
+from .temporary import write_output
 
 DEFAULT_SHARD_LINES = 2000
 
@@ -40,17 +42,14 @@ class EmbedJob:
         from ..bilm import BiLM
         from .embed_file import spacy_tokenizer, whitespace_tokenizer
 
-        if self.code is not None:
-            import spacy.util
-
-            spacy.util.import_file("python_code", self.code)
+        import_code(self.code)
         bilm = BiLM.load(self.model, options=self.options_file, weights=self.weights_file)
         if self.gpu:
             bilm = bilm.to("cuda")  # the GPU Ray gave this worker (CUDA_VISIBLE_DEVICES)
-        if self.quantize is not None:
+        if self.bf16:
             from ..bilm.quantize import set_quantize
 
-            set_quantize(bilm, self.quantize)
+            set_quantize(bilm, "bf16")
         if self.pretokenized:
             tokenize = whitespace_tokenizer
         else:
@@ -60,32 +59,23 @@ class EmbedJob:
     def run(self, state: Any, payload: dict[str, Any]) -> dict[str, Any]:
         from .embed_file import embed_file
 
-        output, install = Path(payload["output"]), payload["kind"] == "part"
         if payload["kind"] == "join":
-            with staged(output, install) as stage:
-                lines = join_hdf5([Path(p) for p in payload["parts"]], stage)
-            return staged_result(lines, stage, install)
+            return write_output(payload, partial(join_hdf5, [Path(p) for p in payload["parts"]]))
         bilm, tokenize = state
-        with staged(output, install) as stage:  # a temporary name the run knows for its own
-            lines = embed_file(
-                bilm,
-                payload["input"],
-                stage,
-                output_format=self.output_format,
-                batch_size=self.batch_size,
-                tokenize=tokenize,
-                progress=False,
-                max_tokens=self.max_tokens,
-                float16=self.float16,
-                compression=self.compression,
-                lines=payload.get("range"),
-            )
-        return staged_result(lines, stage, install)
-
-    @property
-    def quantize(self) -> Optional[str]:
-        """The biLM's `quantize` setting: "bf16" or None (float32)."""
-        return "bf16" if self.bf16 else None
+        embed = partial(
+            embed_file,
+            bilm,
+            payload["input"],
+            output_format=self.output_format,
+            batch_size=self.batch_size,
+            tokenize=tokenize,
+            progress=False,
+            max_tokens=self.max_tokens,
+            float16=self.float16,
+            compression=self.compression,
+            lines=payload.get("range"),
+        )
+        return write_output(payload, embed)
 
     def options(self) -> dict[str, Any]:
         """What changes the outputs (recorded in the manifest; a change redoes them)."""
@@ -98,7 +88,7 @@ class EmbedJob:
             "max_tokens": self.max_tokens,
             "float16": self.float16,
             "compression": self.compression,
-            **({"quantize": self.quantize} if self.quantize else {}),  # absent for float32
+            **({"quantize": "bf16"} if self.bf16 else {}),  # absent for float32
         }
 
 
@@ -160,19 +150,15 @@ def embed_corpus(
     from ..bilm.quantize import quantize_from_flags
     from ..weights.sources import resolve_source
 
-    if output_format not in OUTPUT_FORMATS:
-        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-    dataset_options(float16, compression)  # checks the storage options
+    check_positive(batch_size=batch_size)
+    embed_options(output_format, max_tokens, float16, compression)
     quantize_from_flags(bf16, cluster.gpus_per_worker > 0, "--gpus-per-worker")
     output_dir = Path(output_dir)
     source = resolve_source(model if options_file is None else None, options_file, weights_file)
     check_apart(output_dir, "the model", source.path, source.files())
     if pipeline is not None:
-        check_apart(output_dir, "the pipeline", *_pipeline_files(pipeline))
+        pipeline, folder, files = pipeline_files(pipeline)  # workers load it by that name
+        check_apart(output_dir, "the pipeline", folder, files)
     inputs = plan_inputs(input, output_dir, (".txt",), ".hdf5", shard_lines)
     identity = model_identity(source)
     job = EmbedJob(
@@ -183,7 +169,7 @@ def embed_corpus(
         batch_size=batch_size,
         pretokenized=pretokenized,
         lang=lang,
-        pipeline=None if pipeline is None else _pipeline_name(pipeline),
+        pipeline=pipeline,
         max_tokens=max_tokens,
         float16=float16,
         compression=compression,
@@ -194,26 +180,6 @@ def embed_corpus(
     return run_corpus(
         "embed-corpus", inputs, output_dir, job, identity, job.options(), cluster, progress
     )
-
-
-def _pipeline_name(pipeline: str) -> str:
-    """An installed package's name, or a folder's absolute path (workers load it)."""
-    path = Path(pipeline).expanduser()
-    return str(path.absolute()) if path.exists() else pipeline
-
-
-def _pipeline_files(pipeline: str) -> tuple[Optional[Path], list[Path]]:
-    """The folder of a spaCy pipeline (a folder, or an installed package's), and its files."""
-    import spacy.util
-
-    path = Path(pipeline).expanduser()
-    if not path.exists():
-        if not spacy.util.is_package(pipeline):
-            return None, []  # the workers' spacy.load says what is wrong with it
-        path = Path(spacy.util.get_package_path(pipeline))
-    if not path.is_dir():
-        return None, [path]
-    return path, [p for p in path.rglob("*") if p.is_file()]
 
 
 def _model_name(source) -> Optional[str]:

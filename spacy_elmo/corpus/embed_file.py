@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -12,6 +13,7 @@ import numpy
 
 from ..bilm import BiLM
 from ..util.files import atomic_path, check_output
+from .engine import check_positive
 
 OUTPUT_FORMATS = ("all", "top", "average")
 # Longer lines run as consecutive windows of this many tokens (like the spaCy component's
@@ -19,6 +21,7 @@ OUTPUT_FORMATS = ("all", "top", "average")
 # vectors concatenated. Each window is a sentence of its own for the biLM (no context across).
 MAX_TOKENS = 256
 COMPRESSIONS = ("gzip", "lzf")
+CHUNK_LINES = 1024  # lines read, tokenised and embedded at a time
 # float16 keeps 11 significant bits: each stored value is within a relative 2**-11 (4.9e-4) of
 # the float32 one (round to nearest: half of the 2**-10 spacing). Measured on the bundled biLM
 # (docs/corpus.md): max |error| / max |value| per layer about 2e-4.
@@ -37,12 +40,9 @@ class LineRange:
 def read_lines(
     path: Path, lines: Optional[LineRange] = None, name: Optional[str] = None
 ) -> Iterator[str]:
-    """Stream the lines of a UTF-8 text file; ValueError naming the file and line on bad bytes.
-
-    A byte-order mark at the start of the file is dropped. With `lines`, only that range is
-    read, from its byte offset (no scan of the lines before it). `name`: what messages call
-    the file, where it is a copy of what the user gave ("standard input").
-    """
+    """Stream the lines of a UTF-8 text file (see `decode_line`); with `lines`, only that range,
+    read from its byte offset. `name`: what messages call the file, where it is a copy of what
+    the user gave ("standard input")."""
     where = name or f"input file {path}"
     if not path.is_file():
         raise FileNotFoundError(f"{where} does not exist or is not a file")
@@ -53,20 +53,26 @@ def read_lines(
         for number, raw in enumerate(handle, start=first + 1):
             if lines is not None and number > lines.first + lines.count:
                 break
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                text = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{where}, line {number}: not UTF-8 text ({err.reason} at byte {err.start})"
-                ) from None
-            if "\x00" in text:  # valid UTF-8, but not text: a binary file
-                raise ValueError(
-                    f"{where}, line {number}: not UTF-8 text (a NUL byte at "
-                    f"character {text.index(chr(0)) + 1})"
-                )
-            yield text
+            yield decode_line(raw, number, where).rstrip("\r\n")
+
+
+def decode_line(raw: bytes, number: int, where: str) -> str:
+    """Line `number` of a file as text, a byte-order mark at the start of the file dropped;
+    ValueError naming `where` and the line if it is not UTF-8 or holds a NUL byte (binary)."""
+    if number == 1:
+        raw = raw.removeprefix(b"\xef\xbb\xbf")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{where}, line {number}: not UTF-8 text ({err.reason} at byte {err.start})"
+        ) from None
+    if "\x00" in text:
+        raise ValueError(
+            f"{where}, line {number}: not UTF-8 text (a NUL byte at character "
+            f"{text.index(chr(0)) + 1})"
+        )
+    return text
 
 
 def whitespace_tokenizer(line: str) -> list[str]:
@@ -87,9 +93,7 @@ def raw_looking_token(
 ) -> Optional[tuple[int, str]]:
     """The first (line number, token) among the first `max_lines` lines of `path` that looks
     like untokenised text, or None."""
-    for number, line in enumerate(read_lines(path, name=name), start=1):
-        if number > max_lines:
-            break
+    for number, line in enumerate(islice(read_lines(path, name=name), max_lines), start=1):
         tokens = line.split()
         for token in tokens:
             if len(token) > 1 and _RAW_TOKEN.search(token):
@@ -117,7 +121,6 @@ def embed_file(
     output_format: str = "all",
     batch_size: int = 64,
     tokenize: Callable[[str], list[str]] = whitespace_tokenizer,
-    chunk_lines: int = 1024,
     progress: bool = True,
     max_tokens: int = MAX_TOKENS,
     float16: bool = False,
@@ -140,27 +143,24 @@ def embed_file(
     import h5py
     from tqdm import tqdm
 
-    if output_format not in OUTPUT_FORMATS:
-        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-    storage = dataset_options(float16, compression)
+    storage = embed_options(output_format, max_tokens, float16, compression)
     dtype = storage.pop("dtype")
     input_path, output_path = Path(input_path), Path(output_path)
     check_output(output_path, [input_path])
-    total = (
-        lines.count
-        if lines is not None
-        else sum(1 for _ in read_lines(input_path, name=input_name))
-    )
+    first = lines.first if lines is not None else 0
+    if lines is not None:
+        total = lines.count
+    else:
+        total = sum(1 for _ in read_lines(input_path, name=input_name))
+    texts = read_lines(input_path, lines, input_name)
     sentence_to_index: dict[str, str] = {}
     with atomic_path(output_path) as tmp:
         with (
             h5py.File(tmp, "w") as out,
             tqdm(total=total, unit="line", disable=not progress, desc="embedding") as bar,
         ):
-            index = lines.first if lines is not None else 0
-            for chunk in _chunks(read_lines(input_path, lines, input_name), chunk_lines):
+            index = first
+            while chunk := list(islice(texts, CHUNK_LINES)):
                 windows = [_windows(tokenize(line), max_tokens) for line in chunk]
                 vectors = iter(
                     bilm.embed([w for line in windows for w in line], batch_size=batch_size)
@@ -169,12 +169,24 @@ def embed_file(
                     pieces = [next(vectors) for _ in line_windows]
                     layers = pieces[0] if len(pieces) == 1 else numpy.concatenate(pieces, axis=1)
                     data = _select(layers, output_format).astype(dtype, copy=False)
-                    out.create_dataset(str(index), data=data, **_chunked(data, storage))
+                    # an empty line's (.., 0, D) array cannot be chunked, so not compressed
+                    options = storage if data.size else {}
+                    out.create_dataset(str(index), data=data, **options)
                     sentence_to_index.setdefault(line, str(index))
                     index += 1
                 bar.update(len(chunk))
             write_sentence_to_index(out, sentence_to_index)
-    return index - (lines.first if lines is not None else 0)
+    return index - first
+
+
+def embed_options(
+    output_format: str, max_tokens: int, float16: bool = False, compression: Optional[str] = None
+) -> dict:
+    """Check the options of `embed_file`; its `dataset_options`."""
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
+    check_positive(max_tokens=max_tokens)
+    return dataset_options(float16, compression)
 
 
 def dataset_options(float16: bool = False, compression: Optional[str] = None) -> dict:
@@ -185,10 +197,10 @@ def dataset_options(float16: bool = False, compression: Optional[str] = None) ->
             f"compressed), got {compression!r}"
         )
     options: dict = {"dtype": numpy.float16 if float16 else numpy.float32}
+    if compression is not None:
+        options.update(compression=compression, shuffle=True)
     if compression == "gzip":
-        options.update(compression="gzip", compression_opts=4, shuffle=True)
-    elif compression == "lzf":
-        options.update(compression="lzf", shuffle=True)
+        options["compression_opts"] = 4
     return options
 
 
@@ -198,13 +210,6 @@ def write_sentence_to_index(out, sentence_to_index: dict[str, str]) -> None:
 
     mapping = out.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
     mapping[0] = json.dumps(sentence_to_index, ensure_ascii=False)
-
-
-def _chunked(data: numpy.ndarray, storage: dict) -> dict:
-    """Compression needs a chunked dataset; an empty line's (.., 0, D) array cannot have one."""
-    if storage and data.size == 0:
-        return {}
-    return storage
 
 
 def _windows(tokens: list[str], max_tokens: int) -> list[list[str]]:
@@ -218,14 +223,3 @@ def _select(layers: numpy.ndarray, output_format: str) -> numpy.ndarray:
     if output_format == "average":
         return layers.mean(axis=0)
     return layers
-
-
-def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

@@ -1,16 +1,9 @@
 """Running shards on Ray: one actor per worker, the model loaded once in each, many shards each.
 
-Ray core (actors), not Ray Data: a shard here is a file's line range that a worker reads from
-shared storage and writes to shared storage, so the driver moves no data, only shard names
-and results; an actor keeps its model between shards; and Ray's actor restarts retry the shard
-of a worker that was killed (docs/corpus.md argues the choice).
-
-`Cluster(workers=N)` starts a local Ray instance for the run and ends it after: `ray.shutdown()`,
-then whatever is left of the processes the run started (its new descendants, recorded while it
-runs; reaper.py ends them if the driver is killed); `Cluster(address=...)` (or RAY_ADDRESS)
-joins a running cluster and leaves it running. Ray's log lines written while it starts and ends
-are dropped, and `ray.init` runs in a thread of its own so that Ray leaves the command's signal
-handlers as they are (`util.signals`).
+Ray core actors (docs/corpus.md argues the choice): workers read and write shared storage, so
+the driver passes only shard names and results. A local instance (`Cluster(workers=N)`) ends
+with the run, with every process it started (reaper.py); a running cluster (`address`) is left
+running.
 """
 
 from __future__ import annotations
@@ -51,6 +44,8 @@ RAY_LOG_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \
 class Job(Protocol):
     """What a worker does: `setup()` once (load the model), then `run(state, payload)` per shard."""
 
+    unit: str  # what one input line is (the progress bar's unit)
+
     def setup(self) -> Any: ...
 
     def run(self, state: Any, payload: Any) -> dict[str, Any]: ...
@@ -67,15 +62,17 @@ class Cluster:
     gpus_per_worker: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("workers", "threads_per_worker"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        counts = {"workers": self.workers, "threads_per_worker": self.threads_per_worker}
+        check_positive(**{name: value for name, value in counts.items() if value is not None})
         if not isinstance(self.gpus_per_worker, (int, float)) or self.gpus_per_worker < 0:
             raise ValueError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker!r}")
 
-    def join_address(self) -> Optional[str]:
-        return self.address or os.environ.get("RAY_ADDRESS") or None
+
+def check_positive(**values: Any) -> None:
+    """ValueError naming the first of `values` that is not a positive integer."""
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 @dataclass
@@ -85,7 +82,6 @@ class Task:
     name: str  # for messages: "corpus/a.txt lines 1-1000"
     lines: int  # counted by the progress bar when done (0 for a join)
     payload: Any
-    attempts: int = 0
 
 
 @dataclass
@@ -152,7 +148,7 @@ def run_tasks(
     ray = require_ray()
     stats = RunStats(tasks=len(tasks))
     start = time.perf_counter()
-    address = cluster.join_address()
+    address = cluster.address or os.environ.get("RAY_ADDRESS") or None
     local = address is None
     threads = cluster.threads_per_worker
     workers = cluster.workers
@@ -162,21 +158,21 @@ def run_tasks(
         cpus = usable_cpus()[0]  # this machine's cores, fewer under a container's CPU quota
         threads = threads or max(1, cpus // (workers or cpus))
         workers = workers or max(1, cpus // threads)
-    if not local:
+    else:
         from .ray_address import check_ray_address
 
         check_ray_address(address)  # ray.init waits without end when nothing answers there
     before = descendants()  # the driver's processes from before: not the run's to end
     started: dict[int, int] = {}
     reaper = None
-    init = _init_local if local else _init_join
-    starter = _RayThread(init, ray, max(cpus, workers * threads) if local else address)
+    ray_ended = threading.Event()
     try:
         with _ray_lines_dropped(), deferred():  # a signal is acted on once Ray has started
             if local:
                 reaper = start_reaper()
-            starter.start()
-            starter.ready.result()
+                _start_ray(ray, ray_ended, address="local", num_cpus=max(cpus, workers * threads))
+            else:
+                _start_ray(ray, ray_ended, address=address)
         started.update(_new(before, reaper))
         resources = ray.cluster_resources()
         node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
@@ -202,7 +198,7 @@ def run_tasks(
         stats.startup_seconds = time.perf_counter() - start
         bar = tqdm(
             total=sum(task.lines for task in tasks),
-            unit=" " + getattr(job, "unit", "lines"),
+            unit=" " + job.unit,
             desc=description,
             disable=not progress,
             smoothing=0.05,
@@ -213,7 +209,7 @@ def run_tasks(
         stats.run_seconds = time.perf_counter() - start - stats.startup_seconds
     finally:
         _end_ray(ray, before, started, reaper)
-        starter.done.set()
+        ray_ended.set()
     return stats
 
 
@@ -224,7 +220,6 @@ def _drive(ray, actors, tasks, on_done, stats, bar) -> None:
     def submit(actor) -> None:
         if queue:
             task = queue.popleft()
-            task.attempts += 1
             running[actor.run.remote(task.payload)] = (actor, task)
 
     for actor in actors:
@@ -301,23 +296,40 @@ def _check_resources(resources, node_cpus, workers, threads, gpus, address) -> N
         )
 
 
-class _RayThread(threading.Thread):
+def _start_ray(ray, ended: threading.Event, **init: Any) -> None:
     """`ray.init` off the main thread, so that Ray sets no signal handler of its own; the thread
-    lives until the run has ended Ray (`done`), since the processes Ray starts from it end with
-    it (PR_SET_PDEATHSIG)."""
+    lives until the run has ended Ray (`ended`), since the processes Ray starts from it end with
+    it (PR_SET_PDEATHSIG). A local instance is of this process only, on loopback, without a
+    dashboard; joining a cluster that does not answer is a ValueError naming it."""
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    local = init["address"] == "local"
+    if local:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        init.update(
+            include_dashboard=False,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            _node_ip_address="127.0.0.1",
+        )
+    started: Future = Future()
 
-    def __init__(self, init: Callable[..., None], *args: Any) -> None:
-        super().__init__(name="ray-start", daemon=True)
-        self.init, self.args, self.ready, self.done = init, args, Future(), threading.Event()
-
-    def run(self) -> None:
+    def start() -> None:
         try:
-            self.init(*self.args)
+            ray.init(**init, log_to_driver=False, logging_level=logging.ERROR)
         except BaseException as error:  # noqa: BLE001 - raised on the main thread
-            self.ready.set_exception(error)
+            started.set_exception(error)
             return
-        self.ready.set_result(None)
-        self.done.wait()
+        started.set_result(None)
+        ended.wait()
+
+    threading.Thread(target=start, name="ray-start", daemon=True).start()
+    try:
+        started.result()
+    except ConnectionError as error:
+        if local:
+            raise
+        raise ValueError(
+            f"cannot join the Ray cluster at {init['address']}: {_first_line(error)}"
+        ) from None
 
 
 def _new(before: dict[int, int], reaper) -> dict[int, int]:
@@ -361,31 +373,6 @@ def _ray_lines_dropped() -> Iterator[None]:
             passed = b"".join(line for line in written if not RAY_LOG_LINE.match(line))
             if passed:
                 os.write(2, passed)
-
-
-def _init_local(ray, cpus: int) -> None:
-    """A Ray instance of this process only, on loopback, with no dashboard."""
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(
-        address="local",
-        num_cpus=cpus,
-        include_dashboard=False,
-        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-        log_to_driver=False,
-        logging_level=logging.ERROR,
-        _node_ip_address="127.0.0.1",
-    )
-
-
-def _init_join(ray, address: str) -> None:
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
-    try:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-    except ConnectionError as error:
-        raise ValueError(
-            f"cannot join the Ray cluster at {address}: {_first_line(error)}"
-        ) from None
 
 
 def _node_id() -> str:

@@ -110,11 +110,12 @@ def record_line(record: dict[str, Any]) -> str:
 
 def compact_manifest(output_dir: Path, records: dict[str, dict[str, Any]]) -> None:
     """Rewrite the manifest with only the latest record of each output (atomically)."""
-    from .temporary import owned_atomic_path
+    from ..util.files import atomic_path
+    from .temporary import staged
 
     if records or (output_dir / MANIFEST_NAME).exists():
         text = "".join(record_line(r) for r in records.values())
-        with owned_atomic_path(output_dir / MANIFEST_NAME) as tmp:
+        with staged(output_dir / MANIFEST_NAME) as stage, atomic_path(stage) as tmp:
             tmp.write_bytes(text.encode("utf-8"))
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
 from ..util.files import place
-from .embed_file import LineRange
+from .embed_file import LineRange, decode_line
+from .engine import check_positive
 
 
 @dataclass(frozen=True)
@@ -179,8 +180,7 @@ def plan_inputs(
     text_key: Optional[str] = None,
 ) -> list[InputFile]:
     """Find and check every input; ValueError naming the first bad one."""
-    if not isinstance(shard_lines, int) or shard_lines < 1:
-        raise ValueError(f"shard_lines must be a positive integer, got {shard_lines!r}")
+    check_positive(shard_lines=shard_lines)
     root, files = find_inputs(spec, suffixes)
     output_dir = Path(os.path.abspath(output_dir))
     if Path(str(spec)).expanduser().is_dir() and place(output_dir, root) in ("is", "inside"):
@@ -230,29 +230,17 @@ def scan(
         position = 0
         with path.open("rb") as handle:
             for number, raw in enumerate(handle, start=1):
+                line_start = position
+                position += len(raw)
                 digest.update(raw)
-                text = raw[3:] if number == 1 and raw.startswith(b"\xef\xbb\xbf") else raw
-                try:
-                    decoded = text.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise ValueError(
-                        f"input file {printable(path)}, line {number}: not UTF-8 text "
-                        f"({err.reason} at byte {err.start})"
-                    ) from None
-                if "\x00" in decoded:  # valid UTF-8, but not text (as read_lines refuses it)
-                    raise ValueError(
-                        f"input file {printable(path)}, line {number}: not UTF-8 text (a NUL "
-                        f"byte at character {decoded.index(chr(0)) + 1})"
-                    )
+                decoded = decode_line(raw, number, f"input file {printable(path)}")
                 if text_key is not None:
                     if not decoded.strip():
-                        position += len(raw)
                         continue
                     _check_json_line(path, number, decoded, text_key)
                 if lines % shard_lines == 0:
-                    offsets.append(position)
+                    offsets.append(line_start)
                 lines += 1
-                position += len(raw)
     except OSError as err:
         raise ValueError(
             f"input file {printable(path)} cannot be read: {err.strerror or err}"

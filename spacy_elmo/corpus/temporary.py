@@ -18,9 +18,9 @@ import re
 import secrets
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Collection, Iterator, Optional
+from typing import Callable, Collection, Iterator, Optional
 
-from ..util.files import atomic_path, fsync_directory
+from ..util.files import file_sha256, fsync_directory
 
 MARK = ".spacy-elmo-tmp-"
 # `.NAME<MARK>XXXXXXXX` (the staged file) or `..NAME<MARK>XXXXXXXX.YYYYYYYY.tmp` (mkstemp's
@@ -58,42 +58,28 @@ def staged(path: Path, install: bool = True) -> Iterator[Path]:
     fsync_directory(path.parent)
 
 
-def staged_result(lines: int, stage: Path, install: bool) -> dict:
-    """What a worker reports of a file it wrote: its lines, and for an output left staged, the
-    stage and its sha256."""
-    from ..util.files import file_sha256
-
-    return (
-        {"lines": lines}
-        if install
-        else {"lines": lines, "staged": str(stage), "sha256": file_sha256(stage)}
-    )
-
-
-@contextmanager
-def owned_atomic_path(path: Path) -> Iterator[Path]:
-    """`atomic_path` with the run's temporary names: write the yielded path; it becomes `path`."""
-    with staged(path) as stage, atomic_path(stage) as tmp:
-        yield tmp
+def write_output(payload: dict, write: Callable[[Path], int]) -> dict:
+    """What a worker does with a shard's output: `write(stage)` writes it (and returns its lines)
+    under a `staged` name; a part is then installed, an output left for the driver. What the
+    worker reports: the lines, and for an output, the stage and its sha256."""
+    install = payload["kind"] == "part"
+    with staged(Path(payload["output"]), install) as stage:
+        lines = write(stage)
+    if install:
+        return {"lines": lines}
+    return {"lines": lines, "staged": str(stage), "sha256": file_sha256(stage)}
 
 
-def remove_owned(folder: Path, names: Optional[Collection[str]] = None) -> list[Path]:
+def remove_owned(folder: Path, names: Optional[Collection[str]] = None) -> None:
     """Remove the run's temporary files in `folder` (not below it) for the file names `names`
-    (None: for any name, in a folder that is the run's own, a folder of parts); the paths
-    removed."""
-    removed = []
+    (None: for any name, in a folder that is the run's own, a folder of parts)."""
     try:
         entries = list(os.scandir(folder))
     except OSError:  # no such folder (yet), or not one
-        return removed
+        return
     for entry in entries:
         name = owned_name(entry.name)
         if name is None or (names is not None and name not in names):
             continue
         if entry.is_file(follow_symlinks=False):
-            try:
-                os.unlink(entry.path)
-            except FileNotFoundError:
-                continue
-            removed.append(Path(entry.path))
-    return removed
+            Path(entry.path).unlink(missing_ok=True)

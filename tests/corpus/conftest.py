@@ -19,7 +19,6 @@ def run_inline(job, tasks, cluster, on_done, progress=True, description="shards"
     start = time.perf_counter()
     while queue:
         task = queue.pop(0)
-        task.attempts += 1
         try:
             result = job.run(state, task.payload)
         except Exception as error:  # noqa: BLE001 - reported as the engine reports it
