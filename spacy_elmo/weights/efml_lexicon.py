@@ -110,19 +110,13 @@ class EfmlLexicon:
         if self.words is not None:
             tables.append(("word", self.words, options.n_words))
         for kind, dictionary, rows in tables:
-            token, smallest = min(dictionary.items(), key=lambda item: item[1])
-            if smallest < 0:
-                raise ValueError(
-                    f"{source}: the {kind} dictionary gives {token!r} the id {smallest}; ids "
-                    f"are rows of the {kind} embedding, from 0"
-                )
-            token, largest = max(dictionary.items(), key=lambda item: item[1])
-            if largest + 1 >= rows:
-                raise ValueError(
-                    f"{source}: the {kind} dictionary gives {token!r} the id {largest} but the "
-                    f"{kind} embedding has {rows - 1} rows (ids 0 to {rows - 2}); the "
-                    f"dictionary does not match the weights"
-                )
+            for token, index in dictionary.items():
+                if not 0 <= index < rows - 1:  # the table's row 0 is the "no token" row
+                    raise ValueError(
+                        f"{source}: the {kind} dictionary gives {token!r} the id {index} but the "
+                        f"{kind} embedding has {rows - 1} rows (ids 0 to {rows - 2}); the "
+                        f"dictionary does not match the weights"
+                    )
         if (self.words is not None) != (options.word_embedding_dim > 0):
             raise ValueError(
                 f"{source}: the word dictionary and the word embedding must come together"

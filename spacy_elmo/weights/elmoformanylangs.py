@@ -31,9 +31,9 @@ WORD_DICTIONARY = "word.dic"
 TOKEN_EMBEDDER_WEIGHTS = "token_embedder.pkl"
 ENCODER_WEIGHTS = "encoder.pkl"
 
-# The architecture of every published model (their package's configs/, under both names), for
-# a model directory whose config.json names a file that is not in it (their README; issue 27 of
-# github.com/HIT-SCIR/ELMoForManyLangs).
+# The architecture of every published model (the parts of their package's configs/ read here),
+# for a model directory whose config.json names a file that is not in it (their README; issue
+# 27 of github.com/HIT-SCIR/ELMoForManyLangs).
 PUBLISHED_ARCHITECTURE: dict[str, Any] = {
     "encoder": {
         "name": "elmo",
@@ -52,8 +52,6 @@ PUBLISHED_ARCHITECTURE: dict[str, Any] = {
         "char_dim": 50,
         "max_characters_per_token": 50,
     },
-    "classifier": {"name": "sampled_softmax", "n_samples": 8192},
-    "dropout": 0.1,
 }
 PUBLISHED_ARCHITECTURE_NAMES = (
     "cnn_50_100_512_4096_sample.json",
@@ -64,8 +62,6 @@ PUBLISHED_ARCHITECTURE_NAMES = (
 # ---------------------------------------------------------------------- weights
 def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A PyTorch state dict read without running code (`torch.load(weights_only=True)`)."""
-    if not path.exists():
-        raise MissingFileError(2, "ELMoForManyLangs weights file does not exist", str(path))
     state = read_torch_file(path, "ELMoForManyLangs weights file")
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
@@ -106,12 +102,8 @@ def _conversions(
     options: BiLMOptions,
 ) -> Iterator[tuple[str, str, tuple[int, ...], str, Callable]]:
     """(their file, their key, its shape, our key, theirs -> ours) for every tensor."""
-    e, f, p, d = (
-        options.char_embedding_dim,
-        options.n_filters,
-        options.projection_dim,
-        options.lstm_dim,
-    )
+    e, f = options.char_embedding_dim, options.n_filters
+    p, d = options.projection_dim, options.lstm_dim
     embedder, word_dim = TOKEN_EMBEDDER_WEIGHTS, options.word_embedding_dim
     tables = [("char", options.n_characters - 1, e)]
     if word_dim:

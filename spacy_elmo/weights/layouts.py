@@ -33,12 +33,8 @@ def _conversions(
 
     Highway weights are two datasets each (transform, carry) and are handled separately.
     """
-    e, f, p, d = (
-        options.char_embedding_dim,
-        options.n_filters,
-        options.projection_dim,
-        options.lstm_dim,
-    )
+    e, f = options.char_embedding_dim, options.n_filters
+    p, d = options.projection_dim, options.lstm_dim
     transpose = (lambda a: a.T, lambda a: a.T)
     same = (lambda a: a, lambda a: a)
     # Row 0 of our table is the "no token" row; the file holds raw ids 0..260.
@@ -142,8 +138,6 @@ def read_allennlp(
 ) -> tuple[BiLMOptions, dict[str, torch.Tensor]]:
     """Options and a state dict for `BiLM` from bilm-tf/AllenNLP files."""
     options_file, weight_file = Path(options_file), Path(weight_file)
-    if not options_file.exists():
-        raise MissingFileError(2, "ELMo options file does not exist", str(options_file))
     options = BiLMOptions.from_file(options_file)
     arrays = _read_datasets(weight_file, f"options file {options_file}", options)
     # Each dataset is converted and dropped in turn: loading holds the weights once, plus one

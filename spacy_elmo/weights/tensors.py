@@ -67,6 +67,14 @@ def _first_line(error: Exception) -> str:
 # booleans or complex numbers would make numbers of them silently.
 WEIGHT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
+# What a dtype is, by the start of its name, for the error that refuses it.
+DTYPE_KINDS = {
+    "complex": "complex",
+    "bool": "boolean",
+    "int": "integer",
+    "uint": "integer",
+    "float": "unsupported floating-point",
+}
 
 Weights = Union[torch.Tensor, numpy.ndarray]
 
@@ -76,16 +84,8 @@ def check_dtype(key: str, dtype: Any, source: str, what: str = "tensor") -> None
     name = str(dtype).removeprefix("torch.")
     if name in WEIGHT_DTYPES:
         return
-    if name.startswith("complex"):
-        kind = "complex"
-    elif name == "bool":
-        kind = "boolean"
-    elif name.startswith(("int", "uint")):
-        kind = "integer"
-    elif name.startswith("float"):
-        kind = "unsupported floating-point"
-    else:
-        kind = "non-numeric"
+    kinds = DTYPE_KINDS.items()
+    kind = next((kind for start, kind in kinds if name.startswith(start)), "non-numeric")
     raise ValueError(
         f"{source}: {what} '{key}' has {kind} dtype {name}; ELMo weights are real numbers "
         f"stored as {', '.join(WEIGHT_DTYPES)}"

@@ -130,6 +130,29 @@ def test_save_and_load_round_trip_without_pickle(tmp_path):
         BiLM.load(saved)
 
 
+@pytest.mark.parametrize("kind", ["chars", "words"])
+@pytest.mark.parametrize("where", ["negative", "past the table"])
+def test_a_saved_lexicon_with_ids_off_the_tables_is_refused(tmp_path, kind, where):
+    """`lexicon.json` is read without the dictionaries' line checks: its ids are held against
+    the embedding tables, whose rows are those of their state dict."""
+    directory, _, _ = make_model(tmp_path, 5)
+    key = {"chars": "char_emb_layer", "words": "word_emb_layer"}[kind]
+    rows = torch.load(directory / "token_embedder.pkl")[f"{key}.embedding.weight"].shape[0]
+    BiLM.from_elmoformanylangs(directory).save(tmp_path / "saved")
+    path = tmp_path / "saved" / "lexicon.json"
+    lexicon = json.loads(path.read_text(encoding="utf-8"))
+    index = -1 if where == "negative" else rows
+    lexicon[kind]["<oov>"] = index
+    path.write_text(json.dumps(lexicon), encoding="utf-8")
+    what = {"chars": "character", "words": "word"}[kind]
+    with pytest.raises(ValueError) as error:
+        BiLM.load(tmp_path / "saved")
+    assert (
+        f"the {what} dictionary gives '<oov>' the id {index} but the {what} embedding has "
+        f"{rows} rows (ids 0 to {rows - 1})"
+    ) in str(error.value)
+
+
 def model_naming_its_architecture(tmp_path: Path, config_path: str) -> Path:
     """A model whose config.json names its architecture file by `config_path`: their released
     config.json files name a path on the machine they were trained on."""
