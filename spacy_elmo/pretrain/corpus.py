@@ -10,7 +10,7 @@ import random
 import re
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, count, islice, zip_longest
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Optional, Sequence
 
@@ -74,12 +74,9 @@ class SkippedLines:
 
     by_file: dict[str, int] = field(default_factory=dict)
 
-    @property
-    def lines(self) -> int:
-        return sum(self.by_file.values())
-
     def to_dict(self) -> dict[str, object]:
-        return {"skipped_lines": self.lines, "skipped_by_file": dict(self.by_file)}
+        lines = sum(self.by_file.values())
+        return {"skipped_lines": lines, "skipped_by_file": dict(self.by_file)}
 
 
 def iter_lines(
@@ -194,6 +191,13 @@ def pretokenized_splitter(lines: Iterable[str]) -> Iterator[list[str]]:
             yield tokens
 
 
+def cut_sentences(sentences: Iterable[list[str]], max_tokens: int) -> Iterator[list[str]]:
+    """`sentences`, each longer one cut into pieces of `max_tokens` tokens (the last shorter)."""
+    for tokens in sentences:
+        for start in range(0, len(tokens), max_tokens):
+            yield tokens[start : start + max_tokens]
+
+
 def write_tokenized(
     files: Sequence[Path],
     output: Path,
@@ -214,17 +218,16 @@ def write_tokenized(
         if dev_output is not None:
             dev_tmp = stack.enter_context(atomic_path(dev_output))
             dev_out = stack.enter_context(dev_tmp.open("w", encoding="utf-8"))
-        for tokens in splitter(iter_lines(files, skipped=skipped)):
-            for start in range(0, len(tokens), max_tokens):
-                piece = " ".join(tokens[start : start + max_tokens]) + "\n"
-                n_seen += 1
-                if dev_out is not None and dev_every and n_seen % dev_every == 0:
-                    dev_out.write(piece)
-                    n_dev += 1
-                    continue
-                out.write(piece)
-                n_sentences += 1
-                n_tokens += len(tokens[start : start + max_tokens])
+        sentences = splitter(iter_lines(files, skipped=skipped))
+        for n_seen, tokens in enumerate(cut_sentences(sentences, max_tokens), 1):
+            line = " ".join(tokens) + "\n"
+            if dev_out is not None and dev_every and n_seen % dev_every == 0:
+                dev_out.write(line)
+                n_dev += 1
+                continue
+            out.write(line)
+            n_sentences += 1
+            n_tokens += len(tokens)
         names = ", ".join(str(f) for f in files[:5]) or "(no usable files)"
         if n_sentences == 0:
             raise ValueError(f"the pretraining corpus has no sentences: {names}")
@@ -241,10 +244,15 @@ def read_sentences(path: Path) -> Iterator[list[str]]:
     """Sentences of a tokenised cache file."""
     with path.open("r", encoding="utf-8") as handle:
         for line in handle:
-            tokens = line.split(" ")
-            tokens[-1] = tokens[-1].rstrip("\n")
-            if tokens != [""]:
+            tokens = _tokens(line)
+            if tokens:
                 yield tokens
+
+
+def _tokens(line: str) -> list[str]:
+    """The tokens of a cache line (between single spaces); none for a blank line."""
+    line = line.rstrip("\n")
+    return line.split(" ") if line else []
 
 
 def spread_sample(path: Path, n: int) -> list[list[str]]:
@@ -259,28 +267,11 @@ def interleaved_sentences(path: Path, n_streams: int = 64) -> Iterator[list[str]
     written corpus after corpus yields a mixture of them from the start, still streaming."""
     size = path.stat().st_size
     starts = sorted({_line_start(path, size * i // n_streams) for i in range(n_streams)})
-    ends = [*starts[1:], size]
-    handles = [path.open("rb") for _ in starts]
-    try:
-        for handle, start in zip(handles, starts):
-            handle.seek(start)
-        active = list(range(len(handles)))
-        while active:
-            still_active = []
-            for i in active:
-                if handles[i].tell() >= ends[i]:
-                    continue
-                line = handles[i].readline()
-                if not line:
-                    continue
-                still_active.append(i)
-                tokens = line.decode("utf-8").rstrip("\n").split(" ")
-                if tokens != [""]:
-                    yield tokens
-            active = still_active
-    finally:
-        for handle in handles:
-            handle.close()
+    streams = [_lines_between(path, start, end) for start, end in zip(starts, [*starts[1:], size])]
+    for line in chain.from_iterable(zip_longest(*streams, fillvalue=b"")):
+        tokens = _tokens(line.decode("utf-8"))
+        if tokens:
+            yield tokens
 
 
 def _line_start(path: Path, offset: int) -> int:
@@ -289,10 +280,18 @@ def _line_start(path: Path, offset: int) -> int:
         return 0
     with path.open("rb") as handle:
         handle.seek(offset - 1)
-        if handle.read(1) == b"\n":
-            return offset
-        handle.readline()
+        handle.readline()  # the rest of the line holding byte offset - 1
         return handle.tell()
+
+
+def _lines_between(path: Path, start: int, end: int) -> Iterator[bytes]:
+    """The lines of `path` that start in [start, end), `start` being a line's start."""
+    with path.open("rb") as handle:
+        handle.seek(start)
+        for line in iter(handle.readline, b""):
+            yield line
+            if handle.tell() >= end:
+                break
 
 
 def iter_batches(
@@ -305,43 +304,25 @@ def iter_batches(
     """An endless, deterministic stream of (epoch, batch) over the tokenised file: each chunk
     shuffled by (seed, epoch, chunk), sorted by length, cut into batches of at most
     `batch_tokens` (boundaries included), and the batches shuffled."""
-    epoch = 0
-    while True:
-        any_batch = False
+    if next(read_sentences(path), None) is None:
+        raise ValueError(f"tokenised corpus {path} holds no sentences")
+    for epoch in count():
         sentences = interleaved_sentences(path)
         for chunk_index, chunk in enumerate(_chunks(sentences, chunk_sentences)):
-            for batch in _chunk_batches(
-                chunk, seed, epoch, chunk_index, batch_tokens, max_sentences
-            ):
-                any_batch = True
+            digest = hashlib.sha256(f"{seed}/{epoch}/{chunk_index}".encode()).digest()
+            rng = random.Random(int.from_bytes(digest[:8], "little"))
+            rng.shuffle(chunk)
+            chunk.sort(key=len)
+            batches = list(batches_by_padded_tokens(chunk, batch_tokens, max_items=max_sentences))
+            rng.shuffle(batches)
+            for batch in batches:
                 yield epoch, batch
-        if not any_batch:
-            raise ValueError(f"tokenised corpus {path} holds no sentences")
-        epoch += 1
 
 
 def _chunks(items: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
     """Lists of `size` items (the last one shorter) until `items` ends."""
     while chunk := list(islice(items, size)):
         yield chunk
-
-
-def _chunk_batches(
-    chunk: list[list[str]],
-    seed: int,
-    epoch: int,
-    chunk_index: int,
-    batch_tokens: int,
-    max_sentences: int,
-) -> list[list[list[str]]]:
-    digest = hashlib.sha256(f"{seed}/{epoch}/{chunk_index}".encode()).digest()
-    rng = random.Random(int.from_bytes(digest[:8], "little"))
-    chunk = list(chunk)
-    rng.shuffle(chunk)
-    chunk.sort(key=len)
-    batches = list(batches_by_padded_tokens(chunk, batch_tokens, max_items=max_sentences))
-    rng.shuffle(batches)
-    return batches
 
 
 def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:

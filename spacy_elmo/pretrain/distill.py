@@ -32,10 +32,6 @@ class StaticVectors:
         self.has_vector = norms[:, 0] > 0
         self._rows = rows
 
-    @property
-    def dim(self) -> int:
-        return self.table.shape[1]
-
     @classmethod
     def from_spacy(cls, name_or_path: str | Path) -> StaticVectors:
         """The vectors of a spaCy pipeline (a package name or a pipeline directory)."""

@@ -8,10 +8,15 @@ from typing import Any, Iterator, Optional
 import torch
 
 from ..bilm import batch_to_ids
-from ..bilm.lm_head import LMHead
 from ..description.chars import batches_by_padded_tokens
 from ..weights.sources import BiLMSource, resolve_source
-from .corpus import iter_input_files, iter_lines, pretokenized_splitter, spacy_sentence_splitter
+from .corpus import (
+    cut_sentences,
+    iter_input_files,
+    iter_lines,
+    pretokenized_splitter,
+    spacy_sentence_splitter,
+)
 from .objective import (
     LanguageModel,
     directional_perplexities,
@@ -25,15 +30,13 @@ def load_language_model(model: str | Path | BiLMSource) -> tuple[LanguageModel, 
     """The biLM with its softmax and vocabulary: the bundled biLM or one `spacy-elmo pretrain`
     wrote, named as `weights.sources` takes it."""
     source = model if isinstance(model, BiLMSource) else resolve_source(model)
-    bilm, vocab, head_state = load_init_model(source)
-    if vocab is None or head_state is None:
+    bilm, vocab, head = load_init_model(source)
+    if vocab is None or head is None:
         raise ValueError(
             f"{source.describe()} has no softmax (lm_head.safetensors and vocab.txt): "
             "perplexity needs the bundled biLM or one written by `spacy-elmo pretrain` "
             "(bilm-tf/AllenNLP and ELMoForManyLangs files hold none)"
         )
-    head = LMHead(bilm.options.projection_dim, len(vocab))
-    head.load_state_dict(head_state)
     return LanguageModel(bilm, head, dropout=0.0).eval(), vocab
 
 
@@ -60,10 +63,10 @@ def perplexity(
         nonlocal n_sentences
         # Held-out text is refused, not skipped, where it is not text: a perplexity is of text.
         files = iter_input_files(inputs, refuse_binary=True)
-        for tokens in splitter(iter_lines(files, not_text="refuse")):
-            for start in range(0, len(tokens), max_sentence_tokens):
-                n_sentences += 1
-                yield tokens[start : start + max_sentence_tokens]
+        lines = iter_lines(files, not_text="refuse")
+        for tokens in cut_sentences(splitter(lines), max_sentence_tokens):
+            n_sentences += 1
+            yield tokens
 
     for batch in batches_by_padded_tokens(sentences(), batch_tokens):
         ids, targets = batch_to_ids(batch), target_tensor(batch, vocab)

@@ -117,9 +117,9 @@ def directional_perplexities(sums: torch.Tensor) -> tuple[float, float]:
 
 def load_init_model(
     source: str | Path | BiLMSource,
-) -> tuple[BiLM, Optional[Vocab], Optional[dict]]:
-    """A biLM named as `weights.sources` takes it, with its vocabulary and softmax weights
-    where it has them (the bundled biLM, a `spacy-elmo pretrain` run), else None for both."""
+) -> tuple[BiLM, Optional[Vocab], Optional[LMHead]]:
+    """A biLM named as `weights.sources` takes it, with its vocabulary and softmax where it
+    has them (the bundled biLM, a `spacy-elmo pretrain` run), else None for both."""
     resolved = source if isinstance(source, BiLMSource) else resolve_source(source)
     bilm = BiLM.from_source(resolved)
     directory = resolved.path
@@ -131,7 +131,7 @@ def load_init_model(
     vocab = Vocab.from_file(vocab_path)
     head = LMHead(bilm.options.projection_dim, len(vocab))
     load_head(head, read_safetensors(head_path), str(head_path), vocab_path)
-    return bilm, vocab, head.state_dict()
+    return bilm, vocab, head
 
 
 def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_path) -> None:
@@ -186,7 +186,7 @@ def build_language_model(
 
     head = LMHead(options.projection_dim, len(vocab))
     if init_head is not None:
-        head.load_state_dict(init_head)
+        head.load_state_dict(init_head.state_dict())
     if checkpoint is not None:
         saved = checkpoint["model"]
         head_state = {k[5:]: v for k, v in saved.items() if k.startswith("head.")}
