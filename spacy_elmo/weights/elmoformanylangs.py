@@ -9,7 +9,7 @@ The `.pkl` files are read with `torch.load(weights_only=True)`, which never runs
 
 from __future__ import annotations
 
-import json
+import copy
 import logging
 import warnings
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -217,13 +217,7 @@ def read_architecture(model_dir: Path) -> tuple[dict[str, Any], str]:
         if candidate.is_file():
             source = str(candidate)
             if candidate != model_dir / config_path:
-                logger.info(
-                    "%s names the architecture %r; reading %s, the file of that name in %s",
-                    config_file,
-                    config_path,
-                    candidate,
-                    model_dir,
-                )
+                logger.info("%s names %r; reading %s", config_file, config_path, candidate)
                 source = f"{candidate} (config.json names {config_path!r})"
             return read_json(candidate, "ELMoForManyLangs architecture"), source
     if name in PUBLISHED_ARCHITECTURE_NAMES:
@@ -232,7 +226,7 @@ def read_architecture(model_dir: Path) -> tuple[dict[str, Any], str]:
             f"{model_dir}; using the published {name} of ELMoForManyLangs",
             stacklevel=3,
         )
-        return json.loads(json.dumps(PUBLISHED_ARCHITECTURE)), f"the published {name}"
+        return copy.deepcopy(PUBLISHED_ARCHITECTURE), f"the published {name}"
     outside = " (a model directory is read only from inside itself)" * _climbs_out(config_path)
     tried = ", ".join(str(c) for c in candidates)
     raise FileNotFoundError(
