@@ -1,27 +1,21 @@
 """The option vocabulary that every `spacy-elmo` command shares, and the checks behind it.
 
-Options mean the same in every command (docs/cli.md):
-
-* `--model/-m` names a biLM in any of the ways `weights.sources.resolve_source` takes;
-  `--options/--weights` name a bilm-tf/AllenNLP pair instead (both ways: a usage error,
-  `bilm_source.check_one_bilm`).
-* `--lang/-l` is the language of the tokenizer for raw text, `--pipeline/-p` a spaCy pipeline
-  whose tokenizer and sentence boundaries read it instead (in `init-config`, as in `spacy init
-  config`, the list of components); `--pretokenized/--raw` says which kind of text the input is.
-* `--code/-c` is a Python file imported first, as in spaCy's commands (every command that loads
-  a pipeline or config).
-* `--batch-size/-b` counts sentences (documents for `apply`); `--threads/-t` torch CPU threads;
-  `--gpu-id/-g` a CUDA device (-1: the CPU).
-* A required output is the last argument; an optional one is `--output/-o`. `--force/-F`
-  replaces an existing output; `--quiet/-q` hides the progress bar (or progress lines).
+An option means the same in every command that takes it (docs/cli.md, "One vocabulary of
+options"); each is declared here once, with the check of its value.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import typer
+
+from .command import fail
+
+# Where a value came from when the user gave it (by name: typer may bring its own copy of
+# click's ParameterSource).
+GIVEN_SOURCES = ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
 
 
 def model_option(help_extra: str = "") -> Any:
@@ -35,37 +29,61 @@ def model_option(help_extra: str = "") -> Any:
     )
 
 
-def options_option() -> Any:
-    return typer.Option(
-        None, "--options", help="bilm-tf/AllenNLP options.json (with --weights, not --model)."
-    )
-
-
-def weights_option() -> Any:
-    return typer.Option(
-        None, "--weights", help="bilm-tf/AllenNLP weights hdf5 (with --options, not --model)."
-    )
-
-
-def lang_option() -> Any:
-    return typer.Option(
-        None,
-        "--lang",
-        "-l",
-        help="Language of the tokenizer for raw text (en when none is named); naming one "
-        "means the input is raw text.",
-        show_default=False,
-    )
-
-
-def pipeline_option() -> Any:
-    return typer.Option(
-        None,
-        "--pipeline",
-        "-p",
-        help="spaCy pipeline (installed name or path) whose tokenizer and sentence boundaries "
-        "read raw text, instead of --lang.",
-    )
+OPTIONS = typer.Option(
+    None, "--options", help="bilm-tf/AllenNLP options.json (with --weights, not --model)."
+)
+WEIGHTS = typer.Option(
+    None, "--weights", help="bilm-tf/AllenNLP weights hdf5 (with --options, not --model)."
+)
+LANG = typer.Option(
+    None,
+    "--lang",
+    "-l",
+    help="Language of the tokenizer for raw text (en when none is named); naming one "
+    "means the input is raw text.",
+    show_default=False,
+)
+PIPELINE = typer.Option(
+    None,
+    "--pipeline",
+    "-p",
+    help="spaCy pipeline (installed name or path) whose tokenizer and sentence boundaries "
+    "read raw text, instead of --lang.",
+)
+CODE = typer.Option(
+    None,
+    "--code",
+    "-c",
+    help="Python file imported first, as in spaCy's commands: the registered functions, "
+    "components or languages that a pipeline or config names.",
+    show_default=False,
+)
+TOP = typer.Option(False, "--top", help="Write only the top layer, (n, D).")
+AVERAGE = typer.Option(False, "--average", help="Write the layer average, (n, D).")
+FLOAT16 = typer.Option(
+    False,
+    "--float16",
+    help="Store half precision: half the size, each value within a relative 2^-11 "
+    "(4.9e-4) of float32.",
+)
+BF16 = typer.Option(
+    False,
+    "--bf16",
+    help="Run the biLM's LSTM products in bfloat16 (CPU only; the bundled biLM's vectors "
+    "differ from float32 by about 0.2% of their norm; faster only on a CPU with AMX or "
+    "AVX-512 BF16, slower elsewhere: docs/performance.md#bfloat16-on-the-cpu).",
+)
+GPU = typer.Option(-1, "--gpu-id", "-g", help="CUDA device, -1 for the CPU.")
+# Where `embed-corpus` and `apply` run: their Ray workers.
+ADDRESS = typer.Option(
+    None,
+    "--address",
+    envvar="RAY_ADDRESS",
+    help="Join a running Ray cluster (HOST:PORT of its head) instead of starting one.",
+)
+THREADS_PER_WORKER = typer.Option(
+    None, "--threads-per-worker", min=1, help="torch threads per worker (CPUs / workers)."
+)
 
 
 def pretokenized_option(default: bool) -> Any:
@@ -98,17 +116,6 @@ def is_pretokenized(
     return pretokenized
 
 
-def code_option() -> Any:
-    return typer.Option(
-        None,
-        "--code",
-        "-c",
-        help="Python file imported first, as in spaCy's commands: the registered functions, "
-        "components or languages that a pipeline or config names.",
-        show_default=False,
-    )
-
-
 def import_code(code: Optional[Path]) -> None:
     """Import `--code` (a Python file) so that what it registers is there for spaCy."""
     if code is None:
@@ -121,30 +128,11 @@ def import_code(code: Optional[Path]) -> None:
     spacy.util.import_file("python_code", path)
 
 
-def top_option() -> Any:
-    return typer.Option(False, "--top", help="Write only the top layer, (n, D).")
-
-
-def average_option() -> Any:
-    return typer.Option(False, "--average", help="Write the layer average, (n, D).")
-
-
-def float16_option() -> Any:
-    return typer.Option(
-        False,
-        "--float16",
-        help="Store half precision: half the size, each value within a relative 2^-11 "
-        "(4.9e-4) of float32.",
-    )
-
-
-def compression_option() -> Any:
-    return typer.Option(
-        None,
-        "--compression",
-        callback=check_compression,
-        help="Compress each dataset: gzip (level 4) or lzf; lossless, slower to write and read.",
-    )
+def output_format(top: bool, average: bool) -> str:
+    """The layers that `--top` and `--average` ask for: 'top', 'average' or (neither) 'all'."""
+    if top and average:
+        raise ValueError("choose at most one of --top and --average")
+    return "top" if top else "average" if average else "all"
 
 
 def check_compression(value: Optional[str]) -> Optional[str]:
@@ -159,18 +147,16 @@ def check_compression(value: Optional[str]) -> Optional[str]:
     return value
 
 
-def batch_size_option(default: int = 64, unit: str = "sentences") -> Any:
-    return typer.Option(default, "--batch-size", "-b", min=1, help=f"{unit.capitalize()} a batch.")
+COMPRESSION = typer.Option(
+    None,
+    "--compression",
+    callback=check_compression,
+    help="Compress each dataset: gzip (level 4) or lzf; lossless, slower to write and read.",
+)
 
 
-def bf16_option() -> Any:
-    return typer.Option(
-        False,
-        "--bf16",
-        help="Run the biLM's LSTM products in bfloat16 (CPU only; the bundled biLM's vectors "
-        "differ from float32 by about 0.2% of their norm; faster only on a CPU with AMX or "
-        "AVX-512 BF16, slower elsewhere: docs/performance.md#bfloat16-on-the-cpu).",
-    )
+def batch_size_option(unit: str = "sentences") -> Any:
+    return typer.Option(64, "--batch-size", "-b", min=1, help=f"{unit.capitalize()} a batch.")
 
 
 def threads_option(default: Optional[int] = None) -> Any:
@@ -188,10 +174,6 @@ def threads_option(default: Optional[int] = None) -> Any:
         help=f"torch CPU threads{said}. Where other jobs keep cores busy, 1 "
         "(docs/performance.md#threads-on-a-shared-machine).",
     )
-
-
-def gpu_option() -> Any:
-    return typer.Option(-1, "--gpu-id", "-g", help="CUDA device, -1 for the CPU.")
 
 
 def quiet_option(what: str = "No progress bar.") -> Any:
@@ -213,10 +195,11 @@ def device(gpu_id: int) -> str:
         raise ValueError(
             f"--gpu-id {gpu_id}: no CUDA device is available on this machine (use -1 for the CPU)"
         )
-    if gpu_id >= torch.cuda.device_count():
+    count = torch.cuda.device_count()
+    if gpu_id >= count:
         raise ValueError(
-            f"--gpu-id {gpu_id}: only {torch.cuda.device_count()} CUDA device(s) are available "
-            f"(ids 0 to {torch.cuda.device_count() - 1}; -1 for the CPU)"
+            f"--gpu-id {gpu_id}: only {count} CUDA device(s) are available "
+            f"(ids 0 to {count - 1}; -1 for the CPU)"
         )
     return f"cuda:{gpu_id}"
 
@@ -244,3 +227,55 @@ def warn_if_raw(path: Path, name: Optional[str] = None) -> bool:
             err=True,
         )
     return found is not None
+
+
+def was_given(context: typer.Context, name: str) -> bool:
+    """Whether the user gave the parameter `name` (on the command line or in its environment
+    variable) instead of leaving its default."""
+    return getattr(context.get_parameter_source(name), "name", None) in GIVEN_SOURCES
+
+
+def check_one_bilm(first: str, seconds: Sequence[str], what: str = "the biLM") -> None:
+    """End the command (exit code 2, a usage error like typer's own) when the option `first`
+    and any of `seconds` were both given, as two ways of naming `what`; one of them would
+    otherwise be ignored."""
+    context = _current_context()
+    named = [name for name in seconds if was_given(context, name)]
+    if not was_given(context, first) or not named:
+        return
+    seconds_given = " ".join(_as_given(context, name) for name in named)
+    fail(f"{_as_given(context, first)} and {seconds_given} both name {what}: give one of them", 2)
+
+
+def _current_context() -> typer.Context:
+    """The running command's context (typer 0.2x carries its own copy of click)."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # a typer that runs on the click package
+        from click import get_current_context
+    return get_current_context()
+
+
+def _as_given(context: typer.Context, name: str) -> str:
+    """`--flag value` of the parameter `name`, with the option's long flag as declared."""
+    parameter = {parameter.name: parameter for parameter in context.command.params}[name]
+    flag = next(opt for opt in parameter.opts if opt.startswith("--"))
+    return f"{flag} {context.params[name]}"
+
+
+def report(result: Any, output_dir: Path, unit: str = "sentences") -> None:
+    """One line of `embed-corpus` and `apply`: what was written and skipped, and how fast
+    (`unit`: what the inputs' lines are)."""
+    from ..corpus.plan import printable
+
+    output_dir = printable(output_dir)  # a name that is not UTF-8: its bytes as \xNN
+    stats = result.stats
+    if stats is None:
+        typer.echo(f"nothing to do: {len(result.skipped)} outputs in {output_dir} are up to date")
+        return
+    rate = stats.lines / stats.run_seconds if stats.run_seconds > 0 else 0.0
+    typer.echo(
+        f"wrote {len(result.written)} outputs ({stats.lines} {unit}, {rate:.1f}/s on "
+        f"{len(stats.workers)} workers, Ray start-up {stats.startup_seconds:.1f} s) to "
+        f"{output_dir}; {len(result.skipped)} up to date"
+    )

@@ -9,7 +9,6 @@ import typer
 
 from . import _util as opt
 from .command import command
-from .corpus_options import cluster_from_options, corpus_options, report
 
 
 @command("apply")
@@ -26,8 +25,8 @@ def apply(
     text_key: str = typer.Option(
         "text", "--text-key", "-tk", help="The field of a .jsonl object that holds the text."
     ),
-    code: Optional[Path] = opt.code_option(),
-    batch_size: int = opt.batch_size_option(64, "documents"),
+    code: Optional[Path] = opt.CODE,
+    batch_size: int = opt.batch_size_option("documents"),
     shard_docs: int = typer.Option(
         2000, "--shard-docs", min=1, help="Documents per shard; longer files are cut and joined."
     ),
@@ -48,8 +47,8 @@ def apply(
         "(default: CPUs / threads per worker). Without --address: starts a local Ray instance "
         "on 127.0.0.1 for this run.",
     ),
-    address: Optional[str] = corpus_options.address(),
-    threads_per_worker: Optional[int] = corpus_options.threads_per_worker(),
+    address: Optional[str] = opt.ADDRESS,
+    threads_per_worker: Optional[int] = opt.THREADS_PER_WORKER,
     gpus_per_worker: Optional[float] = typer.Option(
         None, "--gpus-per-worker", min=0.0, help="GPUs of each worker (fractions share one)."
     ),
@@ -59,6 +58,7 @@ def apply(
     line), .txt (one document per line) and .spacy input gives OUTPUT_DIR/REL/NAME.spacy, with
     OUTPUT_DIR/manifest.jsonl and the resumption of embed-corpus (docs/corpus.md)."""
     from ..corpus.apply import apply_corpus
+    from ..corpus.engine import Cluster
 
     if address is None:  # a local Ray instance: this machine's GPUs
         opt.device(gpu_id)
@@ -72,7 +72,7 @@ def apply(
         code=code,
         batch_size=batch_size,
         shard_docs=shard_docs,
-        cluster=cluster_from_options(workers, address, threads_per_worker, gpus),
+        cluster=Cluster(workers, address, threads_per_worker, gpus),
         progress=not quiet,
     )
-    report(result, output_dir, unit="documents")
+    opt.report(result, output_dir, unit="documents")

@@ -43,10 +43,13 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _options(
     version: bool = typer.Option(
-        False, "--version", callback=_print_version, is_eager=True,
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
         help="Print the version of spacy-elmo and exit.",
     ),
-) -> None:  # fmt: skip
+) -> None:
     """ELMo contextual word vectors for spaCy."""
 
 
@@ -61,9 +64,7 @@ def command(name: str, **settings: Any) -> Callable[[Callable[..., Any]], Callab
     a signal with its line and exit code (`guard`)."""
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
-        run = guard(name, function)
-        settings.setdefault("context_settings", {}).update(CONTEXT)
-        app.command(name, **settings)(run)
+        app.command(name, **settings)(guard(name, function))
         return function
 
     return register

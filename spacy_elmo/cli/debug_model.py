@@ -33,8 +33,8 @@ def debug_model(
     print_step1: bool = typer.Option(False, "--print-step1", "-P1", help="After initializing."),
     print_step2: bool = typer.Option(False, "--print-step2", "-P2", help="After training."),
     print_step3: bool = typer.Option(False, "--print-step3", "-P3", help="Final predictions."),
-    use_gpu: int = opt.gpu_option(),
-    code: Optional[Path] = opt.code_option(),
+    use_gpu: int = opt.GPU,
+    code: Optional[Path] = opt.CODE,
 ) -> None:
     """Analyse a component's model like `spacy debug model`, with its elmo upstream running.
 

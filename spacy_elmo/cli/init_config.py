@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from . import _util as opt
-from .bilm_source import check_one_bilm
 from .command import command
 
 
@@ -27,8 +26,8 @@ def init_config(
         "textcat, textcat_multilabel.",
     ),
     model: str = opt.model_option(),
-    options: Optional[Path] = opt.options_option(),
-    weights: Optional[Path] = opt.weights_option(),
+    options: Optional[Path] = opt.OPTIONS,
+    weights: Optional[Path] = opt.WEIGHTS,
     lang: str = typer.Option("en", "--lang", "-l", help="spaCy language code of the pipeline."),
     vectors: Optional[str] = typer.Option(
         None,
@@ -70,7 +69,7 @@ def init_config(
         "(the elmo component's vector_hooks; default: on unless --vectors is given).",
     ),
     force: bool = opt.force_option(),
-    code: Optional[Path] = opt.code_option(),
+    code: Optional[Path] = opt.CODE,
 ) -> None:
     """Write a complete training config: `elmo` and the components that listen to it."""
     import spacy
@@ -78,7 +77,7 @@ def init_config(
     from ..pipeline.init_config import ElmoSource, config_header, config_text, elmo_training_config
     from ..util.files import write_text
 
-    check_one_bilm("model", ("options", "weights"), locals())
+    opt.check_one_bilm("model", ("options", "weights"))
     opt.import_code(code)  # a custom language or architecture the config names
     names = [name.strip() for name in components.split(",") if name.strip()]
     to_stdout = str(output_file) == "-"

@@ -19,9 +19,9 @@ def perplexity(
         " It needs its softmax: the bundled biLM or one written by `spacy-elmo pretrain`."
     ),
     pretokenized: Optional[bool] = opt.pretokenized_option(False),
-    lang: Optional[str] = opt.lang_option(),
-    pipeline: Optional[str] = opt.pipeline_option(),
-    code: Optional[Path] = opt.code_option(),
+    lang: Optional[str] = opt.LANG,
+    pipeline: Optional[str] = opt.PIPELINE,
+    code: Optional[Path] = opt.CODE,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON here."),
     force: bool = opt.force_option(),
     threads: Optional[int] = opt.threads_option(),

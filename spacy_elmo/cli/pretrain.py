@@ -17,7 +17,6 @@ from ..pretrain.config import DEFAULT_MAX_STEPS
 from ..util.files import check_apart
 from ..util.json_files import read_json
 from . import _util as opt
-from .bilm_source import check_one_bilm
 from .command import command
 
 DEFAULTS = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
@@ -41,8 +40,8 @@ def pretrain(
     ),
     dev_every: int = typer.Option(DEFAULTS["dev_every"], help="Held out: every Nth sentence."),
     max_dev_sentences: int = typer.Option(DEFAULTS["max_dev_sentences"]),
-    lang: Optional[str] = opt.lang_option(),
-    pipeline: Optional[str] = opt.pipeline_option(),
+    lang: Optional[str] = opt.LANG,
+    pipeline: Optional[str] = opt.PIPELINE,
     pretokenized: Optional[bool] = opt.pretokenized_option(DEFAULTS["pretokenized"]),
     vocab_size: int = typer.Option(DEFAULTS["vocab_size"], help="Softmax words (top-K)."),
     min_count: int = typer.Option(DEFAULTS["min_count"], help="Minimum count of a softmax word."),
@@ -66,7 +65,7 @@ def pretrain(
     checkpoint_every: int = typer.Option(DEFAULTS["checkpoint_every"], help="Checkpoint every N."),
     log_every: int = typer.Option(DEFAULTS["log_every"]),
     seed: int = typer.Option(DEFAULTS["seed"]),
-    gpu_id: int = opt.gpu_option(),
+    gpu_id: int = opt.GPU,
     mixed_precision: bool = typer.Option(DEFAULTS["mixed_precision"], help="bf16 autocast (GPU)."),
     init_from: Optional[str] = typer.Option(
         None,
@@ -78,7 +77,7 @@ def pretrain(
     ),
     max_memory_gb: Optional[float] = typer.Option(None, help="Memory budget to check against."),
     threads: Optional[int] = opt.threads_option(),
-    code: Optional[Path] = opt.code_option(),
+    code: Optional[Path] = opt.CODE,
     quiet: bool = opt.quiet_option(
         "No progress bar or info lines: only warnings, errors, the result."
     ),
@@ -113,7 +112,7 @@ def pretrain(
     from ..pretrain import pretrain as run_pretraining
 
     # --init-from continues that biLM with its own architecture, which --preset/--options name
-    check_one_bilm("init_from", ("preset", "options"), locals(), "the architecture")
+    opt.check_one_bilm("init_from", ("preset", "options"), "the architecture")
     opt.device(gpu_id)  # no GPU: one clear error before any work
     check_apart(output, [*inputs, *(dev or [])])
     if init_from is not None and Path(init_from).exists():
@@ -121,16 +120,10 @@ def pretrain(
     opt.import_code(code)
     level = logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    given = dict(ctx.params)
     # The settings given on the command line: on --resume only these are checked against the
-    # run's own. By name: typer may bring its own copy of click's ParameterSource.
-    explicit = {
-        name
-        for name in given
-        if getattr(ctx.get_parameter_source(name), "name", None)
-        in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
-    }
-    config = PretrainConfig(**settings(given))
+    # run's own.
+    explicit = {name for name in ctx.params if opt.was_given(ctx, name)}
+    config = PretrainConfig(**settings(ctx.params))
     summary = run_pretraining(
         config, resume=resume, overwrite=force, explicit=explicit, progress=not quiet
     )

@@ -9,7 +9,6 @@ from typing import Optional
 import typer
 
 from . import _util as opt
-from .bilm_source import check_one_bilm
 from .command import command
 
 REPORT_FILES = ("probe.json", "probe.md", "probe.png")
@@ -25,8 +24,8 @@ def probe(
         "file is named with the package that holds it.",
     ),
     model: str = opt.model_option(),
-    options: Optional[Path] = opt.options_option(),
-    weights: Optional[Path] = opt.weights_option(),
+    options: Optional[Path] = opt.OPTIONS,
+    weights: Optional[Path] = opt.WEIGHTS,
     tasks: str = typer.Option(
         "pos-wsj,pos-brown,wsd", help="Comma-separated subset of pos-wsj, pos-brown, wsd."
     ),
@@ -35,7 +34,7 @@ def probe(
     ),
     batch_size: int = opt.batch_size_option(),
     threads: int = opt.threads_option(default=1),
-    gpu_id: int = opt.gpu_option(),
+    gpu_id: int = opt.GPU,
     seed: int = typer.Option(0, help="Seed of the Brown sentence sample."),
     force: bool = opt.force_option("the reports in OUTPUT"),
     quiet: bool = opt.quiet_option("No progress lines, only the report."),
@@ -46,7 +45,7 @@ def probe(
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
-    check_one_bilm("model", ("options", "weights"), locals())
+    opt.check_one_bilm("model", ("options", "weights"))
     started = time.perf_counter()
     device = opt.device(gpu_id)
     settings = ProbeSettings(
