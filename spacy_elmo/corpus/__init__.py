@@ -1,8 +1,7 @@
 """Corpus scale: embed or annotate many files across processes, machines and GPUs on Ray.
 
-plan.py finds and checks the inputs and cuts big files into line ranges; manifest.py records
-what is finished; lock.py keeps one run per output folder; engine.py runs the shards on Ray
-actors (one model load per worker); embed.py and apply.py are the two jobs.
+plan.py checks the inputs and cuts them into shards; runner.py drives a run (lock, manifest.py,
+temporary.py); engine.py runs the shards on Ray actors; embed.py and apply.py are the two jobs.
 """
 
 from .apply import apply_corpus

@@ -1,10 +1,8 @@
 """apply: a spaCy pipeline over a corpus, one DocBin per input file (like `spacy apply`).
 
-Inputs: `.jsonl` (one JSON object per line, the text under `text_key`; blank lines skipped),
-`.txt` (one document per line) and `.spacy` (a DocBin: its documents run through the
-pipeline). Every input `REL/NAME.<ext>` gives `OUTPUT_DIR/REL/NAME.spacy`, with user data
-stored as `spacy apply` stores it, except `doc._.elmo_layers` (the biLM's raw layers, about
-27 KB per sentence; `embed-corpus` is the command for vectors).
+Inputs: `.jsonl` (the text under `text_key`), `.txt` (a document per line) and `.spacy`;
+`REL/NAME.<ext>` gives `OUTPUT_DIR/REL/NAME.spacy`, without `doc._.elmo_layers` (27 KB per
+sentence; `embed-corpus` is the command for vectors).
 """
 
 from __future__ import annotations

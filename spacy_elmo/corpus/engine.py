@@ -121,7 +121,10 @@ class CorpusWorker:
     def setup(self) -> dict[str, Any]:
         if self.state is None:
             self.state = self.job.setup()
-        return {"worker": f"{socket.gethostname()}:{os.getpid()}", "node": _node_id()}
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        return {"worker": f"{socket.gethostname()}:{os.getpid()}", "node": node}
 
     def run(self, payload: Any) -> dict[str, Any]:
         identity = self.setup()  # after a restart (the worker was killed), loaded again
@@ -373,15 +376,6 @@ def _ray_lines_dropped() -> Iterator[None]:
             passed = b"".join(line for line in written if not RAY_LOG_LINE.match(line))
             if passed:
                 os.write(2, passed)
-
-
-def _node_id() -> str:
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - outside Ray (a direct call): no node
-        return "local"
 
 
 def _cause(error: Exception) -> str:

@@ -1,12 +1,8 @@
 """OUTPUT_DIR/manifest.jsonl: one JSON line per finished output, appended when it is whole.
 
-A record names the output, its input (path, sha256, lines), the model's identity, the options
-that change the numbers, and the output's sha256, size and modification time. A re-run skips
-an output whose latest record has the same input sha256, model and options and whose file still
-has the recorded size and modification time (so that a re-run does not read every output
-again); anything else is redone. Only the run holding the folder's lock writes the manifest.
-File names that are not UTF-8 are kept whole (see `record_line`); a last line cut short is
-ignored with a warning, any other line that is not a record stops the run, naming it.
+A re-run skips an output whose latest record has the same input sha256, model and options and
+whose file keeps the recorded size and modification time (docs/corpus.md). Only the run holding
+the folder's lock writes the manifest.
 """
 
 from __future__ import annotations
@@ -180,10 +176,9 @@ def is_done(
     options: dict[str, Any],
 ) -> bool:
     """Whether the output of `record` is whole and was made from this input, model, options."""
-    if record is None:
-        return False
     if (
-        record.get("input_sha256") != input_sha256
+        record is None
+        or record.get("input_sha256") != input_sha256
         or record.get("model", {}).get("sha256") != model.get("sha256")
         or record.get("options") != options
     ):

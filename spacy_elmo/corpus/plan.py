@@ -1,14 +1,8 @@
 """What a corpus run reads and writes: the input files, checked, and their shards.
 
-INPUT is a folder (searched recursively for the input suffixes, links to folders followed,
-each real folder once), a glob pattern or one file. Every input is read once here, before
-anything is written: its sha256, its number of lines, the byte offset of every shard's first
-line, and a check that it is readable, non-empty UTF-8 text without NUL bytes (for .jsonl: one
-JSON object per line with a string under the text key), which is what the workers will read
-it as. A bad input stops the run with an error naming the file. So does an output that could
-not be written (a folder in its place) and, `check_apart`, an OUTPUT_DIR that overlaps the
-model's or the pipeline's files. File names need not be UTF-8: they are kept as Python keeps
-them (surrogate escapes) and shown with their bytes as \\xNN in messages (`printable`).
+INPUT is a folder (searched recursively, each real folder once), a glob pattern or one file.
+Every input is read once here, before anything is written: its sha256, lines and shard offsets,
+and a check that the workers can read it. File names need not be UTF-8 (`printable`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Is a Ray cluster there? A bounded check of `--address` before `ray.init` joins it.
 
-`ray.init(address=...)` waits without end (minutes, then more) when nothing answers at the
-address. Both servers an address can name, a cluster's GCS (`host:port`) and a Ray client
-server (`ray://host:port`), speak gRPC, so a TCP connection and an HTTP/2 handshake (the
-server answers the client's preface with its SETTINGS frame) tell, within a stated time,
-whether one answers there: `SPACY_ELMO_RAY_CONNECT_TIMEOUT` seconds (default 10).
+`ray.init(address=...)` waits without end when nothing answers. A cluster's GCS and a Ray
+client server both speak gRPC: a TCP connection and an HTTP/2 handshake tell within
+`SPACY_ELMO_RAY_CONNECT_TIMEOUT` seconds (default 10) whether one answers there.
 """
 
 from __future__ import annotations

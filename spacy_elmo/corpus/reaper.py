@@ -1,12 +1,8 @@
 """The processes a corpus run started, ended with it however it ends (Linux: /proc).
 
-The driver ends its local Ray instance with `ray.shutdown()` and then whatever is left of the
-processes it started: its descendants that were not there before Ray started, recorded while
-the run lasts (a raylet's agents outlive the raylet, and are no longer below the driver once it
-is gone). A driver killed by SIGKILL ends nothing; this watchdog, started by the driver, records
-the driver's new descendants every half second and, when the driver is gone (its pipe to us
-closes), kills those still running. Nothing else is ended: not another run's processes, not a
-process that merely shares the driver's process group or has "ray" in its command line.
+The driver ends its local Ray instance, then what is left of its new descendants. A driver
+killed by SIGKILL ends nothing: this watchdog records the driver's new descendants every half
+second and kills them when the driver is gone (its pipe closes). Nothing else is ended.
 
     python reaper.py DRIVER_PID   (stdin: a pipe from the driver; "+" on stdout when ready)
 """

@@ -1,34 +1,27 @@
-"""The driver of a corpus run: lock, skip what the manifest has, shard the rest, record results.
+"""The driver of a corpus run (`embed-corpus`, `apply`): lock, skip what the manifest has, shard
+the rest, record results.
 
-Shared by `embed-corpus` and `apply`: a job (what a worker does to a shard), the checked inputs,
-the model's identity and the options that change the outputs.
-
-A file of more lines than a shard is cut into parts, written (each under a temporary name,
-renamed when whole) into `OUTPUT_DIR/REL/.NAME.<suffix>.parts-<key>/` and joined into
-`OUTPUT_DIR/REL/NAME.<suffix>` when the last one is done; the parts are then deleted. The key
-names the input's sha256, the model and the options: a re-run after a crash reuses the parts
-that are whole, and never joins parts of another input or model.
-
-A run writes new files of its own, each under a temporary name renamed when whole, and deletes
-or replaces only files its own records name: its temporary files (named as temporary.py says),
-its folders of parts, and an output that the manifest records. An output is installed only
-after its record is written (a killed driver leaves an output the next run knows), and a file
-in an output's place that the manifest does not record (a model's, a user's, another
-program's) stops the run before anything is written, naming it.
+A file longer than a shard is cut into parts, written into `.NAME.<suffix>.parts-<key>/` beside
+its output and joined when the last is done; the key names the input, model and options, so a
+re-run reuses whole parts and never joins others. A run replaces or deletes only files its own
+records name, and installs an output only after its record (docs/corpus.md).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import socket
+import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
-from ..util.files import fsync_directory
+from ..util.files import LockHeld, fsync_directory, lock_file
 from .engine import Cluster, Job, RunStats, Task, run_tasks
-from .lock import output_lock
 from .manifest import (
     MANIFEST_NAME,
     ManifestWarning,
@@ -42,6 +35,7 @@ from .manifest import (
 from .plan import InputFile, printable
 from .temporary import remove_owned
 
+LOCK_NAME = ".spacy-elmo.lock"
 PARTS_MARK = ".parts-"
 # A part's name in its folder: FIRST-COUNT<suffix> (FIRST: the range's first line, 0-based).
 PART_NAME = re.compile(r"^[0-9]{12}-[0-9]+\.[a-z0-9]+$")
@@ -170,6 +164,43 @@ def run_corpus(
     if result.failures:
         raise CorpusRunError(result)
     return result
+
+
+@contextmanager
+def output_lock(output_dir: Path, command: str) -> Iterator[Path]:
+    """Hold OUTPUT_DIR's lock for the block; ValueError naming the holder if another run has it.
+
+    flock(2) is released by the kernel when the holding process ends, however it ends: the lock
+    file a killed run leaves behind is not a held lock, and the next run takes it over.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / LOCK_NAME
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    try:
+        lock = lock_file(path, json.dumps(holder) + "\n")
+    except LockHeld as held:
+        raise ValueError(
+            f"output folder {output_dir} is in use by another run ({_describe(held.text)}); "
+            "wait for it to end or choose another output folder"
+        ) from None
+    with lock:
+        yield path
+
+
+def _describe(text: str) -> str:
+    try:
+        holder = json.loads(text)
+        return (
+            f"`spacy-elmo {holder['command']}`, pid {holder['pid']} on {holder['host']} "
+            f"since {holder['since']}"
+        )
+    except (ValueError, KeyError, TypeError):
+        return "holder unknown"
 
 
 def _check_replaceable(output_dir: Path, inputs: list[InputFile], records: dict) -> None:

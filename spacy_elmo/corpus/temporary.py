@@ -1,14 +1,8 @@
 """The temporary files of a corpus run: named so that a run knows them for its own.
 
-Every file a corpus run writes (an output, a part, a join, the compacted manifest) is written
-under a temporary name next to it and renamed over its final name when whole. The temporary
-name carries a mark no other program makes, `.NAME.spacy-elmo-tmp-XXXXXXXX` (X: hexadecimal),
-and a file being written under that name goes through one more temporary file of the same
-family, `..NAME.spacy-elmo-tmp-XXXXXXXX.YYYYYYYY.tmp` (`util.files.atomic_path`'s). A run
-(which holds OUTPUT_DIR's lock, so no other run is writing there) removes a file only when its
-name is of this family *and* NAME is a file the run itself writes there: a user's own `.tmp`
-files, or the temporary files of a program writing other names in the same folder, are never
-touched.
+Every file a run writes is written as `.NAME.spacy-elmo-tmp-XXXXXXXX` (through `atomic_path`'s
+`..NAME.spacy-elmo-tmp-XXXXXXXX.YYYYYYYY.tmp`) and renamed when whole. A run removes a file only
+when its name is of this family *and* NAME is a file the run itself writes there.
 """
 
 from __future__ import annotations

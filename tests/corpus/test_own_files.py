@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.corpus import apply_corpus, embed_corpus
-from spacy_elmo.corpus.lock import LOCK_NAME
 from spacy_elmo.corpus.manifest import (
     MANIFEST_NAME,
     ManifestWarning,
@@ -31,6 +30,7 @@ from spacy_elmo.corpus.manifest import (
     read_manifest,
 )
 from spacy_elmo.corpus.plan import find_inputs, plan_inputs
+from spacy_elmo.corpus.runner import LOCK_NAME
 from spacy_elmo.corpus.temporary import owned_name
 
 from ..pipeline.pipeline_util import save_tiny_bilm

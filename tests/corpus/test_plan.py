@@ -18,7 +18,6 @@ from spacy_elmo.corpus.apply import apply_corpus
 from spacy_elmo.corpus.embed import join_hdf5
 from spacy_elmo.corpus.embed_file import FLOAT16_RELATIVE_ERROR, LineRange, embed_file, read_lines
 from spacy_elmo.corpus.engine import require_ray
-from spacy_elmo.corpus.lock import LOCK_NAME, output_lock
 from spacy_elmo.corpus.manifest import (
     MANIFEST_NAME,
     ManifestWarning,
@@ -28,6 +27,7 @@ from spacy_elmo.corpus.manifest import (
     read_manifest,
 )
 from spacy_elmo.corpus.plan import find_inputs, plan_inputs
+from spacy_elmo.corpus.runner import LOCK_NAME, output_lock
 
 SENTENCES = [
     "the cat sat on the mat .",
@@ -183,7 +183,7 @@ def test_the_lock_of_a_dead_run_is_taken_over(tmp_path):
 
     folder = tmp_path / "out"
     code = (
-        "import os, sys; from pathlib import Path; from spacy_elmo.corpus.lock import output_lock\n"
+        "import os\nfrom pathlib import Path\nfrom spacy_elmo.corpus.runner import output_lock\n"
         f"with output_lock(Path({str(folder)!r}), 'embed-corpus'): os._exit(0)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)  # dies holding the lock
