@@ -95,9 +95,9 @@ class PublishedModel:
     def url(self, file_name: str, base: Optional[str] = None) -> str:
         return f"{(base or base_url()).rstrip('/')}/{self.shape}/{file_name}"
 
-    def folder(self, cache: Optional[Path] = None) -> Path:
+    def folder(self) -> Path:
         """Where the cache keeps this model's files."""
-        return (cache or cache_dir()) / self.shape
+        return cache_dir() / self.shape
 
 
 PUBLISHED = {
@@ -177,9 +177,9 @@ def cached_files(name: str) -> Optional[tuple[Path, Path]]:
     return paths  # type: ignore[return-value]
 
 
-def ensure(name: str, progress: bool = True) -> tuple[Path, Path]:
+def ensure(name: str) -> tuple[Path, Path]:
     """The cached files of `name`, downloaded first when they are not in the cache."""
-    return cached_files(name) or download(name, progress=progress)
+    return cached_files(name) or download(name)
 
 
 def download(

@@ -186,6 +186,15 @@ def test_is_elmoformanylangs_dir(tmp_path):
     assert not is_elmoformanylangs_dir(tmp_path)
 
 
+def test_load_saved_names_an_elmoformanylangs_directory(tmp_path):
+    directory, _, _ = make_model(tmp_path, 0)
+    with pytest.raises(ValueError, match="is an ELMoForManyLangs model directory, not a saved"):
+        BiLM.load_saved(directory)
+    (directory / "encoder.pkl").unlink()
+    with pytest.raises(FileNotFoundError, match=r"model directory .* lacks encoder\.pkl \(a model"):
+        BiLM.load_saved(directory)
+
+
 class Exploit:
     """Unpickling this creates a file: what a malicious .pkl could do with any code."""
 
