@@ -102,6 +102,8 @@ _BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
 }
 # Where the run happens, not what it computes: a resumed run takes the values given for it.
 LOCATION_SETTINGS = ("output", "gpu_id", "threads", "max_memory_gb")
+# What a run resumed after a divergence may change, the values given taken (divergence.py).
+DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
 # The retired transformer teacher's settings (docs/research/teacher.md): a checkpoint holding
 # them resumes when `teacher` was None.
 RETIRED_SETTINGS = (
@@ -136,14 +138,26 @@ def build_options(config: PretrainConfig) -> BiLMOptions:
 
 
 def resumed_config(
-    saved: dict[str, Any], given: PretrainConfig, source: Path, explicit: Optional[Collection[str]]
-) -> PretrainConfig:
-    """The checkpoint's configuration; ValueError where `given` contradicts what it computes.
+    saved: dict[str, Any],
+    given: PretrainConfig,
+    source: Path,
+    explicit: Optional[Collection[str]],
+    diverged: bool = False,
+) -> tuple[PretrainConfig, dict[str, tuple[Any, Any]]]:
+    """The checkpoint's configuration, and {setting: (old, new)} of what the resume changed;
+    ValueError where `given` contradicts what it computes.
 
-    `max_steps` (when given) and the LOCATION_SETTINGS take the given values. With `explicit`
-    (the settings the user gave) only those are compared or taken (the output always is).
+    `max_steps` (when given) and the LOCATION_SETTINGS take the given values, and after a
+    divergence (`diverged`) the DIVERGENCE_REMEDIES too. With `explicit` (the settings the
+    user gave) only those are compared or taken (the output always is).
     """
-    saved = _without_retired(saved, source)
+    if saved.get("teacher") is not None:
+        raise ValueError(
+            f"checkpoint {source} is of a run with a transformer teacher (teacher "
+            f"{saved['teacher']!r}), which this spacy-elmo no longer has: start a new run (another "
+            f"output directory, or overwrite this run)"
+        )
+    saved = {name: value for name, value in saved.items() if name not in RETIRED_SETTINGS}
     unknown = sorted(set(saved) - {f.name for f in fields(PretrainConfig)})
     if unknown:
         raise ValueError(
@@ -153,49 +167,33 @@ def resumed_config(
         config = PretrainConfig(**saved)
     except (TypeError, ValueError) as err:
         raise ValueError(f"checkpoint {source}: bad settings: {err}") from None
-    changed = []
-    for f in fields(PretrainConfig):
-        if f.name in (*LOCATION_SETTINGS, "max_steps"):
-            continue
-        if explicit is not None and f.name not in explicit:
-            continue
-        old, new = getattr(config, f.name), getattr(given, f.name)
-        if not _same_setting(f.name, old, new):
-            changed.append(f"{f.name} is {new!r}, the run was started with {old!r}")
-    if changed:
+    may_change = (*LOCATION_SETTINGS, *(DIVERGENCE_REMEDIES if diverged else ()))
+    taken = {
+        f.name: getattr(given, f.name)
+        for f in fields(PretrainConfig)
+        if explicit is None or f.name in explicit or f.name == "output"
+    }
+    contradicted = [
+        f"{name} is {new!r}, the run was started with {getattr(config, name)!r}"
+        for name, new in taken.items()
+        if name not in (*may_change, "max_steps")
+        and not _same_setting(name, getattr(config, name), new)
+    ]
+    if contradicted:
         raise ValueError(
-            f"resuming the run in {given.output}: {'; '.join(changed)} (checkpoint {source}). "
+            f"resuming the run in {given.output}: {'; '.join(contradicted)} (checkpoint {source}). "
             f"A resumed run keeps what it computes; only max_steps and where it runs "
             f"({', '.join(LOCATION_SETTINGS)}) may change. Start a new run to change the others "
             f"(another output directory, or overwrite this run)"
         )
+    located = {name: taken[name] for name in may_change if name in taken}
+    changed = {
+        name: (getattr(config, name), new)
+        for name, new in located.items()
+        if name != "output" and not _same_setting(name, getattr(config, name), new)
+    }
     max_steps = given.max_steps if given.max_steps is not None else config.max_steps
-    located = {
-        name: getattr(given, name)
-        for name in LOCATION_SETTINGS
-        if explicit is None or name in explicit or name == "output"
-    }
-    return replace(config, max_steps=max_steps, **located)
-
-
-def _without_retired(saved: dict[str, Any], source: Path) -> dict[str, Any]:
-    """The checkpoint's settings without RETIRED_SETTINGS; ValueError for a run that used them."""
-    if saved.get("teacher") is not None:
-        raise ValueError(
-            f"checkpoint {source} is of a run with a transformer teacher (teacher "
-            f"{saved['teacher']!r}), which this spacy-elmo no longer has: start a new run (another "
-            f"output directory, or overwrite this run)"
-        )
-    return {name: value for name, value in saved.items() if name not in RETIRED_SETTINGS}
-
-
-def moved_settings(saved: dict[str, Any], resumed: PretrainConfig) -> dict[str, tuple[Any, Any]]:
-    """{setting: (old, new)} of the LOCATION_SETTINGS a resume changed, the output left out."""
-    return {
-        name: (saved.get(name), getattr(resumed, name))
-        for name in LOCATION_SETTINGS
-        if name != "output" and not _same_setting(name, saved.get(name), getattr(resumed, name))
-    }
+    return replace(config, max_steps=max_steps, **located), changed
 
 
 def _same_setting(name: str, old: Any, new: Any) -> bool:

@@ -9,19 +9,18 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Collection, Optional
+from typing import Optional
 
 import torch
 from torch import nn
 
 from ..util.files import write_text
-from .config import PretrainConfig
+from .config import DIVERGENCE_REMEDIES, PretrainConfig
 from .objective import MAX_LOG_FLOAT
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
 DIVERGED = "checkpoints/diverged.json"  # the step, what happened, the rate, the kept step
-DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
 # A mean NLL (nats a token) whose perplexity no float holds counts as a divergence (guessing
 # uniformly over 50,000 words costs about 11 nats).
 MAX_LOSS = MAX_LOG_FLOAT
@@ -109,23 +108,3 @@ def divergence_error(
         f"training diverged at step {step}: {what} (learning rate {rate:.3g}); no model was "
         f"written; {advice}"
     )
-
-
-def remedies_after_divergence(
-    saved: dict[str, Any],
-    given: PretrainConfig,
-    marker: Path,
-    explicit: Optional[Collection[str]],
-) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
-    """The checkpoint's settings with the DIVERGENCE_REMEDIES given for this resume when the
-    run diverged after it (`marker` exists), and {setting: (old, new)} changed."""
-    if not marker.exists():
-        return saved, {}
-    changed = {}
-    for name in DIVERGENCE_REMEDIES:
-        if explicit is not None and name not in explicit:
-            continue
-        old, new = saved.get(name), getattr(given, name)
-        if old != new:
-            changed[name] = (old, new)
-    return {**saved, **{name: new for name, (_, new) in changed.items()}}, changed

@@ -33,9 +33,9 @@ from .checkpoint import (
 )
 from .config import (
     DEFAULT_MAX_STEPS,
+    DIVERGENCE_REMEDIES,
     PretrainConfig,
     check_sources,
-    moved_settings,
     resumed_config,
     warmup_longer_than_run,
 )
@@ -45,7 +45,6 @@ from .divergence import (
     DIVERGED,
     divergence_error,
     held_out_problem,
-    remedies_after_divergence,
     step_problem,
     warn_if_worse_than_guessing,
     weights_problem,
@@ -84,14 +83,14 @@ class Pretrainer:
         self.work = Path(config.output)
         self.ranks = ranks = Ranks()
         checkpoint = load_checkpoint(self.work / CHECKPOINT) if resume else None
-        remedied: dict[str, tuple[Any, Any]] = {}
+        diverged = False
         if checkpoint is not None:
-            saved, remedied = remedies_after_divergence(
-                checkpoint["config"], config, self.work / DIVERGED, explicit
+            diverged = (self.work / DIVERGED).exists()
+            config, changed = resumed_config(
+                checkpoint["config"], config, self.work / CHECKPOINT, explicit, diverged
             )
-            config = resumed_config(saved, config, self.work / CHECKPOINT, explicit)
             if ranks.is_main:
-                log_resume(checkpoint["step"], remedied, moved_settings(saved, config))
+                log_resume(checkpoint["step"], changed)
         elif config.max_steps is None:
             config = replace(config, max_steps=DEFAULT_MAX_STEPS)
         self.config = config
@@ -133,7 +132,7 @@ class Pretrainer:
             self.step = self.checkpoint_step = checkpoint["step"]
             self.tokens_seen = checkpoint["tokens_seen"]
             self.train_seconds = float(checkpoint["train_seconds"])
-            if remedied:
+            if diverged:  # the rates of the remedies given, if any
                 self._set_learning_rate()
             if self.ranks.is_main:
                 truncate_metrics(self.work / METRICS, self.step)
@@ -382,11 +381,11 @@ class Pretrainer:
         return summary
 
 
-def log_resume(
-    step: int, remedied: dict[str, tuple[Any, Any]], moved: dict[str, tuple[Any, Any]]
-) -> None:
-    """A warning for each kind of setting that a resume at `step` changed: the remedies after
-    a divergence, and where the run happens ({setting: (old, new)} each)."""
+def log_resume(step: int, changed: dict[str, tuple[Any, Any]]) -> None:
+    """A warning for each kind of setting that a resume at `step` changed ({setting: (old,
+    new)}): the remedies after a divergence, and where the run happens."""
+    remedied = {k: v for k, v in changed.items() if k in DIVERGENCE_REMEDIES}
+    moved = {k: v for k, v in changed.items() if k not in DIVERGENCE_REMEDIES}
     if remedied:
         logger.warning(
             "resuming after a divergence from the checkpoint of step %d with %s",

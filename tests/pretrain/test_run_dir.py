@@ -244,12 +244,15 @@ def test_resume_takes_the_gpu_given(finished_run):
     config, run = finished_run
     saved = load_checkpoint(run / "checkpoints" / "last.pt")["config"]
     moved = replace(config, gpu_id=1, threads=3, max_memory_gb=2.5, learning_rate=0.5)
-    resumed = resumed_config(saved, moved, run, explicit={"gpu_id", "threads", "max_memory_gb"})
+    explicit = {"gpu_id", "threads", "max_memory_gb"}
+    resumed, changed = resumed_config(saved, moved, run, explicit=explicit)
     assert (resumed.gpu_id, resumed.threads, resumed.max_memory_gb) == (1, 3, 2.5)
+    assert changed == {"gpu_id": (-1, 1), "threads": (1, 3), "max_memory_gb": (None, 2.5)}
     assert resumed.learning_rate == 0.01  # not given: the run's own
     # Not given on the command line: the run's own values.
-    kept = resumed_config(saved, moved, run, explicit=set())
+    kept, changed = resumed_config(saved, moved, run, explicit=set())
     assert (kept.gpu_id, kept.threads, kept.max_memory_gb) == (-1, 1, None)
+    assert changed == {}
 
 
 def test_cli_resume_without_settings_continues_the_run(finished_run):
