@@ -81,7 +81,8 @@ Weights = Union[torch.Tensor, numpy.ndarray]
 
 def check_dtype(key: str, dtype: Any, source: str, what: str = "tensor") -> None:
     """ValueError unless `dtype` (numpy or torch) is one of WEIGHT_DTYPES."""
-    name = str(dtype).removeprefix("torch.")
+    # A numpy dtype by its name: '>f4' (a big-endian file's float32) is float32.
+    name = dtype.name if isinstance(dtype, numpy.dtype) else str(dtype).removeprefix("torch.")
     if name in WEIGHT_DTYPES:
         return
     kinds = DTYPE_KINDS.items()
@@ -120,10 +121,8 @@ def check_weights(state: Mapping[str, Weights], source: str, what: str = "tensor
     dtype not in WEIGHT_DTYPES, a NaN or infinity, or a float64 value past float32's range."""
     for key, value in state.items():
         check_dtype(key, value.dtype, source, what)
-        if isinstance(value, numpy.ndarray):
-            if not value.dtype.isnative:  # a big-endian file: the same values, swapped bytes
-                value = value.astype(value.dtype.newbyteorder("="))
-            value = torch.from_numpy(numpy.ascontiguousarray(value))
+        if isinstance(value, numpy.ndarray):  # in native byte order (a big-endian file's swapped)
+            value = torch.from_numpy(numpy.ascontiguousarray(value, value.dtype.newbyteorder("=")))
         finite = torch.isfinite(value)
         if not finite.all():
             index = int((~finite).flatten().nonzero()[0])

@@ -176,6 +176,23 @@ def test_non_finite_weights(tmp_path, model_files):
         BiLM.from_allennlp(model_files[0], nan)
 
 
+def test_big_endian_weights_are_read_as_their_values(tmp_path, model_files):
+    big = tmp_path / "big.hdf5"
+    with h5py.File(model_files[1]) as little, h5py.File(big, "w") as swapped:
+        names = []
+        little.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        for name in names:
+            swapped.create_dataset(name, data=little[name][...].astype(">f4"))
+        assert swapped["CNN/b_cnn_0"].dtype.byteorder == ">"
+    expected = BiLM.from_allennlp(*model_files).state_dict()
+    for key, value in BiLM.from_allennlp(model_files[0], big).state_dict().items():
+        assert torch.equal(value, expected[key]), key
+    with h5py.File(big, "a") as f:
+        f["CNN/b_cnn_0"][0] = np.nan
+    with pytest.raises(ValueError, match="'CNN/b_cnn_0' contains NaN"):
+        BiLM.from_allennlp(model_files[0], big)
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
