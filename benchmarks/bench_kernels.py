@@ -7,7 +7,8 @@ For each architecture's recurrent (4D, P) and projection (P, D) kernels, at 1, 8
 (the active sentences of one LSTM step), on the CPU with 2 threads: microseconds per step for
 
 * `F.linear` (MKL; what AllenNLP and plain PyTorch run),
-* oneDNN's inner product (`spacy_elmo.bilm.compiled_steps.linear`, used for kernels of >= 2^19 elements),
+* oneDNN's inner product (`spacy_elmo.bilm.compiled_steps.linear`, used for kernels of
+  >= 2^19 elements),
 * one batched GEMM over both directions on (k, in, out) stacked kernels (used up to 2^19
   elements; the biLM stores its weights in that layout, as views), against two `F.linear`
   calls.

@@ -264,9 +264,9 @@ def run(
     """The biLM's activations (§7) for (batch, time, W) ids, with `<S>` and `</S>` added
     (`boundaries`: their id rows): the token vectors (batch, time + 2, P), each cell's forward
     and backward outputs (batch, time + 2, P; the backward ones in the original order), the
-    lengths with the boundaries (batch,) and the final states of both directions. `bilm` is any module with a
-    `char_cnn`, a `forward_lstm` and a `backward_lstm`. `states` (§8): each direction's initial
-    (h, c) per cell, one row per sentence; zeros where None."""
+    lengths with the boundaries (batch,) and the final states of both directions. `bilm` is
+    any module with a `char_cnn`, a `forward_lstm` and a `backward_lstm`. `states` (§8): each
+    direction's initial (h, c) per cell, one row per sentence; zeros where None."""
     bounded, lengths = add_boundaries(char_ids, *boundaries)  # (batch, time + 2, W)
     tokens = token_vectors(bilm.char_cnn, bounded)  # (batch, time + 2, P)
     forward_states, backward_states = states if states is not None else (None, None)
