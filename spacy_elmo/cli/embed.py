@@ -56,7 +56,7 @@ def embed(
     """
     from ..bilm import BiLM
     from ..bilm.quantize import quantize_from_flags, set_quantize
-    from ..corpus.embed_file import embed_file, spacy_tokenizer, whitespace_tokenizer
+    from ..corpus.embed_file import MAX_TOKENS, embed_file, spacy_tokenizer, whitespace_tokenizer
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
@@ -89,7 +89,7 @@ def embed(
             float16=float16,
             compression=compression,
             input_name=input_name,
-            **({"max_tokens": max_tokens} if max_tokens is not None else {}),
+            max_tokens=MAX_TOKENS if max_tokens is None else max_tokens,
         )
     typer.echo(f"wrote {count} sentences to {output_file}")
 

@@ -82,8 +82,6 @@ def init_config(
     names = [name.strip() for name in components.split(",") if name.strip()]
     to_stdout = str(output_file) == "-"
     if not to_stdout:
-        if output_file.is_dir():
-            raise ValueError(f"output {output_file} is a directory; name a config file")
         opt.check_new_output(output_file, force, [])
     spacy.util.get_lang_class(lang)  # an unknown language fails here, with spaCy's message
     source = ElmoSource.from_arguments(model if options is None else None, options, weights)

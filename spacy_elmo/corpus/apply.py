@@ -74,19 +74,16 @@ class ApplyJob:
 def read_documents(
     path: Path, line_range: Optional[LineRange], text_key: str, nlp: Any
 ) -> Iterator[Any]:
-    """The texts (or Docs, for .spacy) of `path`, or of `line_range` of it."""
+    """The texts (or Docs, for .spacy) of `path`, or of `line_range` of it; of .jsonl, the
+    texts of the JSON objects (blank lines skipped: the range counts objects)."""
     if path.suffix == ".spacy":
         from spacy.tokens import DocBin
 
         yield from DocBin().from_disk(path).get_docs(nlp.vocab)
-    elif path.suffix == ".jsonl":
-        yield from _jsonl_texts(path, line_range, text_key)
-    else:
+        return
+    if path.suffix != ".jsonl":
         yield from read_lines(path, line_range)
-
-
-def _jsonl_texts(path: Path, line_range: Optional[LineRange], text_key: str) -> Iterator[str]:
-    """The texts of the JSON objects (blank lines skipped), from the range's byte offset."""
+        return
     count = 0
     with path.open("rb") as handle:
         if line_range is not None:

@@ -152,40 +152,36 @@ def run_tasks(
     stats = RunStats(tasks=len(tasks))
     start = time.perf_counter()
     address = cluster.address or os.environ.get("RAY_ADDRESS") or None
-    local = address is None
     threads = cluster.threads_per_worker
     workers = cluster.workers
-    if local:
+    if address is None:
         from ..util.threads import usable_cpus
 
         cpus = usable_cpus()[0]  # this machine's cores, fewer under a container's CPU quota
-        threads = threads or max(1, cpus // (workers or cpus))
-        workers = workers or max(1, cpus // threads)
+        init = {"address": "local", "num_cpus": max(cpus, (workers or 1) * (threads or 1))}
     else:
         from .ray_address import check_ray_address
 
         check_ray_address(address)  # ray.init waits without end when nothing answers there
+        init = {"address": address}
     before = descendants()  # the driver's processes from before: not the run's to end
     started: dict[int, int] = {}
     reaper = None
     ray_ended = threading.Event()
     try:
         with _ray_lines_dropped(), deferred():  # a signal is acted on once Ray has started
-            if local:
+            if address is None:
                 reaper = start_reaper()
-                _start_ray(ray, ray_ended, address="local", num_cpus=max(cpus, workers * threads))
-            else:
-                _start_ray(ray, ray_ended, address=address)
+            _start_ray(ray, ray_ended, **init)
         started.update(_new(before, reaper))
         resources = ray.cluster_resources()
         node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
-        if not local:
-            # a worker's threads are on one node: never more than the largest node has
-            total = int(sum(node_cpus)) or 1
-            threads = threads or max(
-                1, min(int(max(node_cpus, default=1)), total // (workers or total))
-            )
-            workers = workers or max(1, sum(int(c // threads) for c in node_cpus))
+        # a worker's threads are on one node: never more than the largest node has
+        total = int(sum(node_cpus)) or 1
+        threads = threads or max(
+            1, min(int(max(node_cpus, default=1)), total // (workers or total))
+        )
+        workers = workers or max(1, sum(int(c // threads) for c in node_cpus))
         _check_resources(resources, node_cpus, workers, threads, cluster.gpus_per_worker, address)
         actor_class = ray.remote(
             num_cpus=threads,
@@ -241,26 +237,18 @@ def _drive(ray, actors, tasks, on_done, stats, bar) -> None:
         except ray.exceptions.RayActorError as error:
             # Ray restarted the worker and ran the shard again MAX_RETRIES times, and each
             # time the worker died: a shard that kills workers (out of memory, say).
-            _fail(
-                stats,
-                bar,
-                task,
-                f"its worker died each of {MAX_RETRIES + 1} times it ran it (killed, or out "
-                f"of memory?): {_first_line(error)}",
-            )
-            submit(actor)
-            continue
+            died = f"its worker died each of {MAX_RETRIES + 1} times it ran it (killed, or out"
+            _fail(stats, bar, task, f"{died} of memory?): {_first_line(error)}")
         except ray.exceptions.RayTaskError as error:
             _fail(stats, bar, task, _cause(error))
-            submit(actor)
-            continue
-        stats.lines += task.lines
-        stats.workers[result["worker"]] = stats.workers.get(result["worker"], 0) + 1
-        stats.nodes.add(result["node"])
-        bar.update(task.lines)
-        for follow_up in on_done(task, result):
-            stats.tasks += 1
-            queue.appendleft(follow_up)
+        else:
+            stats.lines += task.lines
+            stats.workers[result["worker"]] = stats.workers.get(result["worker"], 0) + 1
+            stats.nodes.add(result["node"])
+            bar.update(task.lines)
+            for follow_up in on_done(task, result):
+                stats.tasks += 1
+                queue.appendleft(follow_up)
         submit(actor)
         while queue and len(running) < len(alive) * (1 + QUEUE_PER_WORKER):
             submit(min(alive, key=lambda a: sum(1 for b, _ in running.values() if b is a)))

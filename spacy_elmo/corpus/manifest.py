@@ -13,6 +13,7 @@ import os
 import re
 import time
 import warnings
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Optional
 
@@ -131,10 +132,8 @@ def append_record(output_dir: Path, record: dict[str, Any]) -> None:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
         except BaseException:
-            try:
+            with suppress(OSError):  # else the next run ignores a cut last line
                 os.ftruncate(fd, start)
-            except OSError:  # pragma: no cover - then the next run ignores a cut last line
-                pass
             raise
     finally:
         os.close(fd)

@@ -27,11 +27,9 @@ class InputFile:
     """One input file, checked: where it is, what it is, and where its output goes."""
 
     path: Path  # absolute
-    rel: Path  # relative to INPUT's folder (or the glob's fixed part)
-    output_rel: Path  # REL/NAME<output suffix>
+    output_rel: Path  # REL/NAME<output suffix>, REL relative to INPUT's folder or glob
     sha256: str
     lines: int  # lines of text (.txt), JSON objects (.jsonl), documents (.spacy)
-    size: int
     offsets: tuple[int, ...]  # byte offset of each shard's first line (one shard: (0,))
     shard_lines: int
 
@@ -124,9 +122,7 @@ def walk_files(root: Path, hidden: bool = True, max_depth: Optional[int] = None)
 def _split_pattern(text: str) -> tuple[Path, tuple[str, ...]]:
     """The folder before the first component of a glob pattern with a wildcard, and the rest."""
     parts = Path(text).expanduser().parts
-    fixed = 0
-    while fixed < len(parts) and not glob.has_magic(parts[fixed]):
-        fixed += 1
+    fixed = next((i for i, part in enumerate(parts) if glob.has_magic(part)), len(parts))
     root = Path(os.path.abspath(Path(*parts[:fixed]))) if fixed else Path.cwd()
     return root, parts[fixed:]
 
@@ -152,17 +148,9 @@ def _matches(names: Sequence[str], pattern: Sequence[str]) -> bool:
         if _matches(names, pattern[1:]):
             return True
         return bool(names) and not names[0].startswith(".") and _matches(names[1:], pattern)
-    if not names:
-        return False
-    name = names[0]
-    if glob.has_magic(part):
-        if name.startswith(".") and not part.startswith("."):
-            return False
-        if not fnmatch.fnmatchcase(name, part):
-            return False
-    elif name != part:
-        return False
-    return _matches(names[1:], pattern[1:])
+    if not names or (names[0].startswith(".") and not part.startswith(".")):
+        return False  # a wildcard matches no hidden name
+    return fnmatch.fnmatchcase(names[0], part) and _matches(names[1:], pattern[1:])
 
 
 def plan_inputs(
@@ -196,8 +184,7 @@ def plan_inputs(
                 f"{printable(seen[real])}"
             )
         seen[real] = path
-        rel = _relative(path, root)
-        output_rel = rel.with_suffix(output_suffix)
+        output_rel = _relative(path, root).with_suffix(output_suffix)
         if output_rel in outputs:
             raise ValueError(
                 f"inputs {printable(outputs[output_rel])} and {printable(path)} would both "
@@ -206,19 +193,18 @@ def plan_inputs(
         _check_writable(output_dir, output_rel)
         outputs[output_rel] = path
         key = text_key if path.suffix == ".jsonl" else None
-        inputs.append(scan(path, rel, output_rel, shard_lines, key))
+        inputs.append(scan(path, output_rel, shard_lines, key))
     return inputs
 
 
 def scan(
-    path: Path, rel: Path, output_rel: Path, shard_lines: int, text_key: Optional[str] = None
+    path: Path, output_rel: Path, shard_lines: int, text_key: Optional[str] = None
 ) -> InputFile:
     """Read `path` once: sha256, lines, shard offsets; ValueError if unreadable, empty or bad."""
     digest = hashlib.sha256()
     try:
-        size = path.stat().st_size
         if path.suffix == ".spacy":
-            return _scan_docbin(path, rel, output_rel, size, shard_lines)
+            return _scan_docbin(path, output_rel)
         offsets = []
         lines = 0
         position = 0
@@ -241,12 +227,10 @@ def scan(
         ) from None
     if lines == 0:
         raise ValueError(f"input file {printable(path)} is empty")
-    return InputFile(
-        path, rel, output_rel, digest.hexdigest(), lines, size, tuple(offsets), shard_lines
-    )
+    return InputFile(path, output_rel, digest.hexdigest(), lines, tuple(offsets), shard_lines)
 
 
-def _scan_docbin(path: Path, rel: Path, output_rel: Path, size: int, shard_lines: int) -> InputFile:
+def _scan_docbin(path: Path, output_rel: Path) -> InputFile:
     """A DocBin is one shard (its documents cannot be read from an offset)."""
     from spacy.tokens import DocBin
 
@@ -257,16 +241,7 @@ def _scan_docbin(path: Path, rel: Path, output_rel: Path, size: int, shard_lines
         raise ValueError(f"input file {printable(path)} is not a spaCy DocBin ({err})") from None
     if count == 0:
         raise ValueError(f"input file {printable(path)} is empty (a DocBin without documents)")
-    return InputFile(
-        path,
-        rel,
-        output_rel,
-        hashlib.sha256(data).hexdigest(),
-        count,
-        size,
-        (0,),
-        max(count, shard_lines),
-    )
+    return InputFile(path, output_rel, hashlib.sha256(data).hexdigest(), count, (0,), count)
 
 
 def _check_json_line(path: Path, number: int, line: str, text_key: str) -> None:

@@ -92,7 +92,9 @@ def run_corpus(
             key = work_key(item.sha256, model, options)
             output = output_dir / item.output_rel
             parts_dir = output.parent / f".{output.name}{PARTS_MARK}{key}"
-            _remove_stale_parts(output, keep=parts_dir.name)
+            for stale in _parts_folders(output.parent, output.name):  # of another input or model
+                if stale != parts_dir:
+                    _remove_parts(stale)
             if is_done(
                 records.get(item.output_rel.as_posix()), output_dir, item.sha256, model, options
             ):
@@ -102,7 +104,7 @@ def run_corpus(
             shards = item.shards()
             if shards == [None]:
                 payload = {"kind": "whole", "input": str(item.path), "output": str(output)}
-                tasks.append(Task(_name(item), item.lines, payload))
+                tasks.append(Task(printable(item.path), item.lines, payload))
                 continue
             parts = [parts_dir / f"{r.first:012d}-{r.count}{output.suffix}" for r in shards]
             join = Task(
@@ -114,25 +116,20 @@ def run_corpus(
             if not todo:
                 tasks.append(join)
                 continue
-            joins[output], remaining_parts[output] = join, len(todo)
-            for line_range, part in todo:
-                payload = {
-                    "kind": "part",
-                    "input": str(item.path),
-                    "output": str(part),
-                    "range": line_range,
-                }
-                tasks.append(Task(_name(item, line_range), line_range.count, payload))
+            joins[parts_dir] = join
+            remaining_parts[parts_dir] = len(todo)
+            for r, part in todo:
+                payload = {"kind": "part", "input": str(item.path), "output": str(part), "range": r}
+                name = f"{printable(item.path)} lines {r.first + 1}-{r.first + r.count}"
+                tasks.append(Task(name, r.count, payload))
         if not tasks:
             return result
 
         def on_done(task: Task, outcome: dict[str, Any]) -> list[Task]:
             output = Path(task.payload["output"])
             if task.payload["kind"] == "part":
-                whole = output.parent.name.split(PARTS_MARK)[0][1:]
-                target = output.parent.parent / whole
-                remaining_parts[target] -= 1
-                return [joins.pop(target)] if remaining_parts[target] == 0 else []
+                remaining_parts[output.parent] -= 1
+                return [joins.pop(output.parent)] if remaining_parts[output.parent] == 0 else []
             item, stage = by_output[output], Path(outcome["staged"])
             record = make_record(
                 output_dir,
@@ -216,14 +213,6 @@ def _check_replaceable(output_dir: Path, inputs: list[InputFile], records: dict)
             )
 
 
-def _name(item: InputFile, line_range=None) -> str:
-    if line_range is None:
-        return printable(item.path)
-    return (
-        f"{printable(item.path)} lines {line_range.first + 1}-{line_range.first + line_range.count}"
-    )
-
-
 def _remove_temporary_files(output_dir: Path, inputs: list[InputFile]) -> None:
     """The temporary files that this run, or an interrupted run before it, made for the files
     this run writes (temporary.py): its outputs, their parts and the manifest. Nothing else:
@@ -249,13 +238,6 @@ def _parts_folders(folder: Path, name: str) -> list[Path]:
     return [
         Path(e.path) for e in entries if pattern.match(e.name) and e.is_dir(follow_symlinks=False)
     ]
-
-
-def _remove_stale_parts(output: Path, keep: str) -> None:
-    """Parts of this output made from another input, model or options."""
-    for folder in _parts_folders(output.parent, output.name):
-        if folder.name != keep:
-            _remove_parts(folder)
 
 
 def _remove_parts(folder: Path) -> None:

@@ -136,18 +136,14 @@ def load_init_model(
 
 def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_path) -> None:
     """Load softmax weights into `head`; ValueError when they are for another vocabulary."""
-    expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in state.items()}
-    if expected != found:
-        keys = expected.keys() | found.keys()
-        differ = sorted(k for k in keys if expected.get(k) != found.get(k))
+    check_weights(state, source)
+    try:
+        head.load_state_dict(state)
+    except RuntimeError as err:  # torch names the tensors that differ in name or shape
         raise ValueError(
             f"the softmax in {source} does not match the vocabulary {vocab_path} "
-            f"({head.vocab_size} words): tensor '{differ[0]}' has shape {found.get(differ[0])}, "
-            f"expected {expected.get(differ[0])}"
-        )
-    check_weights(state, source)
-    head.load_state_dict(state)
+            f"({head.vocab_size} words): {' '.join(str(err).split())}"
+        ) from None
 
 
 def build_language_model(

@@ -15,6 +15,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, replace
 from functools import cached_property
+from itertools import islice
 from pathlib import Path
 from typing import Any, Collection, Iterator, Optional
 
@@ -171,11 +172,8 @@ class Pretrainer:
     def _my_batches(self) -> Iterator[tuple[int, list[list[str]]]]:
         """This rank's batches from the global stream, after the ones already consumed."""
         stream = iter_batches(self.train_path, self.config.seed, self.config.batch_tokens)
-        skip = self.step * self.ranks.world
-        for index, (epoch, batch) in enumerate(stream):
-            if index < skip or index % self.ranks.world != self.ranks.rank:
-                continue
-            yield epoch, batch
+        world = self.ranks.world
+        return islice(stream, self.step * world + self.ranks.rank, None, world)
 
     def _loss(
         self, sentences: list[list[str]], module: nn.Module, aux: bool = True
@@ -315,9 +313,7 @@ class Pretrainer:
         self.model.eval()
         sums = torch.zeros(4)
         for batch in batches_by_padded_tokens(self._dev_sentences, self.config.batch_tokens):
-            sums += self._loss(batch, self.model, aux=False)[:4].cpu()
-        if sums[1].item() == 0:  # not a perplexity of 1.0
-            raise ValueError(f"the held-out file {self.dev_path} has no sentences")
+            sums += self._loss(batch, self.model, aux=False).cpu()
         forward, backward = directional_perplexities(sums)
         return {
             "dev_ppl_forward": forward,

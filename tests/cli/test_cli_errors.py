@@ -121,6 +121,26 @@ def test_bad_arguments_give_one_line_and_no_traceback(places, command, args):
     assert sorted(p for p in places["tmp"].rglob("*")) == before, argv
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["init-config", "{folder}", "--force"], "output {folder} is a directory, not a file"),
+        (
+            ["embed-corpus", "{folder}", "{tmp}/out", "--top", "--average"],
+            "choose at most one of --top and --average",
+        ),
+        (
+            ["embed", "{text}", "{tmp}/o.hdf5", "--top", "--average"],
+            "choose at most one of --top and --average",
+        ),
+    ],
+)
+def test_the_error_line_names_what_was_wrong(places, argv, message):
+    result = CliRunner().invoke(app, [a.format(**places) for a in argv])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"error: {message.format(**places)}\n"
+
+
 @pytest.mark.parametrize("setting", ["unreachable mirror", "unwritable cache"])
 def test_download_failures_give_one_line_and_leave_no_file(places, monkeypatch, setting):
     """SPACY_ELMO_MIRROR on a port nothing listens on, SPACY_ELMO_CACHE under a file: one
