@@ -1,13 +1,10 @@
-"""The fast step loop of the biLM's LSTM cells, written once (docs/MODEL.md §6; the plain cell
-it is held against is `reference.LstmCell`), and the one in-place form of the cell update.
+"""The fast step loop of the biLM's LSTM cells, written once (docs/MODEL.md §6; held against
+`reference.LstmCell`), and the one in-place form of the cell update.
 
-`step_loop` steps k cells of one shape together over packed rows (both directions of a layer:
-the rows still active at a timestep are a prefix). Where autograd records, `fused.py` runs it as
-it is, keeping the activations its backward pass reads; at inference `lstm.py` runs it as one
-TorchScript call (`compiled_loop`) that releases the GIL, so that the tagger and NER of
-`nlp.pipe` run beside it in another thread. TorchScript is deprecated for `torch.compile`, which
-needs a C++ compiler at run time; kept for what releasing the GIL measured (`lstm.compiled_loop`).
-Imports nothing of the package: `lstm.py` chooses the kernels it is given.
+`step_loop` steps k cells of one shape together over packed rows (both directions of a layer).
+`fused.py` runs it as the forward pass of its training node; at inference `lstm.py` runs it as
+one TorchScript call that releases the GIL (`lstm.compiled_loop`). It imports nothing of the
+package: `lstm.py` chooses the kernels it is given.
 """
 
 from __future__ import annotations
@@ -73,10 +70,9 @@ def cell_update_in_place(
 def bf16_product(x: torch.Tensor, kernel: torch.Tensor, multiple: int = 16) -> torch.Tensor:
     """x (rows, in) or (k, rows, in) float32, rounded to bfloat16, times a bfloat16 kernel
     (in, out) or (k, in, out): (rows, out) or (k, rows, out) in bfloat16 (oneDNN sums in
-    float32), with x's rows padded by zero rows to a multiple of `multiple`. oneDNN builds (and
-    caches) a kernel for every shape it multiplies, about 1.3 ms and 1 MB each on AMX, and an
-    LSTM step's rows take every value from 1 to the batch's sentences; padded, a few shapes
-    serve them all."""
+    float32), with x's rows padded by zero rows to a multiple of `multiple`: oneDNN builds and
+    caches a kernel per shape, and a step's rows take every value up to the batch's sentences."""
+    # Each shape's kernel costs about 1.3 ms and 1 MB on AMX (docs/research/engine.md)
     rows = x.shape[-2]
     shape = list(x.shape)
     shape[-2] = (rows + multiple - 1) // multiple * multiple
@@ -95,10 +91,8 @@ def linear(
     onednn: bool,
 ) -> torch.Tensor:
     """x @ weight.T + bias + add for 2-d x (rows, in), weight (out, in), add (rows, out):
-    through oneDNN's inner product where `onednn`, else `F.linear`. oneDNN's is a private op
-    of torch, kept for what it measured (benchmarks/results/kernels_cpu.md, commit 3abb332,
-    both directions, 2 threads): the original model's recurrent step at 32 rows 8,873 us
-    against F.linear's 17,192, its projection at 1 row 177 against 360."""
+    through oneDNN's inner product (a private op of torch) where `onednn`, else `F.linear`."""
+    # oneDNN: 1.9x F.linear for the original model's recurrent step (docs/research/engine.md)
     if onednn:
         x = x.contiguous()
         if add is None:

@@ -1,17 +1,10 @@
-"""The LSTM cells where autograd records: the whole sequence in one autograd node (`lstm.py`
-runs it for training).
+"""The LSTM cells where autograd records (training): the whole sequence as one autograd node.
 
-The forward pass is the engine's step loop (`compiled_steps.step_loop`, the cell update of
-`compiled_steps.cell_update_in_place`), run without recording and keeping every step's gate
-activations, cell state and projection input; the backward pass is back-propagation through
-time written out by hand: per step only the recurrent products and the gate algebra, while
-the weight gradients are one GEMM each over all timesteps at the end.
-
-The maths is TF's LSTMCell with projection and clipping (docs/MODEL.md §6), the same as
-`reference.LstmCell`; tests compare values and gradients with that path and with finite
-differences. Gradients flow to the inputs and the weights, not to the initial states (they
-are zeros, or carried states that are detached anyway), and final states are returned
-without gradient.
+The forward pass is `compiled_steps.step_loop`, keeping every step's activations; the backward
+pass is back-propagation through time written out by hand, each weight's gradient one GEMM over
+all timesteps. The maths is `reference.LstmCell`'s (docs/MODEL.md §6); the tests compare values
+and gradients with it and with finite differences. No gradient reaches the initial states (zeros,
+or carried states, detached anyway) or leaves the final states.
 """
 
 from __future__ import annotations
@@ -98,9 +91,7 @@ def _step_offsets(batch_sizes: list[int]) -> list[int]:
     return offsets
 
 
-# The backward pass written out by hand, kept for what it measured: the bundled biLM's
-# pretraining step at 2,938 tokens/s against 2,566 recorded op by op, 1.14x (1 thread,
-# benchmarks/results/pretrain_cpu.md, commit 49ac124, with the trimmed char columns).
+# The hand-written backward: 1.14x the pretraining step recorded op by op (docs/research/engine.md)
 class _FusedCells(torch.autograd.Function):
     @staticmethod
     def forward(  # noqa: PLR0913

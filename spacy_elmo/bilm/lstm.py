@@ -1,23 +1,10 @@
-"""Both LSTM stacks at speed (docs/MODEL.md §6-7; the plain stacks they are held against are
-`reference.LstmStack`): packed rows, both directions stepped together, every layer's outputs
-written once into the result.
+"""Both LSTM stacks at speed (docs/MODEL.md §6-7), held against `reference.LstmStack`: packed
+rows, both directions stepped together, every layer's outputs written once into the result.
 
-The kernels of each layer are chosen once per call (`layer_kernels`), by the weights' size,
-device and the biLM's `quantize`; the steps then run in `compiled_steps.step_loop`, as one
-TorchScript call at inference on the CPU, as one autograd node with a hand-written backward
-where autograd records (`fused.py`). Why each choice (timed in benchmarks/results/
-kernels_cpu.md and bilm_cpu.md):
-* Kernels of up to STACKED_MAX_ELEMENTS (the bundled and small models): one batched GEMM per
-  step for both directions, so that each core runs one direction. `lay_out` stores a layer's
-  kernels of both directions as one (2, in, out) tensor whose slices the Parameters are views
-  of: the batched step reads the weights themselves (no copy per call). Where the layout is
-  lost (weights replaced), each call stacks a copy.
-* Larger kernels (the medium and original models): oneDNN's inner product, one direction at a
-  time; it beats `F.linear` for the few rows of a step with a kernel larger than the cache
-  (`compiled_steps.linear`). SPACY_ELMO_DISABLE_ONEDNN=1 leaves it out.
-* In-place cell updates, tanh through the sigmoid (`compiled_steps.cell_update_in_place`).
-* The output written in place (`scatter_layers`), where the autograd route pads, reverses and
-  concatenates each layer (four copies of the output).
+`layer_kernels` chooses each layer's products once per call, by the weights' size and device
+and the biLM's `quantize`; `compiled_steps.step_loop` runs the steps: as one TorchScript call
+at inference on the CPU, under `fused.py`'s hand-written backward where autograd records. What
+each choice measured: docs/research/engine.md.
 """
 
 from __future__ import annotations
@@ -46,25 +33,20 @@ ONEDNN = (
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")
     and not _environment_flag("SPACY_ELMO_DISABLE_ONEDNN")
 )
-# Per-step kernels of up to this many elements are multiplied for both directions at once (the
-# bundled model's (2048, 128) and the small model's (4096, 128) recurrent kernels) ...
+# Per-step kernels of up to this many elements (the bundled and small models' recurrent
+# kernels) are multiplied for both directions in one batched GEMM per step, one direction per
+# core; `lay_out` stores them so that the GEMM reads the weights themselves ...
 STACKED_MAX_ELEMENTS = 1 << 19
-# ... and products with kernels of at least this many go to oneDNN (the medium and original
-# models' kernels, and the small model's (4096, 128) input kernel).
+# ... and products with kernels of at least this many go to oneDNN (`compiled_steps.linear`).
 ONEDNN_MIN_ELEMENTS = 1 << 19
 # SPACY_ELMO_PYTHON_STEPS=1 runs the step loop as Python at inference, holding the GIL.
 COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
 # The input products are made for blocks of whole timesteps of at most this many packed rows
-# (at least one timestep): still a large GEMM, and 16 MB per direction for the original model,
-# where a batch of 32 sentences of 40 tokens would hold 84 MB per direction.
+# (at least one timestep): still a large GEMM, in 16 MB per direction for the original model.
 GATE_BLOCK_ROWS = 256
 
 
-# torch's CPU tanh (SLEEF's accurate kernel) takes 4 to 10 times as long as its sigmoid for the
-# same elements: 342 against 86 us for (2, 256, 512) floats on the 2-core AMD EPYC, 2 threads.
-# From about this many elements on, tanh(x) = 2 sigmoid(2x) - 1, four cheap kernels, is the
-# faster (18.6 against 24.3 us at 16,384; equal near 8,192; tanh wins below, where each kernel's
-# fixed cost counts). Within 2e-7 of torch.tanh in float32 (tests/bilm/test_engine.py).
+# tanh(x) as 2 sigmoid(2x) - 1 from this many elements: 1.3x at 16,384 (docs/research/engine.md)
 TANH_VIA_SIGMOID_MIN_ELEMENTS = 8192
 NEVER_VIA_SIGMOID = 1 << 62
 
@@ -82,11 +64,8 @@ _COMPILED: list = []
 
 def compiled_loop():
     """`compiled_steps.step_loop` in TorchScript, compiled on first use (about 0.2 s), or None
-    where this torch build cannot compile it (then the loop runs as Python).
-
-    Kept, though TorchScript is deprecated, for what releasing the GIL measured: the elmo
-    pipeline with the biLM beside the tagger and NER at 12,285 words/s against 9,745 in turn
-    (benchmarks/results/overlap_cpu.md, commit 8111d85, 2 threads)."""
+    where this torch build cannot compile it (then the loop runs as Python)."""
+    # Kept, though deprecated, for releasing the GIL: 1.26x in `nlp.pipe` (docs/research/engine.md)
     if not _COMPILED:
         try:
             with warnings.catch_warnings():
@@ -115,10 +94,9 @@ def lay_out(stacks: Sequence[nn.Module]) -> None:
 
     For weights that no autograd graph or optimiser state refers to by memory: a BiLM that is
     being built, loaded, copied or moved. Weights laid out already keep their memory (so
-    `share_memory()` and a `.to()` that changes nothing leave them where they are). Kept for
-    what copies of the kernels cost instead: the bundled biLM 10% slower at batch 32 (0.705
-    against 0.638 s, docs/research/speed.md, commit 9020b70 reverted).
+    `share_memory()` and a `.to()` that changes nothing leave them where they are).
     """
+    # Copies of the kernels per call instead: 10% slower at batch 32 (docs/research/engine.md)
     for cells in zip(*(stack.layers for stack in stacks)):
         if cells[0].recurrent_weight.numel() > STACKED_MAX_ELEMENTS:
             continue

@@ -1,24 +1,10 @@
 """bfloat16 inference: the LSTM's matrix products in bfloat16, everything else in float32.
 
-`set_quantize(bilm, "bf16")` switches a biLM to bfloat16 products, in place;
-`set_quantize(bilm, None)` switches it back. Its float32 weights stay as they are (the state
-dict, saving, export and fine-tuning are unchanged); what changes is how each LSTM cell's
-input, recurrent and projection products run where no autograd records: the input rows, the
-state h and the cell output m are rounded to bfloat16 and multiplied with bfloat16 kernels
-(oneDNN, float32 sums), each product rounded to bfloat16 and added to the rest in float32.
-Everything else is float32 and the same code as in float32 (`lstm.py`, `tokens.py`): the char CNN,
-the gates, ELMo's cell clip on c_t and projection clip on h_t, the residual connections. The
-bfloat16 kernels are made from the float32 weights on first use and again whenever a weight
-changes (loading, an optimiser step).
-
-Where it pays: on a CPU with bfloat16 instructions (AVX-512 BF16 or AMX; measured on a 2-core
-Intel Xeon, 2026-12-05, benchmarks/results/overlap_cpu.md): the elmo pipeline with the biLM
-one batch ahead at 13,205 against 12,285 words/s in float32 (0.78x against 0.73x of the vectors
-pipeline), in a process of its own 14,454 against 14,023 (0.86x against 0.83x), at NER F1
-within 0.07 of float32 (docs/performance.md, "bfloat16 on the CPU"). Elsewhere oneDNN emulates
-bfloat16 and it is slower than float32 (switching it on there warns, `Bf16SpeedWarning`).
-Float32 stays the default. tests/bilm/test_quantize.py checks the products against a NumPy
-model and bounds the error on the AllenNLP fixture. CPU only.
+`set_quantize(bilm, "bf16")` switches a biLM's LSTM products at inference to bfloat16 kernels
+(oneDNN, float32 sums) made from its float32 weights, which stay as they are (state dict,
+saving, fine-tuning); `set_quantize(bilm, None)` switches back. CPU only. It pays on a CPU with
+bfloat16 instructions (AVX-512 BF16 or AMX): 1.07x the float32 pipeline at NER F1 within 0.07
+(docs/performance.md); elsewhere oneDNN emulates them and it is slower (`Bf16SpeedWarning`).
 """
 
 from __future__ import annotations
@@ -64,7 +50,7 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
     """Run the LSTM products of `bilm` (a `model.BiLM`) in bfloat16 ("bf16") or in float32
     (None, "none"), in place; returns the same biLM. Cheap when the mode is already set."""
     mode = check_quantize(mode)
-    if mode == quantize_mode(bilm):
+    if mode == bilm.quantize:
         return bilm
     if mode is not None:
         device = bilm.char_cnn.char_embedding.weight.device
@@ -107,8 +93,3 @@ def bf16_is_native() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a torch build without oneDNN
         return False
-
-
-def quantize_mode(bilm: nn.Module) -> Optional[str]:
-    """The mode `bilm` runs in: "bf16", or None for float32."""
-    return getattr(bilm, "quantize", None)

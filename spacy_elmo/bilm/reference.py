@@ -246,10 +246,6 @@ class ReferenceBiLM(nn.Module):
         reference.load_state_dict(bilm.state_dict())
         return reference
 
-    def run(self, char_ids, states=None, boundaries=(BOS_IDS, EOS_IDS)):
-        """`run` below, with this biLM's modules."""
-        return run(self, char_ids, states, boundaries)
-
     def forward(self, char_ids, states=None, boundaries=(BOS_IDS, EOS_IDS)):
         """`layers` below, with this biLM's modules."""
         return layers(self, char_ids, states, boundaries)

@@ -1,17 +1,9 @@
-"""The token layer at speed (docs/MODEL.md §5; the plain char CNN it is held against is
-`reference.CharCNN`): each distinct token of a batch once, its vector looked up in the token
-cache at inference, the convolutions on the columns that decide the max.
-
-Why each part is there (timed in benchmarks/results/bilm_cpu.md):
-* Distinct tokens: a batch repeats most of its tokens; `distinct_rows` finds them through
-  NumPy's unique over each row's bytes, 4x faster than torch's `unique_dim`.
-* Trimmed columns: after a token's end every slot holds the padding character, so windows
-  wholly in the padding all give one value; convolving up to the longest token plus the widest
-  filter keeps every max, bit for bit, on typically half the columns.
-* Channels-last convolutions on the CPU at inference: a 2-d convolution of height 1 whose
-  output oneDNN writes in place, where `conv1d` writes a blocked layout and reorders it.
-* The token cache (`TokenCache`): the vectors of the tokens seen last, rows of one tensor, so
-  that a process meeting new tokens all day allocates nothing per token once it is full.
+"""The token layer at speed (docs/MODEL.md §5; held against `reference.CharCNN`): the char CNN
+once per distinct token of a batch, on the columns that decide the max (after a token's end
+every window of padding gives one value: bit for bit the same max, on about half the columns),
+as channels-last 2-d convolutions on the CPU at inference (oneDNN writes their output in place),
+and at inference the vectors of the tokens seen last read from the token cache (`TokenCache`,
+rows of one tensor: nothing allocated per token once it is full).
 """
 
 from __future__ import annotations
@@ -119,10 +111,10 @@ def trim_columns(char_ids: torch.Tensor, padding_id: int, widest_filter: int) ->
 
 def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct rows of (n, W) char ids and each row's index among them, as
-    `torch.unique(rows, dim=0, return_inverse=True)` gives them (up to their order); on the CPU
-    through NumPy's unique over each row's bytes."""
+    `torch.unique(rows, dim=0, return_inverse=True)` gives them (up to their order)."""
     if rows.device.type != "cpu":
         return torch.unique(rows, dim=0, return_inverse=True)
+    # On the CPU NumPy's unique over each row's bytes: 4x `unique_dim` (docs/research/engine.md)
     values = np.ascontiguousarray(rows.numpy())
     keys = values.view(np.dtype((np.void, values.dtype.itemsize * values.shape[1]))).ravel()
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -235,9 +227,6 @@ class RowCache:
 
     def __len__(self) -> int:
         return len(self.slots)
-
-    def __contains__(self, key: bytes) -> bool:
-        return key in self.slots
 
     def get(self, keys: Sequence[bytes]) -> Tuple[List[int], Optional[torch.Tensor]]:
         """The positions in `keys` of those stored (now the most recently used), in order, and

@@ -21,7 +21,6 @@ PADDING_CHAR = 260
 N_CHARACTERS = 262  # 261 raw ids + the id-0 "no token" row
 BOS_TOKEN = "<S>"
 EOS_TOKEN = "</S>"
-PADDING_ROW_ID = 0  # a whole row of this id marks a padded (absent) token
 
 
 def _row(raw_ids: Sequence[int]) -> tuple[int, ...]:

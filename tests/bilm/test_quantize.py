@@ -19,7 +19,6 @@ from spacy_elmo.bilm.lstm import Bf16Layer, layer_kernels
 from spacy_elmo.bilm.quantize import (
     Bf16SpeedWarning,
     check_quantize,
-    quantize_mode,
     set_quantize,
 )
 from spacy_elmo.bilm.reference import LstmCell
@@ -112,7 +111,7 @@ def test_bf16_products_match_the_numpy_model_of_the_scheme(rows, out, inn):
 def test_bf16_bilm_stays_close_to_float32_on_the_fixture(allennlp_fixture, sentences):
     bilm = load(allennlp_fixture)
     float32 = bilm.embed(sentences)
-    assert quantized(bilm, "bf16") is bilm and quantize_mode(bilm) == "bf16"
+    assert quantized(bilm, "bf16") is bilm and bilm.quantize == "bf16"
     bf16 = bilm.embed(sentences)
     for layer in range(3):
         diff = np.concatenate([(q[layer] - f[layer]).ravel() for q, f in zip(bf16, float32)])
@@ -145,7 +144,7 @@ def test_switching_back_to_float32_is_exact(allennlp_fixture, sentences, mode):
     quantized(bilm, mode)
     bilm.embed(sentences[:6])  # fills the token cache with quantised vectors
     set_quantize(bilm, "none")
-    assert quantize_mode(bilm) is None
+    assert bilm.quantize is None
     for again, before in zip(bilm.embed(sentences[:6]), float32):
         np.testing.assert_array_equal(again, before)
 
@@ -200,7 +199,7 @@ def test_copies_stay_quantised(allennlp_fixture, sentences, how, mode):
         copied = copy.deepcopy(bilm)
     else:
         copied = pickle.loads(pickle.dumps(bilm))
-    assert quantize_mode(copied) == mode
+    assert copied.quantize == mode
     for got, want in zip(copied.embed(sentences[:4]), expected):
         np.testing.assert_array_equal(got, want)
 
