@@ -48,22 +48,22 @@ def probe(
     opt.check_one_bilm("model", ("options", "weights"))
     started = time.perf_counter()
     device = opt.device(gpu_id)
+    source = resolve_source(model if options is None else None, options, weights)
     settings = ProbeSettings(
         tasks=parse_tasks(tasks),
         brown_sentences=brown_sentences,
         batch_size=batch_size,
         seed=seed,
-        model=model if options is None else f"{options} + {weights}",
+        model=source.name,
     )
-    source = resolve_source(model if options is None else None, options, weights)
     if output.exists() and not output.is_dir():
         raise ValueError(f"output {output} is a file; name a folder for the reports")
-    check_assets(assets, settings.tasks)  # FileNotFoundError: each missing file, where to get it
+    paths = check_assets(assets, settings.tasks)  # names each missing file, where to get it
     for name in REPORT_FILES:  # every report is checked before the probes run
         opt.check_new_output(output / name, force, source.files())
     use_threads(threads, "--threads")
     bilm = BiLM.from_source(source).to(device)
-    result = run_probes(bilm, assets, settings, log=(lambda _: None) if quiet else typer.echo)
+    result = run_probes(bilm, paths, settings, log=(lambda _: None) if quiet else typer.echo)
     result["seconds"] = round(time.perf_counter() - started, 1)
     written = write_report(result, output)
     typer.echo(Path(written[1]).read_text(encoding="utf-8"))

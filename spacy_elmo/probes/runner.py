@@ -5,14 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import (
-    TASKS,
-    check_assets,
-    read_brown,
-    read_wsj,
-    sample_sentences,
-    split_train_test,
-)
+from .data import TASKS, read_brown, read_tagged_lines, sample_sentences, split_train_test
 from .tasks import pos_probe, wsd_probe
 from .wordnet import split_sense_instances, wordnet_instances
 
@@ -43,13 +36,13 @@ def parse_tasks(text: str) -> tuple[str, ...]:
     return tasks
 
 
-def run_probes(bilm, assets: Path, settings: ProbeSettings, log=print) -> dict:
-    """Run the chosen probes on the data under `assets`; the result as written to probe.json."""
-    paths = check_assets(assets, settings.tasks)  # every missing file named before any work
+def run_probes(bilm, paths: dict[str, Path], settings: ProbeSettings, log=print) -> dict:
+    """Run the chosen probes on the data at `paths` (`check_assets`'s); the result as written
+    to probe.json."""
     result: dict = {"model": settings.model, "pos": {}, "notes": {}}
     pos_options = dict(batch_size=settings.batch_size, steps=settings.steps)
     if "pos-wsj" in settings.tasks:
-        train, test = split_train_test(read_wsj(paths["pos-wsj"]))
+        train, test = split_train_test(read_tagged_lines(paths["pos-wsj"]))
         log(f"pos-wsj: {len(train)} train / {len(test)} test lines")
         result["pos"]["wsj"] = pos_probe(bilm, train, test, **pos_options)
         result["notes"]["pos-wsj"] = "first 80% of the sample's lines train, last 20% test"

@@ -5,8 +5,7 @@ centroids (Melamud et al. 2016) next to the most-frequent-sense baseline."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import Optional
 
 import numpy
@@ -41,20 +40,6 @@ def target_features(bilm, instances: Sequence[SenseInstance], batch_size: int = 
     return numpy.stack([embedded[index[i.words]][:, i.target] for i in instances], axis=1)
 
 
-@dataclass
-class LinearProbe:
-    """softmax(W ((x - mean) / scale) + b) over the training tag set."""
-
-    mean: numpy.ndarray
-    scale: numpy.ndarray
-    weight: numpy.ndarray  # (n_classes, dim)
-    bias: numpy.ndarray  # (n_classes,)
-
-    def predict(self, features: numpy.ndarray) -> numpy.ndarray:
-        scores = ((features - self.mean) / self.scale) @ self.weight.T + self.bias
-        return scores.argmax(axis=1)
-
-
 def train_linear_probe(
     features: numpy.ndarray,
     labels: numpy.ndarray,
@@ -62,9 +47,9 @@ def train_linear_probe(
     *,
     l2: float = 1e-4,
     steps: int = 100,
-) -> LinearProbe:
+) -> Callable[[numpy.ndarray], numpy.ndarray]:
     """Multinomial logistic regression on standardised features by full-batch L-BFGS, L2 on W,
-    from zero weights: deterministic."""
+    from zero weights (deterministic): its prediction, argmax W ((x - mean) / scale) + b."""
     x = torch.from_numpy(numpy.ascontiguousarray(features, dtype=numpy.float32))
     mean, scale = x.mean(0), x.std(0).clamp_min(1e-6)
     x = (x - mean) / scale  # (n, dim)
@@ -83,7 +68,13 @@ def train_linear_probe(
         return loss
 
     optimizer.step(closure)
-    return LinearProbe(mean.numpy(), scale.numpy(), weight.detach().numpy(), bias.detach().numpy())
+    mean, scale = mean.numpy(), scale.numpy()
+    weight, bias = weight.detach().numpy(), bias.detach().numpy()  # (n_classes, dim), (n_classes,)
+
+    def predict(features: numpy.ndarray) -> numpy.ndarray:
+        return (((features - mean) / scale) @ weight.T + bias).argmax(axis=1)
+
+    return predict
 
 
 def most_frequent_tag_accuracy(
@@ -120,8 +111,8 @@ def pos_probe(
     test_x = token_features(bilm, [w for w, _ in test], batch_size)
     layers = []
     for layer in range(train_x.shape[0]):
-        probe = train_linear_probe(train_x[layer], train_y, len(tagset), steps=steps)
-        layers.append(float((probe.predict(test_x[layer]) == test_y).mean()))
+        predict = train_linear_probe(train_x[layer], train_y, len(tagset), steps=steps)
+        layers.append(float((predict(test_x[layer]) == test_y).mean()))
     return {
         "layers": layers,
         "baseline_most_frequent_tag": most_frequent_tag_accuracy(train, test),

@@ -83,24 +83,22 @@ def read_wordnet_data(path: Path) -> list[Synset]:
 def read_exceptions(path: Path) -> dict[str, set[str]]:
     """A Morphy exception list (`inflected base [base ...]` lines): inflected -> bases."""
     exceptions: dict[str, set[str]] = defaultdict(set)
-    if Path(path).exists():
-        for line in Path(path).read_text(encoding="utf-8").splitlines():
-            forms = line.split()
-            if len(forms) >= 2:
-                exceptions[forms[0].lower()].update(f.lower() for f in forms[1:])
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        forms = line.split()
+        if len(forms) >= 2:
+            exceptions[forms[0].lower()].update(f.lower() for f in forms[1:])
     return dict(exceptions)
 
 
 def read_sense_order(path: Path) -> dict[str, list[int]]:
     """index.POS: lemma -> its synset offsets in WordNet's order (most frequent in SemCor first)."""
     order = {}
-    if Path(path).exists():
-        for line in Path(path).read_text(encoding="utf-8").splitlines():
-            if line.startswith("  ") or not line.strip():
-                continue
-            fields = line.split()
-            count = int(fields[2])
-            order[fields[0].lower()] = [int(o) for o in fields[len(fields) - count :]]
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("  ") or not line.strip():
+            continue
+        fields = line.split()
+        count = int(fields[2])
+        order[fields[0].lower()] = [int(o) for o in fields[len(fields) - count :]]
     return order
 
 
@@ -126,13 +124,10 @@ def wordnet_instances(folder: Path) -> tuple[list[SenseInstance], dict[str, list
     folder = Path(folder)
     instances, sense_order = [], {}
     for pos, name in POS_FILES.items():
-        data = folder / f"data.{name}"
-        if not data.exists():
-            raise FileNotFoundError(f"WordNet data file {data} not found")
         exceptions = read_exceptions(folder / f"{name}.exc")
         order = read_sense_order(folder / f"index.{name}")
         by_lemma: dict[str, list[SenseInstance]] = defaultdict(list)
-        for synset in read_wordnet_data(data):
+        for synset in read_wordnet_data(folder / f"data.{name}"):
             examples = [tuple(tokenize_example(e)) for e in synset.examples]
             for lemma in dict.fromkeys(synset.lemmas):
                 if "_" in lemma or len(lemma) < 2:  # phrases; letters and symbols (a, i, x)

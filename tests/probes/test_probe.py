@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.probes import PROBE_DATA, TASKS, check_assets, missing_files
-from spacy_elmo.probes.data import brown_files, brown_tag, read_brown, read_wsj
+from spacy_elmo.probes.data import brown_files, brown_tag, read_brown, read_tagged_lines
 from spacy_elmo.probes.tasks import (
     most_frequent_senses,
     most_frequent_tag_accuracy,
@@ -85,7 +85,7 @@ def write_assets(root: Path) -> Path:
 
 def test_wsj_reader_splits_on_the_last_slash(tmp_path):
     path = write_assets(tmp_path) / "wsj_sample" / "tagged-en-wsj.txt"
-    sentences = read_wsj(path)
+    sentences = read_tagged_lines(path)
     assert len(sentences) == 5  # the empty line is skipped
     assert sentences[0] == (
         ["Pierre", "Vinken", ",", "61", "years", "old", "."],
@@ -94,7 +94,7 @@ def test_wsj_reader_splits_on_the_last_slash(tmp_path):
     assert sentences[1][0][2] == "1/2" and sentences[1][1][2] == "CD"
     path.write_text("a/DT dog\n")
     with pytest.raises(ValueError, match="dog"):
-        read_wsj(path)
+        read_tagged_lines(path)
 
 
 def test_brown_reader_finds_the_files_and_maps_the_tags(tmp_path):
@@ -154,10 +154,10 @@ def test_linear_probe_separates_a_linearly_separable_problem():
     top2 = np.sort(scores, axis=1)[:, -2:]
     keep = top2[:, 1] - top2[:, 0] > 0.2  # a margin
     x, y = x[keep], scores[keep].argmax(1)
-    probe = train_linear_probe(x[:500], y[:500], 4, steps=200)
-    assert (probe.predict(x[:500]) == y[:500]).mean() == 1.0
-    assert (probe.predict(x[500:]) == y[500:]).mean() > 0.97
-    assert (probe.predict(x[500:]) == y[500:]).mean() > np.bincount(y[500:]).max() / len(y[500:])
+    predict = train_linear_probe(x[:500], y[:500], 4, steps=200)
+    assert (predict(x[:500]) == y[:500]).mean() == 1.0
+    assert (predict(x[500:]) == y[500:]).mean() > 0.97
+    assert (predict(x[500:]) == y[500:]).mean() > np.bincount(y[500:]).max() / len(y[500:])
 
 
 def test_most_frequent_tag_baseline_matches_a_count():
