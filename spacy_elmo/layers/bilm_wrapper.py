@@ -136,11 +136,6 @@ def _check_finite(named: list, what: str, tensor_of: Callable[[Any], torch.Tenso
             )
 
 
-def torch_bilm(layer: Model) -> BiLM:
-    """The torch module inside a `bilm_layer` (a `PendingBiLM` before weights are known)."""
-    return layer.shims[0]._model
-
-
 def install_bilm(layer: Model, bilm: BiLM) -> None:
     """Put `bilm` (another architecture than the current module's) into a `bilm_layer`."""
     shim = layer.shims[0]

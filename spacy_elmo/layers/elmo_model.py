@@ -1,19 +1,11 @@
 """Docs -> biLM layers: the Thinc model of the `elmo` component.
 
-Each doc is cut into units, its sentences in windows of at most `max_tokens` (below: its
-sentences when it has sentence boundaries, else, with `split_sentences`, those of spaCy's
-rule-based sentencizer, not written to the doc); the units are run through the biLM in batches
-of padded token count, longest first, so the only float arrays that grow with the document are
-the per-doc results. Whitespace tokens are not fed to the biLM and get zero vectors.
-
-Frozen (the default, as in the paper): no autograd through the biLM, and the layers of each
-training unit are kept in a bounded cache keyed by its words (`layer_cache.py`), so later
-epochs do not run the biLM.
-
-The architecture may be left (partly) open: then the layer holds no biLM until weights are
-loaded (`set_weights`), which fills the open values and checks the given ones. Weights come in
-at `initialize` (the default weights unless some were loaded), from a saved model, or through
-the `elmo` component; the forward pass only reads them.
+Each doc is cut into units (its sentences, or with `split_sentences` those of spaCy's rule-based
+sentencizer, in windows of at most `max_tokens`, whitespace left out), run through the biLM in
+batches of padded token count, longest first. With a frozen biLM (the default) each training
+unit's layers are kept in a cache bounded in tokens (and `cache_mb`), keyed by its words, so
+later epochs skip the biLM; inference does not use it (it would double a long document's memory).
+An architecture left open holds a `PendingBiLM` until `set_weights` fills it from the weights.
 """
 
 from __future__ import annotations
@@ -29,9 +21,9 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMOptions
+from ..bilm.cache import BoundedCache
 from ..description.chars import batches_by_padded_tokens
-from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm, torch_bilm
-from .layer_cache import LayerCache, layer_cache
+from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm
 
 STORE_DTYPES = ("float32", "float16")
 # The architecture keys of spacy_elmo.ElmoModel.v1 and the options.json keys they set.
@@ -125,7 +117,8 @@ def elmo_model(
             "architecture": configured,  # what the config gave; the rest comes from the weights
             "settings": RunSettings(max_tokens, batch_tokens, frozen, grad_factor, store_dtype),
             "weights_loaded": False,
-            "cache": layer_cache(cache_tokens if frozen else 0, max_bytes),
+            # a training unit's words -> its layers; the size of an entry is its tokens
+            "cache": BoundedCache(cache_tokens if frozen else 0, max_bytes, size=len),
         },
     )
 
@@ -204,8 +197,8 @@ def set_weights(model: Model, bilm: BiLM, source: str) -> None:
 
 
 def get_bilm(model: Model) -> BiLM:
-    """The torch biLM of an `elmo_model`."""
-    return torch_bilm(model.layers[0])
+    """The torch biLM of an `elmo_model` (a `PendingBiLM` before weights are known)."""
+    return model.layers[0].shims[0]._model
 
 
 def init(
@@ -226,15 +219,13 @@ def forward(
             "model.initialize() for the Thinc model alone), or load a saved pipeline"
         )
     units = model_units(model, docs)
-    if not is_train:
-        return predict_units(model, units, [len(doc) for doc in docs]), lambda d_outputs: []
-    ops = model.ops
-    layer = model.layers[0]
-    settings: RunSettings = model.attrs["settings"]
-    store_dtype, frozen = settings.store_dtype, settings.frozen
-    cache: LayerCache = model.attrs["cache"]
-    use_cache = frozen and cache.max_size > 0  # training docs only (layer_cache.py)
     outputs = _zero_outputs(model, [len(doc) for doc in docs])
+    if not is_train:
+        _run_bilm(model, units, outputs)
+        return outputs, lambda d_outputs: []
+    settings: RunSettings = model.attrs["settings"]
+    cache: BoundedCache = model.attrs["cache"]
+    use_cache = settings.frozen and cache.max_size > 0
     pending = []
     for unit in units:
         cached = cache.get(unit.words) if use_cache else None
@@ -242,30 +233,17 @@ def forward(
             pending.append(unit)
         else:
             outputs[unit.doc][:, unit.positions] = cached
-
-    backprops = []
-    bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
-    for batch in batches_by_tokens(pending, settings.batch_tokens):
-        char_ids = ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
-        if frozen:
-            layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P), no autograd
-        else:
-            layers, backprop_batch = layer.begin_update(char_ids)
-            backprops.append((batch, backprop_batch, layers.shape))
-        for row, unit in enumerate(batch):
-            values = layers[:, row, : len(unit.words)].astype(store_dtype)  # (L + 1, n, 2P)
-            outputs[unit.doc][:, unit.positions] = values
-            if use_cache:
-                cache.put(unit.words, values)
+    backprops = _run_bilm(
+        model, pending, outputs, fine_tune=not settings.frozen, cache=cache if use_cache else None
+    )
 
     def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
-        factor = settings.grad_factor
         for batch, backprop_batch, shape in backprops:
-            d_layers = ops.alloc(shape, dtype="float32")
+            d_layers = model.ops.alloc(shape, dtype="float32")
             for row, unit in enumerate(batch):
                 d_layers[:, row, : len(unit.words)] = d_outputs[unit.doc][:, unit.positions]
-            if factor != 1.0:
-                d_layers *= factor
+            if settings.grad_factor != 1.0:
+                d_layers *= settings.grad_factor
             backprop_batch(d_layers)
         return []
 
@@ -281,31 +259,41 @@ def model_units(model: Model, docs: List[Doc]) -> List[Unit]:
             "ElmoMix.v1; for the model alone: architectures.set_unit_rule(model, ...))"
         )
     max_tokens = model.attrs["settings"].max_tokens
-    punct = None if rule.sentence_punct is None else list(rule.sentence_punct)
     return [
         unit
         for index, doc in enumerate(docs)
-        for unit in doc_units(doc, index, max_tokens, rule.split_sentences, punct)
+        for unit in doc_units(doc, index, max_tokens, rule.split_sentences, rule.sentence_punct)
     ]
 
 
-def predict_units(model: Model, units: List[Unit], lengths: List[int]) -> List[Floats3d]:
-    """The layers of docs of `lengths` tokens from their `units` (`model_units`), without
-    autograd: the model's prediction."""
-    ops = model.ops
+def _run_bilm(
+    model: Model,
+    units: List[Unit],
+    outputs: List[Floats3d],
+    *,
+    fine_tune: bool = False,
+    cache: Optional[BoundedCache] = None,
+) -> List[Tuple[List[Unit], Callable, Tuple[int, ...]]]:
+    """Write the layers of `units` into their docs' `outputs`, the biLM run over batches of
+    them (and into `cache`); with `fine_tune`, with autograd: each batch's backprop."""
     layer = model.layers[0]
     settings: RunSettings = model.attrs["settings"]
-    outputs = _zero_outputs(model, lengths)
     bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
+    backprops = []
     for batch in batches_by_tokens(units, settings.batch_tokens):
-        char_ids = ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
-        layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P)
+        char_ids = model.ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
+        if fine_tune:
+            layers, backprop_batch = layer.begin_update(char_ids)
+            backprops.append((batch, backprop_batch, layers.shape))
+        else:
+            layers = layer.predict(char_ids)  # (L + 1, rows, time, 2P), no autograd
         for row, unit in enumerate(batch):
-            values = layers[:, row, : len(unit.words)].astype(
-                settings.store_dtype
-            )  # (L + 1, n, 2P)
+            # (L + 1, n, 2P)
+            values = layers[:, row, : len(unit.words)].astype(settings.store_dtype)
             outputs[unit.doc][:, unit.positions] = values
-    return outputs
+            if cache is not None:
+                cache.put(unit.words, values)
+    return backprops
 
 
 def _zero_outputs(model: Model, lengths: List[int]) -> List[Floats3d]:
@@ -330,7 +318,7 @@ def doc_units(
     index: int,
     max_tokens: int,
     split_sentences: bool = False,
-    sentence_punct: Optional[List[str]] = None,
+    sentence_punct: Optional[Sequence[str]] = None,
 ) -> List[Unit]:
     """The biLM inputs of one doc: sentences (or the doc) in windows, whitespace dropped."""
     if not len(doc):
@@ -355,7 +343,7 @@ def doc_units(
 
 
 def rule_sentence_starts(
-    texts: Sequence[str], is_punct: Sequence[int], punct_chars: Optional[List[str]] = None
+    texts: Sequence[str], is_punct: Sequence[int], punct_chars: Optional[Sequence[str]] = None
 ) -> List[int]:
     """Where spaCy's rule-based `Sentencizer.predict` starts sentences, from the tokens' texts
     and IS_PUNCT flags: after a token in `punct_chars` and the punctuation that follows it."""

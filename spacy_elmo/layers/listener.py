@@ -1,17 +1,10 @@
-"""The listener: a downstream component's view of the `elmo` component's layers.
+"""The listener: a downstream component's view of the `elmo` component's (L + 1, n, width)
+layers, which `spacy_elmo.ElmoListener.v1` chains with the component's own scalar mix.
 
-`ElmoLayersListener` outputs the upstream's (L + 1, n, width) layers of every doc; the
-registered `spacy_elmo.ElmoListener.v1` (architectures.py) chains it with the component's
-own scalar mix.
-
-In training it receives the layers the `elmo` component computed for the batch (spaCy's
-Tok2Vec listener protocol, with the batch id = sum of token orths); at inference, or when
-the upstream is frozen and annotating, it reads `doc._.elmo_layers`. As spaCy's own listeners,
-at inference a doc without layers (the upstream did not run) gets zeros of the listener's
-shape, with a warning, so that the downstream model can still be run and inspected; in
-training that is an error, as the component would learn from zeros.
-
-Width and n_layers may be None: the upstream component sets them once its biLM is known.
+In training it receives the layers the `elmo` component computed for the batch (spaCy's Tok2Vec
+listener protocol); at inference, or from a frozen annotating upstream, it reads
+`doc._.elmo_layers`. As spaCy's own listeners, a doc without layers at inference gets zeros,
+with a warning; in training that is an error. Its dims may wait for the upstream's biLM.
 """
 
 from __future__ import annotations
@@ -103,7 +96,7 @@ def listener_forward(
     if model.feed_upstream is not None:
         if is_train and model._batch_id is None:
             model.feed_upstream(docs, True)
-        elif not is_train and not all(_has_layers(doc) for doc in docs):
+        elif not is_train and any(_layers_of(doc) is None for doc in docs):
             model.feed_upstream(docs, False)
     if is_train and model._batch_id is not None:
         model.verify_inputs(docs)
@@ -115,13 +108,12 @@ def listener_forward(
             return []
 
         return outputs, backprop
-    if is_train:  # a frozen upstream that annotates: the layers are on the docs
-        model.attrs["initializing"] = False
-        return [read_layers(model, doc) for doc in docs], lambda d_outputs: []
+    # At inference, or in training from a frozen upstream that annotates: the docs' layers.
     outputs = []
     for doc in docs:
-        if _has_layers(doc):
-            outputs.append(read_layers(model, doc))
+        layers = _layers_of(doc)
+        if layers is not None or is_train:
+            outputs.append(read_layers(model, doc, layers))
             model.attrs["initializing"] = False
         else:
             # During `initialize` thinc passes the sample docs (not annotated yet) through the
@@ -141,13 +133,13 @@ def listener_forward(
     return outputs, lambda d_outputs: []
 
 
-def _has_layers(doc: Doc) -> bool:
-    return Doc.has_extension("elmo_layers") and doc._.elmo_layers is not None
+def _layers_of(doc: Doc) -> Optional[Floats3d]:
+    return doc._.elmo_layers if Doc.has_extension("elmo_layers") else None
 
 
-def read_layers(model: ElmoLayersListener, doc: Doc) -> Floats3d:
-    """`doc._.elmo_layers` as a model.ops array, checked against the listener's dims."""
-    layers = doc._.elmo_layers if Doc.has_extension("elmo_layers") else None
+def read_layers(model: ElmoLayersListener, doc: Doc, layers: Optional[Floats3d]) -> Floats3d:
+    """A doc's `layers` (its `doc._.elmo_layers`) as a model.ops array, checked against the
+    listener's dims."""
     if layers is None:
         raise ValueError(
             f"doc._.elmo_layers is not set on a doc of {len(doc)} tokens: run the "

@@ -1,21 +1,7 @@
-"""ELMo's task-specific layer mix as a Thinc layer (docs/MODEL.md §9).
-
-    ELMo = gamma * sum_j s_j * h_j,   s = softmax(w)
-
-over the L + 1 biLM layers of every token. w is the layer's parameter ``weights`` (pre-softmax;
-its starting value the argument ``initial_weights``), gamma is ``exp(log_gamma)``;
-`softmax_weights_and_gamma` reads s and gamma. Differences from AllenNLP's ``ScalarMix`` and
-bilm-tf's ``weight_layers``, on purpose:
-
-* gamma is stored as ``log_gamma``: thinc's L2 weight decay pulls every parameter towards 0,
-  which pulls gamma towards 1 (not towards 0, which would switch the features off).
-* The optional layer norm is per token: each layer's vector at each token is normalised by its
-  own mean and variance over the D features (epsilon 1e-12, as in bilm-tf), so a token's output
-  does not depend on the rest of the batch (both reference libraries use batch-wide statistics).
-* Layer dropout (training only) drops whole layers: each layer is kept with probability
-  1 - p, and the softmax is taken over the kept layers only (a dropped layer's weight is 0, the
-  others are renormalised; the same as setting its w_j to -inf). If every layer is dropped, none
-  is (the step runs without layer dropout).
+"""ELMo's task-specific layer mix as a Thinc layer: gamma * sum_j s_j h_j, s = softmax(w),
+over the L + 1 biLM layers of every token (docs/MODEL.md §9, which says how it differs from
+AllenNLP's and bilm-tf's on purpose: gamma stored as its logarithm, a per-token layer norm,
+layer dropout over the kept layers). `softmax_weights_and_gamma` reads s and gamma.
 """
 
 import math

@@ -5,9 +5,15 @@ from __future__ import annotations
 import numpy as np
 from spacy.tokens import Doc
 
-from spacy_elmo.layers.layer_cache import layer_cache
+from spacy_elmo.pipeline.architectures import ElmoModel
 
 from .pipeline_util import TINY_WIDTH, tiny_nlp
+
+
+def layer_cache(max_tokens: int, max_bytes: int | None = None):
+    """The training cache of an ElmoModel.v1 with these bounds."""
+    cache_mb = None if max_bytes is None else max_bytes / 2**20
+    return ElmoModel(cache_tokens=max_tokens, cache_mb=cache_mb).attrs["cache"]
 
 
 def layers(n_tokens: int) -> np.ndarray:
