@@ -1,18 +1,15 @@
 """The Doc/Span/Token extensions the `elmo` component fills (listed in `component.py`), and
 ELMo behind spaCy's vectors (`vector_hooks`, `set_vector_hooks`).
 
-Stored on the doc: the layers with the character offsets of their tokens (`doc.user_data`),
-the mix coefficients and the vector rule (extension values); every other extension is a view
-or a mix of them, computed when read, and follows retokenising: a token's layers are the mean
-of those of the tokens of its own kind (word or whitespace) that it overlaps. The vectors the
-hooks serve are in `doc.tensor` too, which spaCy keeps where it drops hooks (bytes,
-`n_process`); the hooks come back at a doc's first read of an ELMo extension or from
-`set_vector_hooks(doc)`. Registered when a component is built (`install_extensions`).
+A doc stores its layers with its tokens' character offsets (`doc.user_data`), the mix
+coefficients and the vector rule; every other extension is computed from them when read, and
+follows retokenising. The hooks' vectors are in `doc.tensor` too, which spaCy keeps where it
+drops hooks (bytes, `n_process`); the hooks come back at a doc's first read of an extension.
 """
 
 import functools
 from functools import partial
-from typing import Any, Optional, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy
 import srsly
@@ -34,10 +31,6 @@ def mix_layers(layers: Floats3d, coefficients) -> Any:
 _LAYERS_KEY = "spacy_elmo.layers"
 _OFFSETS_KEY = "spacy_elmo.token_offsets"
 _LAYER_DTYPES = ("float32", "float16")
-
-
-def _get_layers(doc: Doc):
-    return layers_of_tokens(doc, 0, len(doc))
 
 
 def _set_layers(doc: Doc, layers) -> None:
@@ -154,32 +147,28 @@ def check_layers(doc: Doc, layers) -> None:
         )
 
 
-def _doc_mix(doc: Doc):
-    layers = doc._.elmo_layers
-    return None if layers is None else mix_layers(layers, doc._.elmo_mix_coefficients)
+def _tokens_of(obj: Union[Token, Span, Doc]) -> Tuple[Doc, int, int]:
+    """The doc of a token, span or doc, and the start and end of its tokens."""
+    if isinstance(obj, Token):
+        return obj.doc, obj.i, obj.i + 1
+    if isinstance(obj, Span):
+        return obj.doc, obj.start, obj.end
+    if isinstance(obj, Doc):
+        return obj, 0, len(obj)
+    raise TypeError(f"expected a Token, Span or Doc, got {type(obj).__name__}")
 
 
-def _span_layers(span: Span):
-    return layers_of_tokens(span.doc, span.start, span.end)
+def _layers(obj: Union[Token, Span, Doc]):
+    """`._.elmo_layers`: (L + 1, n, D) of a doc or span, (L + 1, D) of a token."""
+    layers = layers_of_tokens(*_tokens_of(obj))
+    return layers[:, 0] if layers is not None and isinstance(obj, Token) else layers
 
 
-def _span_mix(span: Span):
-    layers = _span_layers(span)
-    return None if layers is None else mix_layers(layers, span.doc._.elmo_mix_coefficients)
-
-
-def _token_layers(token: Token):
-    layers = layers_of_tokens(token.doc, token.i, token.i + 1)
-    return None if layers is None else layers[:, 0]
-
-
-def _token_mix(token: Token):
-    layers = _token_layers(token)
-    if layers is None:
-        return None
-    xp = get_array_module(layers)
-    coefficients = xp.asarray(token.doc._.elmo_mix_coefficients, dtype="float32")
-    return coefficients @ layers.astype("float32")
+def _mix(obj: Union[Token, Span, Doc]):
+    """`._.elmo`: the mix of `._.elmo_layers` by the doc's coefficients."""
+    layers = _layers(obj)
+    coefficients = _tokens_of(obj)[0]._.elmo_mix_coefficients
+    return None if layers is None else mix_layers(layers, coefficients)
 
 
 def install_extensions() -> None:
@@ -188,13 +177,13 @@ def install_extensions() -> None:
     if not Doc.has_extension("elmo_vector_layer"):
         Doc.set_extension("elmo_vector_layer", default=None)
     if not Doc.has_extension("elmo_layers"):
-        Doc.set_extension("elmo_layers", getter=_get_layers, setter=_set_layers)
+        Doc.set_extension("elmo_layers", getter=_layers, setter=_set_layers)
         Doc.set_extension("elmo_mix_coefficients", default=None)
-        Doc.set_extension("elmo", getter=_doc_mix)
-        Span.set_extension("elmo_layers", getter=_span_layers)
-        Span.set_extension("elmo", getter=_span_mix)
-        Token.set_extension("elmo_layers", getter=_token_layers)
-        Token.set_extension("elmo", getter=_token_mix)
+        Doc.set_extension("elmo", getter=_mix)
+        Span.set_extension("elmo_layers", getter=_layers)
+        Span.set_extension("elmo", getter=_mix)
+        Token.set_extension("elmo_layers", getter=_layers)
+        Token.set_extension("elmo", getter=_mix)
     _register_cupy_encoder()
 
 
@@ -257,11 +246,7 @@ def set_vector_hooks(
 def elmo_vector(obj: Union[Token, Span, Doc], vector_layer: str = "top") -> Any:
     """The (D,) float32 ELMo vector of a token, span or doc: `vector_layer` of each token's
     layers, averaged over the tokens of a span or doc (whitespace left out)."""
-    doc = _doc_of(obj)
-    if isinstance(obj, Token):
-        start, end = obj.i, obj.i + 1
-    else:
-        start, end = (obj.start, obj.end) if isinstance(obj, Span) else (0, len(doc))
+    doc, start, end = _tokens_of(obj)
     layers = layers_of_tokens(doc, start, end)  # (L + 1, end - start, D), after any retokenising
     if layers is None:
         raise ValueError(
@@ -307,26 +292,16 @@ def _layer_rule(layers: Any, vector_layer: str, coefficients: Any) -> Any:
         return layers[-1].astype("float32")
     if vector_layer == "average":
         return layers.astype("float32").mean(axis=0)
-    if vector_layer == "mix":
-        return mix_layers(layers, coefficients)
-    raise ValueError(f"vector_layer must be one of {VECTOR_LAYERS}, got {vector_layer!r}")
+    return mix_layers(layers, coefficients)  # "mix"
 
 
 def _has_vector(obj: Union[Token, Span, Doc]) -> bool:
-    return has_layers(_doc_of(obj))
+    return has_layers(_tokens_of(obj)[0])
 
 
 def _vector_norm(obj: Union[Token, Doc], vector_layer: str) -> float:
     vector = elmo_vector(obj, vector_layer)
     return float(get_array_module(vector).linalg.norm(vector))
-
-
-def _doc_of(obj: Union[Token, Span, Doc]) -> Doc:
-    if isinstance(obj, Doc):
-        return obj
-    if isinstance(obj, (Token, Span)):
-        return obj.doc
-    raise TypeError(f"expected a Token, Span or Doc, got {type(obj).__name__}")
 
 
 def _quote(obj: Any) -> str:

@@ -1,15 +1,11 @@
 """`nlp.pipe` with the biLM one batch ahead in a background thread: the `elmo` component's
 `overlap` setting.
 
-`nlp.pipe` runs the components in turn on each batch: the biLM on torch's threads, then the
-tagger, parser or NER on one. With `overlap`, the biLM works on the next batch in a background
-thread while the components after it work on this one. The biLM's LSTM steps run as one
-TorchScript call that releases the GIL (`bilm.lstm.compiled_loop`), so both run at
-once on two cores or more. It applies on the CPU with the steps in the compiled loop and two
-torch threads or more; the background thread runs the biLM on one thread fewer
-(`util.threads.bilm_threads`), leaving a core to the caller. The layers are those of the
-component in turn on that many threads, bit for bit (tests/pipeline/test_overlap.py).
-Measured: docs/research/pipeline-speed.md.
+While the components after `elmo` work on batch i, the biLM runs on batch i + 1; its LSTM steps
+run as one TorchScript call that releases the GIL (`bilm.lstm.compiled_loop`), so both run at
+once on two cores or more, the biLM on one torch thread fewer (`util.threads.bilm_threads`).
+The layers are those of the component in turn on that many threads, bit for bit
+(tests/pipeline/test_overlap.py). Measured: docs/research/pipeline-speed.md.
 """
 
 from __future__ import annotations
