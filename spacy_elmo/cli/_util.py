@@ -81,8 +81,30 @@ ADDRESS = typer.Option(
     envvar="RAY_ADDRESS",
     help="Join a running Ray cluster (HOST:PORT of its head) instead of starting one.",
 )
+WORKERS = typer.Option(
+    None,
+    "--workers",
+    "--n-process",
+    "-n",
+    min=1,
+    help="Worker processes (`spacy apply`'s --n-process), each with its own model or pipeline "
+    "(default: CPUs / threads per worker). Without --address: starts a local Ray instance "
+    "on 127.0.0.1 for this run.",
+)
 THREADS_PER_WORKER = typer.Option(
     None, "--threads-per-worker", min=1, help="torch threads per worker (CPUs / workers)."
+)
+GPUS_PER_WORKER = typer.Option(
+    None,
+    "--gpus-per-worker",
+    min=0.0,
+    help="GPUs of each worker (fractions share one; default 0, for `apply` 1 with --gpu-id).",
+)
+MAX_TOKENS = typer.Option(
+    256,
+    "--max-tokens",
+    min=1,
+    help="Longer lines run as windows of this many tokens, vectors concatenated.",
 )
 
 

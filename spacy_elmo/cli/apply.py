@@ -37,21 +37,10 @@ def apply(
         help="Run on a GPU (any id >= 0: each worker uses the GPU Ray gives it, "
         "--gpus-per-worker, default 1 then); -1 for the CPU.",
     ),
-    workers: Optional[int] = typer.Option(
-        None,
-        "--workers",
-        "--n-process",
-        "-n",
-        min=1,
-        help="Worker processes (`spacy apply`'s --n-process), each with its own pipeline "
-        "(default: CPUs / threads per worker). Without --address: starts a local Ray instance "
-        "on 127.0.0.1 for this run.",
-    ),
+    workers: Optional[int] = opt.WORKERS,
     address: Optional[str] = opt.ADDRESS,
     threads_per_worker: Optional[int] = opt.THREADS_PER_WORKER,
-    gpus_per_worker: Optional[float] = typer.Option(
-        None, "--gpus-per-worker", min=0.0, help="GPUs of each worker (fractions share one)."
-    ),
+    gpus_per_worker: Optional[float] = opt.GPUS_PER_WORKER,
     quiet: bool = opt.quiet_option(),
 ) -> None:
     """Annotate a corpus with a spaCy pipeline, like `spacy apply`: every .jsonl (one object per

@@ -31,13 +31,7 @@ def embed(
     pipeline: Optional[str] = opt.PIPELINE,
     code: Optional[Path] = opt.CODE,
     batch_size: int = opt.batch_size_option(),
-    max_tokens: Optional[int] = typer.Option(
-        None,
-        "--max-tokens",
-        min=1,
-        help="Longer lines run as windows of this many tokens, vectors concatenated (256).",
-        show_default=False,
-    ),
+    max_tokens: int = opt.MAX_TOKENS,
     float16: bool = opt.FLOAT16,
     bf16: bool = opt.BF16,
     compression: Optional[str] = opt.COMPRESSION,
@@ -56,7 +50,7 @@ def embed(
     """
     from ..bilm import BiLM
     from ..bilm.quantize import quantize_from_flags, set_quantize
-    from ..corpus.embed_file import MAX_TOKENS, embed_file, spacy_tokenizer, whitespace_tokenizer
+    from ..corpus.embed_file import embed_file, spacy_tokenizer, whitespace_tokenizer
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
@@ -89,7 +83,7 @@ def embed(
             float16=float16,
             compression=compression,
             input_name=input_name,
-            max_tokens=MAX_TOKENS if max_tokens is None else max_tokens,
+            max_tokens=max_tokens,
         )
     typer.echo(f"wrote {count} sentences to {output_file}")
 

@@ -28,9 +28,7 @@ def embed_corpus(
     lang: Optional[str] = opt.LANG,
     pipeline: Optional[str] = opt.PIPELINE,
     code: Optional[Path] = opt.CODE,
-    max_tokens: int = typer.Option(
-        256, "--max-tokens", min=1, help="Longer lines run as windows of this many tokens."
-    ),
+    max_tokens: int = opt.MAX_TOKENS,
     batch_size: int = opt.batch_size_option(),
     float16: bool = opt.FLOAT16,
     bf16: bool = opt.BF16,
@@ -38,18 +36,10 @@ def embed_corpus(
     shard_lines: int = typer.Option(
         2000, "--shard-lines", min=1, help="Lines per shard; longer files are cut and joined."
     ),
-    workers: Optional[int] = typer.Option(
-        None,
-        "--workers",
-        min=1,
-        help="Worker processes, each with its own model (default: CPUs / threads per "
-        "worker). Without --address: starts a local Ray instance on 127.0.0.1 for this run.",
-    ),
+    workers: Optional[int] = opt.WORKERS,
     address: Optional[str] = opt.ADDRESS,
     threads_per_worker: Optional[int] = opt.THREADS_PER_WORKER,
-    gpus_per_worker: float = typer.Option(
-        0.0, "--gpus-per-worker", min=0.0, help="GPUs of each worker (fractions share one)."
-    ),
+    gpus_per_worker: Optional[float] = opt.GPUS_PER_WORKER,
     quiet: bool = opt.quiet_option(),
 ) -> None:
     """Embed a corpus: for every INPUT file REL/NAME.txt, OUTPUT_DIR/REL/NAME.hdf5 in the layout
@@ -84,7 +74,7 @@ def embed_corpus(
         code=code,
         compression=compression,
         shard_lines=shard_lines,
-        cluster=Cluster(workers, address, threads_per_worker, gpus_per_worker),
+        cluster=Cluster(workers, address, threads_per_worker, gpus_per_worker or 0.0),
         progress=not quiet,
     )
     opt.report(result, output_dir)

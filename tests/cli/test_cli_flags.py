@@ -256,3 +256,11 @@ def test_the_shipped_example_is_pretokenised_as_embed_reads_it():
 
     example = Path(__file__).resolve().parents[2] / "examples" / "sentences.txt"
     assert raw_looking_token(example) is None
+
+
+@pytest.mark.parametrize("name", ["embed", "embed-corpus"])
+def test_max_tokens_defaults_to_the_window_of_the_library(name):
+    from spacy_elmo.corpus.embed_file import MAX_TOKENS
+
+    option = next(p for p in commands()[name].params if p.name == "max_tokens")
+    assert option.default == MAX_TOKENS
