@@ -1,11 +1,7 @@
-"""ELMoForManyLangs (HIT-SCIR, CoNLL 2018) models: their directory read into a `BiLM`.
-
-A model directory holds `config.json` (whose `config_path` names the architecture JSON), the
-dictionaries `char.dic` and `word.dic` and two PyTorch state dicts, `token_embedder.pkl` and
-`encoder.pkl`. Their ids, gates and highway gate are mapped onto the bilm-tf layout of `BiLM`
-(docs/languages.md lists what differs, as their code, `elmoformanylangs` 0.0.4.post2, does it).
-The `.pkl` files are read with `torch.load(weights_only=True)`, which never runs code.
-"""
+"""ELMoForManyLangs (HIT-SCIR, CoNLL 2018) model directories read into a `BiLM`: their ids,
+gates and highway gate mapped onto the bilm-tf layout, as their code (`elmoformanylangs`
+0.0.4.post2) computes them (docs/languages.md lists what differs). The `.pkl` state dicts are
+read with `torch.load(weights_only=True)`, which never runs code."""
 
 from __future__ import annotations
 
@@ -306,31 +302,28 @@ def read_elmoformanylangs(
     architecture, source = read_architecture(model_dir)
     embedder = architecture.get("token_embedder") if isinstance(architecture, dict) else None
     word_dim = embedder.get("word_dim", 0) if isinstance(embedder, dict) else 0
-    token_embedder_path = model_dir / TOKEN_EMBEDDER_WEIGHTS
+    embedder_file = model_dir / TOKEN_EMBEDDER_WEIGHTS
     states = {name: load_state_dict(model_dir / name) for name in WEIGHTS_FILES}
     # The table sizes are the weights' (as their EmbeddingLayer, len(dictionary) rows).
-    rows, dictionaries = {"char": 0, "word": 0}, {"char": None, "word": None}
-    for kind, dictionary, what in (
-        ("char", CHAR_DICTIONARY, "character"),
-        ("word", WORD_DICTIONARY, "word"),
-    ):
-        if kind == "word" and not word_dim:
-            continue
+    rows, dictionaries = {"word": 0}, {"word": None}
+    tables = [("char", CHAR_DICTIONARY, "character")]
+    if word_dim:
+        tables.append(("word", WORD_DICTIONARY, "word"))
+    for kind, dictionary, what in tables:
         key = f"{kind}_emb_layer.embedding.weight"
         table = states[TOKEN_EMBEDDER_WEIGHTS].get(key)
         if table is None:
             raise ValueError(
-                f"weights file {token_embedder_path} has no tensor '{key}' required by {source}"
+                f"weights file {embedder_file} has no tensor '{key}' required by {source}"
             )
         rows[kind] = table.shape[0] if table.dim() == 2 else 0
-        table_name = f"the {what} embedding of {token_embedder_path}"
+        table_name = f"the {what} embedding of {embedder_file}"
         dictionaries[kind] = read_dictionary(model_dir / dictionary, rows[kind] or None, table_name)
     options = architecture_options(
         architecture, rows["char"], rows["word"], f"architecture {source}"
     )
-    chars, words = dictionaries["char"], dictionaries["word"]
     try:
-        lexicon = EfmlLexicon(chars, words, MAX_CHARS_PER_TOKEN)
+        lexicon = EfmlLexicon(dictionaries["char"], dictionaries["word"], MAX_CHARS_PER_TOKEN)
     except ValueError as err:
         raise ValueError(f"ELMoForManyLangs model {model_dir}: {err}") from None
     lexicon.check_sizes(options, f"ELMoForManyLangs model {model_dir}")

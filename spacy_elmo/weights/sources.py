@@ -1,20 +1,7 @@
-"""Where a biLM comes from: the one resolver behind every way of naming one.
-
-Every entry point that takes a biLM (the `spacy-elmo` commands, `init-config`, pretraining's
-`init_from`, the registered weight loaders, `BiLM.load`) names it the same way and reads it
-through `resolve_source`:
-
-* `"bundled"` (or nothing): the English biLM that ships in the package;
-* `"small"`, `"medium"`, `"original"`, `"original-5.5b"`: a published AllenNLP biLM, read from
-  the cache where `spacy-elmo download NAME` puts it (`published.py`; never downloaded here);
-* a directory written by `BiLM.save` (`config.json` + `model.safetensors`);
-* a run directory of `spacy-elmo pretrain` (its `model/` folder is the biLM);
-* a folder with one bilm-tf/AllenNLP `*options*.json` and one `*weights*.hdf5`, or the two
-  files named explicitly (`options`, `weights`);
-* an ELMoForManyLangs model directory (`char.dic`, `encoder.pkl`, ...).
-
-`BiLM.from_source` reads each kind with its reader (`layouts`, `elmoformanylangs`).
-"""
+"""Where a biLM comes from: `resolve_source`, the one resolver behind every way of naming one
+(the commands' --model, pretraining's `init_from`, the registered loaders, `BiLM.load`); the
+names it takes are ACCEPTED. A published name is read from the cache that `spacy-elmo download`
+fills, never downloaded here; `BiLM.from_source` reads each kind with its reader."""
 
 from __future__ import annotations
 
@@ -92,7 +79,7 @@ def resolve_source(
     options: Optional[PathLike] = None,
     weights: Optional[PathLike] = None,
 ) -> BiLMSource:
-    """Which biLM `source` names (see the module docstring); `options` and `weights` name a
+    """Which biLM `source` names (one of ACCEPTED); `options` and `weights` name a
     bilm-tf/AllenNLP pair instead. ValueError (a MissingFileError for a missing file) says
     what was wrong."""
     if options is not None or weights is not None:
