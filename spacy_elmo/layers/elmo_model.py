@@ -91,9 +91,6 @@ def elmo_model(
         raise ValueError(f"cache_tokens must be non-negative, got {cache_tokens}")
     if cache_mb is not None and cache_mb < 0:
         raise ValueError(f"cache_mb must be non-negative or null, got {cache_mb}")
-    unknown = set(architecture) - set(ARCHITECTURE_KEYS)
-    if unknown:
-        raise ValueError(f"unknown architecture keys {sorted(unknown)}")
     configured = {k: v for k, v in architecture.items() if v is not None}
     if len(configured) == len(ARCHITECTURE_KEYS):
         options = options_from_architecture(configured, source="[components.elmo.model]")

@@ -63,8 +63,8 @@ from .overlap import overlap_applies, overlapped_pipe
 # from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
 # written into the pipeline's config. Every default is the one of the registered function.
 DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
-DEFAULT_CONFIG = {
-    "model": DEFAULT_MODEL,
+# The component's settings, beside its model, and their defaults.
+SETTINGS = {
     "mix_weights": None,
     "gamma": 1.0,
     "set_tensor": False,
@@ -76,6 +76,7 @@ DEFAULT_CONFIG = {
     "overlap": True,
     "threads": None,
 }
+DEFAULT_CONFIG = {"model": DEFAULT_MODEL, **SETTINGS}
 
 
 @Language.factory(
@@ -142,36 +143,27 @@ def make_elmo(
 class Elmo(TrainablePipe):
     """Runs the biLM over each doc's sentences and shares its layers with listeners."""
 
-    def __init__(
-        self,
-        vocab: Vocab,
-        model: Model,
-        name: str = "elmo",
-        *,
-        mix_weights: Optional[List[float]] = None,
-        gamma: float = 1.0,
-        set_tensor: bool = False,
-        split_sentences: bool = True,
-        sentence_punct: Optional[List[str]] = None,
-        vector_hooks: bool = False,
-        vector_layer: str = "top",
-        quantize: Optional[str] = None,
-        overlap: bool = True,
-        threads: Optional[int] = None,
-    ) -> None:
+    def __init__(self, vocab: Vocab, model: Model, name: str = "elmo", **settings: Any) -> None:
+        """`settings`: those of the `elmo` factory (`make_elmo`); the others take their
+        defaults (`SETTINGS`)."""
+        unknown = sorted(set(settings) - set(SETTINGS))
+        if unknown:
+            raise TypeError(f"the '{name}' component has no settings {unknown}: {list(SETTINGS)}")
+        cfg = {**SETTINGS, **settings}
         install_extensions()
-        check_quantize(quantize, f"quantize of the '{name}' component")
-        if not isinstance(overlap, bool):
+        check_quantize(cfg["quantize"], f"quantize of the '{name}' component")
+        if not isinstance(cfg["overlap"], bool):
             raise TypeError(
-                f"overlap of the '{name}' component must be true or false, got {overlap!r}"
+                f"overlap of the '{name}' component must be true or false, got {cfg['overlap']!r}"
             )
-        thread_count(threads, f"threads of the '{name}' component")  # checked, not applied
+        thread_count(cfg["threads"], f"threads of the '{name}' component")  # checked, not applied
+        vector_layer = cfg["vector_layer"]
         if vector_layer not in VECTOR_LAYERS:
             raise ValueError(
                 f"vector_layer of the '{name}' component must be one of "
                 f"{', '.join(repr(v) for v in VECTOR_LAYERS)}, got {vector_layer!r}"
             )
-        if set_tensor and vector_hooks and vector_layer != "mix":
+        if cfg["set_tensor"] and cfg["vector_hooks"] and vector_layer != "mix":
             raise ValueError(
                 f"the '{name}' component's set_tensor writes the mix into doc.tensor, where "
                 f'vector_hooks keeps its {vector_layer!r} vectors: set vector_layer = "mix" '
@@ -181,36 +173,22 @@ class Elmo(TrainablePipe):
         self.model = model
         self.name = name
         self.listener_map: Dict[str, List[ElmoLayersListener]] = {}
-        self.cfg: Dict[str, Any] = {
-            "mix_weights": mix_weights,
-            "gamma": gamma,
-            "set_tensor": set_tensor,
-            "split_sentences": split_sentences,
-            "sentence_punct": sentence_punct,
-            "vector_hooks": vector_hooks,
-            "vector_layer": vector_layer,
-            "quantize": quantize,
-            "overlap": overlap,
-            "threads": threads,
-        }
-        set_unit_rule(model, split_sentences=split_sentences, sentence_punct=sentence_punct)
+        self.cfg: Dict[str, Any] = cfg
+        set_unit_rule(
+            model, split_sentences=cfg["split_sentences"], sentence_punct=cfg["sentence_punct"]
+        )
         self._mix_coefficients: Optional[numpy.ndarray] = None
         self._thread_counts: Dict[tuple, int] = {}  # `_threads`
         if model.maybe_get_dim("n_layers") is not None:
             n_layers = model.get_dim("n_layers")
-            self._mix_coefficients = mix_coefficients(mix_weights, gamma, n_layers)
+            self._mix_coefficients = mix_coefficients(cfg["mix_weights"], cfg["gamma"], n_layers)
 
     # ------------------------------------------------------------------ the biLM
-    def ensure_weights(self) -> None:
-        """Load the default (bundled) biLM if no weights were loaded yet (a pipeline used
-        without `initialize`)."""
-        if not self.model.attrs["weights_loaded"]:
-            ensure_weights(self.model)
-
     def _bilm_as_configured(self) -> None:
-        """The biLM in the `quantize` setting, read from the config at each call (cheap when
+        """The biLM (the bundled one if no weights were loaded: a pipeline used without
+        `initialize`) in the `quantize` setting, read from the config at each call (cheap when
         it holds already): the config is the setting's one store."""
-        self.ensure_weights()
+        ensure_weights(self.model)
         bilm, wanted = get_bilm(self.model), self.cfg["quantize"]
         if getattr(bilm, "quantize", None) != (None if wanted == "none" else wanted):
             set_quantize(bilm, wanted)

@@ -19,7 +19,7 @@ from thinc.api import Config
 from ..bilm import BiLMOptions
 from ..weights.sources import PUBLISHED_NAMES, BiLMSource, resolve_source
 from .architectures import LISTENER, TOK2VEC, TOK2VEC_V2, ElmoListener, architecture_defaults
-from .component import DEFAULT_CONFIG
+from .component import DEFAULT_MODEL, SETTINGS
 
 # Every component's mix, as in configs/ner_tagger_elmo.cfg: the listener's defaults but for
 # these (layer norm: +0.8 NER F1 at 1,000 CoNLL sentences, README "Learning curves").
@@ -217,9 +217,7 @@ def elmo_training_config(
 def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, Any]:
     """The factory's default config (architecture null: from the weights at `initialize`, then
     written into the trained config), with the choices of `init-config`."""
-    settings = copy.deepcopy(DEFAULT_CONFIG)
-    model = settings.pop("model")
-    block = {"factory": "elmo", **settings, "model": model}  # the model block last
+    block = copy.deepcopy({"factory": "elmo", **SETTINGS, "model": DEFAULT_MODEL})
     block["model"]["frozen"] = not fine_tune
     block["split_sentences"] = split_sentences
     if gpu:

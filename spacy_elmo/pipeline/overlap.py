@@ -18,7 +18,7 @@ from spacy.tokens import Doc
 from spacy.util import minibatch
 from thinc.api import NumpyOps
 
-from ..layers.elmo_model import get_bilm
+from ..layers.elmo_model import ensure_weights, get_bilm
 from ..util.threads import bilm_threads
 
 
@@ -30,7 +30,7 @@ def overlap_applies(component: TrainablePipe) -> bool:
         return False
     if bilm_threads(component.cfg["threads"], overlapped=True) < 1:
         return False
-    component.ensure_weights()
+    ensure_weights(component.model)
     return get_bilm(component.model).steps_release_gil()
 
 
