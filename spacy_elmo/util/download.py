@@ -1,4 +1,4 @@
-"""One file fetched whole from a URL (`fetch`), thin over requests, filelock, srsly and tqdm.
+"""One file fetched whole from an http(s) URL (`fetch`), thin over requests, filelock, srsly, tqdm.
 
 A cut transfer resumes only while the server promises the same file (If-Range on a strong
 validator); one that receives nothing, or crawls, ends with an error and keeps its part; the
@@ -7,16 +7,13 @@ whole file is checked against its folder's record (size, sha256) and renamed int
 
 from __future__ import annotations
 
+import math
 import os
 import re
-import shutil
 import stat
 import time
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass
 from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional
 
@@ -36,11 +33,11 @@ SETTINGS = (
     ("--speed-limit", SPEED_LIMIT_VARIABLE, "a number of bytes a second >= 0 (0: no limit)"),
     ("--speed-time", SPEED_TIME_VARIABLE, "a positive number of seconds"),
 )
-RETRIES = 2  # further tries within one download after a transfer is cut, each resumed
-RETRY_STATUSES = (429, 500, 502, 503, 504)  # answers that urllib3 asks again for
-PROGRESS = {"unit": "B", "unit_scale": True, "unit_divisor": 1024, "leave": False}  # tqdm's
+RETRIES = 2  # further tries within one download after a cut transfer or a 429/5xx answer
+RETRY_STATUSES = (429, 500, 502, 503, 504)
 PART_SUFFIX = ".part"
 RECORD_NAME = "checksums.json"
+COMMAND = "spacy-elmo download"  # what a user runs to repeat a download, named in the errors
 Check = Optional[Callable[[Path], Optional[str]]]  # what is wrong with a file, if anything
 
 
@@ -67,28 +64,19 @@ class Limits:
         value that is not one and where it came from."""
         values = []
         given = (timeout, speed_limit, speed_time)
-        for field, value, (name, variable, what) in zip(fields(cls), given, SETTINGS):
+        for value, default, (name, variable, what) in zip(given, astuple(cls()), SETTINGS):
             where = f"{name} {value!r} ({variable})"
             if value is None:
-                text = os.environ.get(variable, "").strip() or str(field.default)
+                text = os.environ.get(variable, "").strip()
                 where = f"{variable}={text!r}"
-                value = float(text) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", text) else -1.0
-            above_0 = value >= 0 if field.name == "speed_limit" else value > 0
-            if not (above_0 and value < float("inf")):
+                try:
+                    value = float(text) if text else default
+                except ValueError:
+                    value = math.nan
+            if not 0 <= value < math.inf or (value == 0 and name != "--speed-limit"):
                 raise ValueError(f"{where} is not {what}")
             values.append(float(value))
         return cls(*values)
-
-
-@dataclass(frozen=True)
-class Advice:
-    """What a download's errors tell the user to do."""
-
-    again: str = "fetch it again to continue from there"
-    force: str = "fetch it with replace=True"
-    unreachable: str = "offline, or behind a proxy (https_proxy)?"
-    http_error: str = "is the URL right?"
-    unwritable: str = "choose a folder you can write"
 
 
 def part_path(final: Path) -> Path:
@@ -107,25 +95,29 @@ def fetch(
     limits: Optional[Limits] = None,
     progress: bool = True,
     retries: int = RETRIES,
-    advice: Advice = Advice(),
+    command: str = COMMAND,
+    hint: str = "check the URL, or set https_proxy for a proxy",
 ) -> None:
-    """`url` into `final` under a lock: a file in place is verified instead, unless `replace`."""
+    """`url` into `final` under a lock, checked whole (`check`, the record unless `replace`).
+    `command` repeats the download; `hint`: what to do when the server cannot deliver it."""
     # Imported here: filelock registers a fork hook when imported (tests/pipeline/
     # test_spacy_untouched.py holds that importing the package registers none).
     from filelock import FileLock, Timeout
 
     part = part_path(final)
     limits = limits or Limits.configured()
+    retry = urllib3.Retry(
+        retries, read=0, backoff_factor=0.5, status_forcelist=RETRY_STATUSES, raise_on_status=False
+    )
     try:
-        with FileLock(f"{final}.lock", blocking=False):
-            if final.exists() and not replace:
-                _discard(final)
-                return verify(final, check, advice)
+        with FileLock(f"{final}.lock", blocking=False), requests.Session() as session:
+            session.mount("http", requests.adapters.HTTPAdapter(max_retries=retry))
+            session.headers.update({"User-Agent": "spacy-elmo", "Accept-Encoding": "identity"})
             try:
                 with _open_part(final, url) as handle:
-                    _download(url, handle, final, limits, progress, retries, advice)
+                    _transfer(session, url, handle, final, limits, progress, retries, command)
                     os.fsync(handle.fileno())
-                entry = _examine(part, final.name, check, advice, url, replace)
+                verify(part, check, command, url, replace)
             except BaseException:
                 if not state_path(final).exists() or not part.stat().st_size:
                     _discard(final)  # nothing to resume from
@@ -133,16 +125,17 @@ def fetch(
             os.replace(part, final)
             state_path(final).unlink(missing_ok=True)
             fsync_directory(final.parent)
-            if entry is not None:
-                write_record(final.parent, final.name, entry, replace, advice)
     except Timeout:
         raise DownloadError(f"another download is writing {part}; wait for it to finish") from None
-    except DownloadError:
-        raise
-    except OSError as error:
-        what = f"read {error.filename}" if url.startswith("file:") else f"write {part}"
-        hint = f"; {advice.unwritable}" if "write" in what else ""
-        raise DownloadError(f"cannot {what} ({error.strerror or error}){hint}") from None
+    except requests.HTTPError as error:
+        status = f"HTTP {error.response.status_code} {error.response.reason}"
+        raise DownloadError(f"cannot download {url}: {status}; {hint}") from None
+    except requests.RequestException as error:
+        reason = _reason(error)
+        if isinstance(error, requests.Timeout):
+            reason = f"no answer within {limits.timeout:g} s, {TIMEOUT_VARIABLE}"
+        where = f"cannot reach {url} ({reason}); offline or behind a proxy?"
+        raise DownloadError(f"{where} {hint}") from None
 
 
 def _open_part(final: Path, url: str) -> BinaryIO:
@@ -162,42 +155,23 @@ def _open_part(final: Path, url: str) -> BinaryIO:
     return os.fdopen(fd, "r+b", buffering=0)
 
 
-def _download(url, handle, final, limits, progress, retries, advice) -> None:
-    """`url` into the part: a copy of a file:// URL, else an HTTP transfer, where urllib3 asks
-    again after a refused connection or a 429/5xx answer."""
-    if url.startswith("file:"):
-        with open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb") as source:
-            return shutil.copyfileobj(source, handle)
-    retry = urllib3.Retry(
-        retries, read=0, backoff_factor=0.5, status_forcelist=RETRY_STATUSES, raise_on_status=False
-    )
-    with requests.Session() as session:
-        session.mount("http", requests.adapters.HTTPAdapter(max_retries=retry))
-        session.headers.update({"User-Agent": "spacy-elmo", "Accept-Encoding": "identity"})
-        _transfer(session, url, handle, final, limits, progress, retries, advice)
-
-
-def _transfer(session, url, handle, final, limits, progress, retries, advice) -> None:
+def _transfer(session, url, handle, final, limits, progress, retries, command) -> None:
     """One answer into the part; a transfer cut after it got further is resumed at once
     (`retries` times), a stall or a crawl ends the download."""
-    response = _answer(session, url, handle, final, limits, advice)
-    if response is None:
-        return  # the part is whole already
+    response = _answer(session, url, handle, final, limits)
     offset = handle.tell()
     length = response.headers.get("Content-Length", "")
     size = offset + int(length) if length.isdigit() else None
-    total = size or "?"
-    received, cut = offset, None
+    received, ended, cut = offset, "", None
     window = (time.monotonic(), offset)  # when the rate's window starts, and the bytes then
-    bar = tqdm(total=size, initial=offset, desc=final.name, disable=not progress, **PROGRESS)
+    bar = tqdm(total=size, initial=offset, desc=final.name, disable=not progress, unit="B")
     with response, bar:
-        while True:
+        while not ended:
             try:  # read1: what has arrived, so that the part grows and a crawl is measured
                 block = response.raw.read1(1 << 20, decode_content=False)
             except urllib3.exceptions.ReadTimeoutError:
-                stalled = f"nothing arrived for {limits.timeout:g} s ({TIMEOUT_VARIABLE})"
-                where = f"{received} of {total} bytes"
-                raise _ended(url, f"stalled: {stalled} after {where}", final, advice) from None
+                ended = f"stalled: nothing arrived for {limits.timeout:g} s ({TIMEOUT_VARIABLE})"
+                break
             except Exception as error:  # noqa: BLE001 - a reset, an early close
                 cut = _reason(error)
                 break
@@ -207,168 +181,111 @@ def _transfer(session, url, handle, final, limits, progress, retries, advice) ->
             bar.update(len(block))
             received += len(block)
             seconds = time.monotonic() - window[0]
-            if limits.speed_limit and seconds >= limits.speed_time:
-                rate = (received - window[1]) / seconds
-                if rate < limits.speed_limit:
-                    slow = f"{_too_slow(rate, seconds, limits)}, after {received} of {total} bytes"
-                    raise _ended(url, slow, final, advice)
+            rate = (received - window[1]) / seconds if seconds >= limits.speed_time else math.inf
+            if rate < limits.speed_limit:
+                ended = (
+                    f"is too slow: {rate:.1f} bytes/s over the last {seconds:.1f} s, below "
+                    f"{limits.speed_limit:g} bytes/s ({SPEED_LIMIT_VARIABLE} or --speed-limit; 0 "
+                    f"turns it off) for {limits.speed_time:g} s ({SPEED_TIME_VARIABLE} or "
+                    "--speed-time),"
+                )
+            elif seconds >= limits.speed_time:
                 window = (time.monotonic(), received)
-    if cut is None and (size is None or received >= size):
+    if not ended and cut is None and (size is None or received >= size):
         return
-    if retries > 0 and received > offset:
-        return _transfer(session, url, handle, final, limits, progress, retries - 1, advice)
-    cut = cut or "the connection closed early"
-    raise _ended(url, f"was cut at {received} of {total} bytes ({cut})", final, advice)
+    if not ended and retries > 0 and received > offset:
+        return _transfer(session, url, handle, final, limits, progress, retries - 1, command)
+    where = f"{received} of {size or '?'} bytes"
+    ended = f"{ended} after {where}" if ended else f"was cut at {where} ({cut or 'closed early'})"
+    kept = state_path(final).exists() and part_path(final).stat().st_size
+    keep = f" ({part_path(final)} keeps what arrived)" if kept else ""
+    raise DownloadError(f"transfer of {url} {ended}; run `{command}` again to continue{keep}")
 
 
-def _answer(session, url, handle, final, limits, advice) -> Optional[requests.Response]:
-    """The answer to read into the part: the rest of the file after what it holds while the
-    server promises the same file, else all of it (the part emptied); None when it is whole."""
+def _answer(session, url, handle, final, limits) -> requests.Response:
+    """The rest of the file after the part while the server promises the same file (a 206 of
+    its range), else all of it from byte 0, its strong validator (ETag, Last-Modified) kept."""
     offset = handle.seek(0, os.SEEK_END)
     saved = _read_state(final, url) if offset else None
     headers = {"Range": f"bytes={offset}-", "If-Range": saved["validator"]} if saved else {}
-    response = _get(session, url, headers, limits, advice)
-    stated = response.headers.get("Content-Range", "").strip()
-    if response.status_code == 416 and saved["size"] == offset and stated == f"bytes */{offset}":
-        response.close()
-        return None
+    response = session.get(url, headers=headers, stream=True, timeout=limits.timeout)
     if saved and response.status_code == 206:
-        header = "ETag" if saved["kind"] == "etag" else "Last-Modified"
-        same = response.headers.get(header, saved["validator"]) == saved["validator"]
-        if same and stated == f"bytes {offset}-{saved['size'] - 1}/{saved['size']}":
+        same = response.headers.get(saved["header"], saved["validator"]) == saved["validator"]
+        stated = f"bytes {offset}-{saved['size'] - 1}/{saved['size']}"
+        if same and response.headers.get("Content-Range", "").strip() == stated:
             return response
     handle.seek(0)
     handle.truncate()
-    if response.status_code != 200:
+    if headers and response.status_code != 200:  # another answer to the range: all of it
         response.close()
-        response = _get(session, url, {}, limits, advice)
-    _save_state(final, url, response)
+        response = session.get(url, stream=True, timeout=limits.timeout)
+    response.raise_for_status()
+    state_path(final).unlink(missing_ok=True)
+    answer, length = response.headers, response.headers.get("Content-Length", "")
+    header = "ETag" if answer.get("ETag", "").startswith('"') else "Last-Modified"  # not W/
+    if header in answer and length.isdigit():
+        state = {"url": url, "header": header, "validator": answer[header], "size": int(length)}
+        write_text(state_path(final), srsly.json_dumps(state))
     return response
 
 
-def _get(session, url: str, headers: dict, limits: Limits, advice: Advice) -> requests.Response:
-    """The streamed answer to a GET (200, 206, or 416 to a Range); DownloadError for others."""
-    try:
-        response = session.get(url, headers=headers, stream=True, timeout=limits.timeout)
-    except requests.RequestException as error:
-        reason = _reason(error)
-        if isinstance(error, requests.Timeout):
-            reason = f"no answer within {limits.timeout:g} s, {TIMEOUT_VARIABLE}"
-        raise DownloadError(f"cannot reach {url} ({reason}); {advice.unreachable}") from None
-    if response.status_code in (200, 206) or (response.status_code == 416 and headers):
-        return response
-    response.close()
-    status = f"HTTP {response.status_code} {response.reason}"
-    raise DownloadError(f"cannot download {url}: {status}; {advice.http_error}")
-
-
-def _ended(url: str, what: str, final: Path, advice: Advice) -> DownloadError:
-    """The error of a transfer that ended early; its part is kept where it can be resumed."""
-    kept = state_path(final).exists() and part_path(final).stat().st_size
-    keep = f" ({part_path(final)} keeps what arrived)" if kept else ""
-    return DownloadError(f"transfer of {url} {what}; {advice.again}{keep}")
-
-
-def _too_slow(rate: float, seconds: float, limits: Limits) -> str:
-    return (
-        f"is too slow: {rate:.1f} bytes/s over the last {seconds:.1f} s, below "
-        f"{limits.speed_limit:g} bytes/s ({SPEED_LIMIT_VARIABLE} or --speed-limit; 0 turns it "
-        f"off) for {limits.speed_time:g} s ({SPEED_TIME_VARIABLE} or --speed-time)"
-    )
-
-
-def _save_state(final: Path, url: str, response: requests.Response) -> None:
-    """Keep the validator of a whole-file answer beside the part: a strong ETag, else a
-    Last-Modified a second or more before the answer's Date (RFC 9110 §8.8.2.2); else none."""
-    state_path(final).unlink(missing_ok=True)
-    headers = response.headers
-    state = {"url": url, "kind": "etag", "validator": headers.get("ETag", "")}
-    if not state["validator"].startswith('"'):  # a weak ETag (W/"...") or none
-        state.update(kind="last-modified", validator=headers.get("Last-Modified", ""))
-        try:
-            date = parsedate_to_datetime(headers.get("Date", ""))
-            if (date - parsedate_to_datetime(state["validator"])).total_seconds() < 1:
-                return
-        except (TypeError, ValueError):
-            return
-    if headers.get("Content-Length", "").isdigit():
-        state["size"] = int(headers["Content-Length"])
-        write_text(state_path(final), srsly.json_dumps(state))
-
-
 def _read_state(final: Path, url: str) -> Optional[dict]:
-    """The part's state when it is of `url` and well formed; else None."""
+    """The part's state when it is of `url`; else None."""
     try:
         state = srsly.read_json(state_path(final))
-        good = state["url"] == url and isinstance(state["validator"], str) and state["validator"]
-        return state if good and isinstance(state["size"], int) and state["size"] > 0 else None
+        return state if state["url"] == url and state["header"] else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def verify(final: Path, check: Check = None, advice: Advice = Advice()) -> None:
-    """A file in place against its folder's record and `check` (ChecksumError when either finds
-    it changed, or it is not a regular file); a file without an entry is recorded now."""
-    if not stat.S_ISREG(final.lstat().st_mode):
-        raise ChecksumError(f"cached file {final} is not a regular file (a link?); {advice.force}")
-    entry = _examine(final, final.name, check, advice)
-    if entry is not None:
-        write_record(final.parent, final.name, entry, advice=advice)
-
-
-def _examine(path: Path, name: str, check: Check, advice: Advice, url="", replace=False):
-    """ChecksumError (DownloadError for a download) when `check` finds `path` wrong, or it has
-    not the size and sha256 the record holds for `name` (unless `replace`); the entry to record
-    where the record has none, else None. A download that fails is deleted."""
+def verify(path: Path, check: Check = None, command=COMMAND, url="", replace=False) -> None:
+    """A cached file (or the part of `url`'s download, deleted when wrong) checked by `check`
+    and against its folder's record (unless `replace`); recorded when it has no entry there."""
+    name = path.name.removesuffix(PART_SUFFIX) if url else path.name
     problem = check(path) if check else None
-    entry = None if replace else read_record(path.parent, advice=advice).get(name)
+    if not stat.S_ISREG(path.lstat().st_mode):
+        problem = "is not a regular file (a link?)"
+    entry = None if replace else read_record(path.parent, command=command).get(name)
     size, digest = path.stat().st_size, file_sha256(path)
     if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
         problem = f"changed since it was downloaded: expected {entry['size']} bytes, sha256 "
         problem += f"{entry['sha256']}; got {size} bytes, sha256 {digest}"
+    force = f"run `{command} --force`"
     if problem and url:
         _discard(path.with_name(name))
-        then = f"; {advice.force} to check it and record it instead" if entry else ""
+        then = f"; {force} to check it and record it instead" if entry else ""
         error = ChecksumError if entry else DownloadError
         raise error(f"{url} {problem}; the download was deleted{then}")
     if problem:
-        raise ChecksumError(f"cached file {path} {problem}; {advice.force} to download it again")
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    source = url or "found in the cache"
-    return None if entry else {"size": size, "sha256": digest, "source": source, "recorded": now}
+        raise ChecksumError(f"cached file {path} {problem}; {force} to download it again")
+    if entry is None:
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        entry = {"size": size, "sha256": digest, "source": url or "found in the cache"}
+        write_record(path.parent, name, {**entry, "recorded": now}, replace, command)
 
 
-def read_record(folder: Path, replace: bool = False, advice: Advice = Advice()) -> dict:
+def read_record(folder: Path, replace: bool = False, command: str = COMMAND) -> dict:
     """The entries of `folder`'s record by file name; ChecksumError naming a record that is not
     one (nothing when `replace`: it is about to be rewritten)."""
     path = folder / RECORD_NAME
-    if not path.exists():
-        return {}
     try:
-        try:
-            record = srsly.read_json(path)
-        except ValueError as error:
-            raise ValueError(f"not JSON: {error}") from None
-        if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
-            raise ValueError('expected a JSON object with a "files" object')
-        for name, entry in record["files"].items():
-            size = entry.get("size") if isinstance(entry, dict) else None
-            if type(size) is not int or size < 0:
-                raise ValueError(f"the entry of {name} has no size in bytes: {entry!r}")
-            if not re.fullmatch("[0-9a-f]{64}", str(entry.get("sha256"))):
-                raise ValueError(f"the entry of {name} has no sha256 hex digest: {entry!r}")
-    except (ValueError, OSError) as error:
+        files = srsly.read_json(path)["files"] if path.exists() else {}
+        for name, entry in files.items():
+            whole = isinstance(entry, dict) and type(entry.get("size")) is int
+            if not whole or not re.fullmatch("[0-9a-f]{64}", str(entry.get("sha256"))):
+                raise ValueError(f"the entry of {name} is {entry!r}")
+    except (OSError, ValueError, LookupError, TypeError, AttributeError) as error:
         if replace:
             return {}
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
-        again = f"{advice.force} to download the files and record them again, or delete it"
-        raise ChecksumError(f"checksum record {path} is not readable ({reason}); {again}") from None
-    return record["files"]
+        form = '{"files": {name: {"size": bytes, "sha256": hex digest}}}'
+        again = f"run `{command} --force` to download and record the files again, or delete it"
+        raise ChecksumError(f"checksum record {path} is not {form} ({error}); {again}") from None
+    return files
 
 
-def write_record(folder: Path, name: str, entry: dict, replace=False, advice=Advice()) -> None:
+def write_record(folder: Path, name: str, entry: dict, replace=False, command=COMMAND) -> None:
     """Add `name`'s entry to the folder's record (replaced whole, by rename)."""
-    files = {**read_record(folder, replace, advice), name: entry}
+    files = {**read_record(folder, replace, command), name: entry}
     write_text(folder / RECORD_NAME, srsly.json_dumps({"files": files}, indent=2, sort_keys=True))
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -20,7 +18,6 @@ from ..util.download import (
     PART_SUFFIX,
     RECORD_NAME,  # noqa: F401 - the record's name in each <shape>/ folder, for callers
     RETRIES,
-    Advice,
     ChecksumError,
     DownloadError,
     Limits,
@@ -28,7 +25,6 @@ from ..util.download import (
     read_record,
     verify,
 )
-from ..util.files import place
 
 PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 CACHE_VARIABLE = "SPACY_ELMO_CACHE"
@@ -119,34 +115,15 @@ def published_model(name: str) -> PublishedModel:
 
 
 def base_url() -> str:
-    """The base URL the files are fetched from: `SPACY_ELMO_MIRROR` (an http(s):// or file://
-    URL, or a local folder, which becomes a file:// URL), else AllenNLP's. A mirror that is
-    none of these, or a local one that is not a folder, is a DownloadError naming it."""
+    """The base URL the files are fetched from: `SPACY_ELMO_MIRROR`, else AllenNLP's; a mirror
+    that is not an http(s):// URL is a DownloadError naming it."""
     mirror = os.environ.get(MIRROR_VARIABLE, "").strip()
-    if not mirror:
-        return PUBLISHED_BASE_URL
-    parsed = urllib.parse.urlsplit(mirror)
-    scheme = parsed.scheme.lower() if "://" in mirror else ""
-    if scheme in ("http", "https"):
-        return mirror
-    if scheme and scheme != "file":
+    if mirror and not mirror.lower().startswith(("http://", "https://")):
         raise DownloadError(
-            f"{MIRROR_VARIABLE}={mirror!r} is not an http://, https:// or file:// URL nor a "
-            "local folder"
+            f"{MIRROR_VARIABLE}={mirror!r} is not an http:// or https:// URL; a mirror is a web "
+            "server holding the published <shape>/ folders (a cache folder served over HTTP)"
         )
-    if scheme == "file" and parsed.netloc not in ("", "localhost"):
-        raise DownloadError(
-            f"{MIRROR_VARIABLE}={mirror!r} names a file:// URL on host '{parsed.netloc}'; a "
-            "file:// mirror is a folder of this machine (file:///path/to/mirror)"
-        )
-    folder = Path(urllib.request.url2pathname(parsed.path)) if scheme else Path(mirror).expanduser()
-    if not folder.is_dir():
-        state = "does not exist" if not folder.exists() else "is not a folder"
-        raise DownloadError(
-            f"{MIRROR_VARIABLE}={mirror!r}: the mirror folder {folder} {state}; a mirror "
-            "holds the published <shape>/ folders"
-        )
-    return folder.resolve().as_uri()
+    return mirror or PUBLISHED_BASE_URL
 
 
 def cache_dir() -> Path:
@@ -166,7 +143,7 @@ def cached_files(name: str) -> Optional[tuple[Path, Path]]:
     paths = tuple(folder / file_name for file_name in model.file_names)
     if not all(path.is_file() for path in paths):
         return None
-    record = read_record(folder, advice=_advice(model))
+    record = read_record(folder, command=f"spacy-elmo download {name}")
     for path in paths:
         expected = record.get(path.name, {}).get("size")
         if expected is not None and path.stat().st_size != expected:
@@ -198,56 +175,23 @@ def download(
     `speed_limit` (bytes a second, 0: none) and `speed_time` (seconds): the slowest transfer
     allowed, for how long (`util.download.Limits`: else the environment, else 60, 1024, 30)."""
     model = published_model(name)
-    folder, base, advice = model.folder(), base_url(), _advice(model)
+    folder, base, command = model.folder(), base_url(), f"spacy-elmo download {name}"
     limits = Limits.configured(timeout, speed_limit, speed_time)
-    mirror = _local(base)
-    where = place(cache_dir(), mirror) if mirror is not None else None
-    if where is not None:  # the cache apart from the mirror it reads, their links resolved
-        relation = {"is": "is", "inside": "is inside", "contains": "holds"}[where]
-        raise DownloadError(
-            f"the cache {cache_dir()} ({CACHE_VARIABLE}) {relation} the mirror folder "
-            f"{mirror} ({MIRROR_VARIABLE}): a download would write into what it reads; set "
-            f"{CACHE_VARIABLE} to a folder apart from the mirror"
-        )
+    hint = (
+        f"set {MIRROR_VARIABLE} to a mirror holding {model.shape}/ as published (https_proxy "
+        f"for a proxy), or copy the published files into {folder}"
+    )
     if not force:  # a malformed record stops the download before anything is fetched
-        read_record(folder, advice=advice)
+        read_record(folder, command=command)
     check = functools.partial(_format_problem, model)
     for file_name in model.file_names:
         final, url = folder / file_name, model.url(file_name, base)
         if final.exists() and not force:  # a read-only cache is fine for this
-            verify(final, check, advice)
+            verify(final, check, command)
             continue
         _writable_folder(folder)
-        if mirror is not None and not _local(url).is_file():
-            raise DownloadError(
-                f"the mirror folder {mirror} ({MIRROR_VARIABLE}) has no {model.shape}/"
-                f"{file_name}; a mirror holds the published <shape>/ folders"
-            )
-        fetch(url, final, check, force, limits, progress, retries, advice=advice)
+        fetch(url, final, check, force, limits, progress, retries, command, hint)
     return (folder / model.options_name, folder / model.weights_name)
-
-
-def _local(url: str) -> Optional[Path]:
-    """The path of a file:// URL; None for another URL."""
-    if not url.startswith("file:"):
-        return None
-    return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
-
-
-def _advice(model: PublishedModel) -> Advice:
-    """What the download errors of `model` tell the user to do."""
-    mirrored = bool(os.environ.get(MIRROR_VARIABLE, "").strip())
-    return Advice(
-        again=f"run `spacy-elmo download {model.name}` again to continue from there",
-        force=f"run `spacy-elmo download {model.name} --force`",
-        unreachable=f"offline or behind a proxy? set {MIRROR_VARIABLE} to a mirror holding "
-        f"{model.shape}/ (or https_proxy for a proxy), or copy the published files into "
-        f"{model.folder()}",
-        http_error=f"does the mirror ({MIRROR_VARIABLE}) hold {model.shape}/ as published?"
-        if mirrored
-        else f"set {MIRROR_VARIABLE} to a mirror that holds it",
-        unwritable=f"set {CACHE_VARIABLE} to a folder you can write",
-    )
 
 
 def _writable_folder(folder: Path) -> None:

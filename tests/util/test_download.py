@@ -27,13 +27,13 @@ from spacy_elmo.util.download import (
     SPEED_LIMIT_VARIABLE,
     SPEED_TIME_VARIABLE,
     TIMEOUT_VARIABLE,
-    Advice,
     ChecksumError,
     DownloadError,
     Limits,
     fetch,
     part_path,
     state_path,
+    verify,
 )
 
 SIZE = 300_000
@@ -317,7 +317,7 @@ def test_a_slow_drip_ends_after_the_speed_time_and_keeps_its_part(server, final,
             final,
             progress=False,
             limits=limits,
-            advice=Advice(again="run it again to continue from there"),
+            command="fetch-it",
         )
     elapsed = time.monotonic() - started
     message = str(raised.value)
@@ -327,7 +327,7 @@ def test_a_slow_drip_ends_after_the_speed_time_and_keeps_its_part(server, final,
     for setting in (SPEED_LIMIT_VARIABLE, "--speed-limit", SPEED_TIME_VARIABLE, "--speed-time"):
         assert setting in message
     assert "below 1024 bytes/s" in message and "for 1 s" in message
-    assert "run it again" in message and f"{part_path(final)} keeps what arrived" in message
+    assert "run `fetch-it` again" in message and f"{part_path(final)} keeps what arrived" in message
     assert elapsed < 8, elapsed  # bounded by the speed time, not by the 10 s stall timeout
     assert len(server.log) == 1  # a crawl is not retried
     kept = part_path(final).read_bytes()
@@ -412,7 +412,7 @@ def test_a_cached_file_that_is_a_link_is_not_taken_as_verified(server, final, tm
     final.parent.mkdir(parents=True)
     final.symlink_to(elsewhere)
     with pytest.raises(ChecksumError, match=r"is not a regular file"):
-        fetch(server.url, final, progress=False, limits=FAST)
+        verify(final)
     fetch(server.url, final, replace=True, progress=False, limits=FAST)
     assert not final.is_symlink() and elsewhere.read_bytes() == payload(0)
 

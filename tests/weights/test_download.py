@@ -353,17 +353,6 @@ def test_part_longer_than_the_file_restarts_cleanly(mirror, fixture_files):
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
 
 
-def test_a_whole_part_is_installed_without_a_transfer(mirror, fixture_files):
-    """A part that is already whole (a download cut between transfer and rename): the server
-    answers 416 with the size, and the part is checked and renamed."""
-    size = len(fixture_files["weights"])
-    part = cut_once(mirror, fixture_files, 1000)
-    part.write_bytes(fixture_files["weights"])
-    download("small", progress=False)
-    assert mirror.ranges(SMALL.weights_name) == [None, f"bytes={size}-"]
-    assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
-
-
 def test_a_file_changed_between_a_cut_and_its_resume_ends_as_the_new_file(
     mirror, fixture_files, tmp_path
 ):
@@ -410,18 +399,6 @@ def test_a_second_download_of_the_same_file_stops(mirror):
         with pytest.raises(DownloadError, match=f"another download is writing {part}"):
             download("small", progress=False)
     assert mirror.requests == []
-
-
-def test_a_file_mirror(fixture_files, tmp_path, monkeypatch):
-    """An air-gapped mirror can be a folder: SPACY_ELMO_MIRROR=file:///..."""
-    root = tmp_path / "mirror" / SMALL.shape
-    root.mkdir(parents=True)
-    (root / SMALL.options_name).write_bytes(fixture_files["options"])
-    (root / SMALL.weights_name).write_bytes(fixture_files["weights"])
-    monkeypatch.setenv("SPACY_ELMO_MIRROR", (tmp_path / "mirror").as_uri())
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    _, weights = download("small", progress=False)
-    assert weights.read_bytes() == fixture_files["weights"]
 
 
 # ------------------------------------------------------------------------ checksums
@@ -596,12 +573,15 @@ def test_a_whole_file_found_in_the_cache_without_a_record_is_checked_before_reco
 @pytest.mark.parametrize(
     "text, reason",
     [
-        ("{not json", r"not JSON"),
-        ("[]", r'expected a JSON object with a "files" object'),
-        ('{"files": []}', r'expected a JSON object with a "files" object'),
-        ('{"files": {"w.hdf5": "abc"}}', r"the entry of w.hdf5 has no size in bytes"),
-        ('{"files": {"w.hdf5": {"size": "12", "sha256": "00"}}}', r"no size in bytes"),
-        ('{"files": {"w.hdf5": {"size": 12, "sha256": 7}}}', r"no sha256 hex digest"),
+        ("{not json", r"Unexpected character|Expected"),
+        ("[]", r"list indices"),
+        ('{"files": []}', r"has no attribute 'items'"),
+        ('{"files": {"w.hdf5": "abc"}}', r"the entry of w.hdf5 is 'abc'"),
+        ('{"files": {"w.hdf5": {"size": "12", "sha256": "00"}}}', r"w.hdf5 is \{'size': '12'"),
+        (
+            '{"files": {"w.hdf5": {"size": 12, "sha256": 7}}}',
+            r"w.hdf5 is \{'size': 12, 'sha256': 7",
+        ),
         (b"\xff\xfe".decode("latin-1"), r"can't decode|codec"),
     ],
 )
@@ -610,7 +590,8 @@ def test_a_malformed_record_is_an_error_naming_it(mirror, fixture_files, text, r
     folder.mkdir(parents=True)
     path = folder / published.RECORD_NAME
     path.write_bytes(text.encode("latin-1"))
-    pattern = rf"checksum record {path} is not readable \(.*({reason})"
+    form = re.escape('{"files": {name: {"size": bytes, "sha256": hex digest}}}')
+    pattern = rf"checksum record {path} is not {form} \(.*({reason})"
     with pytest.raises(ChecksumError, match=pattern):
         download("small", progress=False)
     assert mirror.requests == []
@@ -703,34 +684,6 @@ def test_a_crawling_transfer_ends_after_the_speed_time(mirror, fixture_files):
     assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
 
 
-@pytest.mark.parametrize("where", ["the mirror", "inside the mirror", "holding the mirror"])
-def test_the_cache_is_never_the_mirror_folder(fixture_files, tmp_path, monkeypatch, where):
-    """Compared by folder identity: the cache is named through a symbolic link to the mirror
-    (or a folder inside it), or holds it; nothing is written, in the mirror or anywhere."""
-    root = (tmp_path / "mirror").resolve()
-    (root / SMALL.shape).mkdir(parents=True)
-    for name in ("options", "weights"):
-        (root / SMALL.shape / getattr(SMALL, f"{name}_name")).write_bytes(fixture_files[name])
-    link = tmp_path / "link"
-    link.symlink_to(root, target_is_directory=True)
-    cache, relation = {
-        "the mirror": (link, "is"),
-        "inside the mirror": (link / "cache", "is inside"),
-        "holding the mirror": (tmp_path, "holds"),
-    }[where]
-    monkeypatch.setenv("SPACY_ELMO_MIRROR", str(root))
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(cache))
-    before = sorted(tmp_path.rglob("*"))
-    result = CliRunner().invoke(app, ["download", "small", "-q"])
-    assert result.exit_code == 1, result.output
-    assert result.stderr == (
-        f"error: the cache {cache} (SPACY_ELMO_CACHE) {relation} the mirror folder {root} "
-        "(SPACY_ELMO_MIRROR): a download would write into what it reads; set SPACY_ELMO_CACHE "
-        "to a folder apart from the mirror\n"
-    )
-    assert sorted(tmp_path.rglob("*")) == before
-
-
 def test_the_part_grows_as_bytes_arrive(mirror, fixture_files):
     size = len(fixture_files["weights"])
     release = threading.Event()
@@ -758,86 +711,20 @@ def test_the_part_grows_as_bytes_arrive(mirror, fixture_files):
 
 
 # ------------------------------------------------------------------------ mirrors
-@pytest.mark.parametrize("form", ["folder", "file URL"])
-def test_a_local_mirror_is_checked_like_any_other(
-    fixture_files, allennlp_fixture, tmp_path, monkeypatch, form
-):
-    root = tmp_path / "mirror"
-    (root / SMALL.shape).mkdir(parents=True)
-    (root / SMALL.shape / SMALL.options_name).write_bytes(fixture_files["options"])
-    weights = root / SMALL.shape / SMALL.weights_name
-    weights.write_bytes((allennlp_fixture / "lm_weights.hdf5").read_bytes())  # another biLM
-    monkeypatch.setenv("SPACY_ELMO_MIRROR", str(root) if form == "folder" else root.as_uri())
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(DownloadError, match=r"file://.* not a whole weights file of .*'small'"):
-        download("small", progress=False)
-    assert_nothing_installed()
-    weights.write_bytes(fixture_files["weights"])
-    result = CliRunner().invoke(app, ["download", "small", "-q"])
-    assert result.exit_code == 0, result.output
-    assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
-
-
-def test_a_mirror_folder_given_with_a_tilde(fixture_files, tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    (tmp_path / "m" / SMALL.shape).mkdir(parents=True)
-    for name in ("options", "weights"):
-        (tmp_path / "m" / SMALL.shape / getattr(SMALL, f"{name}_name")).write_bytes(
-            fixture_files[name]
-        )
-    monkeypatch.setenv("SPACY_ELMO_MIRROR", "~/m")
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    download("small", progress=False)
-    assert record()[SMALL.weights_name]["source"] == (
-        (tmp_path / "m" / SMALL.shape / SMALL.weights_name).as_uri()
-    )
-
-
 @pytest.mark.parametrize(
-    "cache, relation",
-    [("m", "is"), ("link", "is"), ("m/cache", "is inside"), (".", "holds")],
+    "mirror_value", ["{tmp}/mirror", "file://{tmp}/mirror", "s3://bucket/elmo"]
 )
-def test_a_cache_that_overlaps_the_mirror_folder_is_refused(
-    fixture_files, tmp_path, monkeypatch, cache, relation
-):
-    root = tmp_path / "m"
-    (root / SMALL.shape).mkdir(parents=True)
-    for name in ("options", "weights"):
-        (root / SMALL.shape / getattr(SMALL, f"{name}_name")).write_bytes(fixture_files[name])
-    (tmp_path / "link").symlink_to(root)
-    monkeypatch.setenv("SPACY_ELMO_MIRROR", str(root))
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / cache))
-    pattern = rf"the cache .* \(SPACY_ELMO_CACHE\) {relation} the mirror folder {root} "
-    with pytest.raises(DownloadError, match=pattern):
-        download("small", progress=False)
-    assert sorted(p.name for p in (root / SMALL.shape).iterdir()) == sorted(SMALL.file_names)
-
-
-@pytest.mark.parametrize(
-    "mirror_value, message",
-    [
-        ("{tmp}/nowhere", r"the mirror folder {tmp}/nowhere does not exist"),
-        ("file://{tmp}/nowhere", r"the mirror folder {tmp}/nowhere does not exist"),
-        ("{tmp}/a_file", r"the mirror folder {tmp}/a_file is not a folder"),
-        ("file://otherhost/srv/elmo", r"file:// URL on host 'otherhost'"),
-        ("s3://bucket/elmo", r"'s3://bucket/elmo' is not an http://, https:// or file:// URL"),
-        (
-            "{tmp}/empty",
-            rf"mirror folder {{tmp}}/empty .* has no {SMALL.shape}/{SMALL.options_name}",
-        ),
-    ],
-)
-def test_a_bad_mirror_is_named(tmp_path, monkeypatch, mirror_value, message):
-    (tmp_path / "a_file").write_text("x")
-    (tmp_path / "empty").mkdir()
-    monkeypatch.setenv("SPACY_ELMO_MIRROR", mirror_value.format(tmp=tmp_path))
+def test_a_mirror_that_is_not_an_http_url_is_named(tmp_path, monkeypatch, mirror_value):
+    mirror_value = mirror_value.format(tmp=tmp_path)
+    monkeypatch.setenv("SPACY_ELMO_MIRROR", mirror_value)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     result = CliRunner().invoke(app, ["download", "small", "-q"])
     assert result.exit_code == 1, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert re.search(message.format(tmp=tmp_path), lines[0]), lines[0]
-    assert "unknown url type" not in lines[0]
+    expected = f"SPACY_ELMO_MIRROR={mirror_value!r} is not an http:// or https:// URL"
+    assert expected in lines[0], lines[0]
+    assert not (tmp_path / "cache").exists()
 
 
 def test_every_published_name_has_its_architecture():
