@@ -9,6 +9,7 @@ or carried states, detached anyway) or leaves the final states.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Optional, Sequence
 
 import torch
@@ -35,9 +36,9 @@ def fused_cells(
     x (k, N, in); h0 (k, rows, H); c0 (k, rows, D); input_weight (k, 4D, in); recurrent_weight
     (k, 4D, H); bias (k, 4D), forget bias included; projection_weight (k, P, D) or None. Gate
     blocks in bilm-tf order; tanh through the sigmoid for tensors of `tanh_min_elements` or
-    more (`lstm.tanh_min_elements`). Returns the packed outputs (k, N, H) and the final h, c.
+    more. Returns the packed outputs (k, N, H) and the final h, c.
     """
-    output, final_h, final_c = _FusedCells.apply(
+    return _FusedCells.apply(
         x,
         h0.detach(),
         c0.detach(),
@@ -50,7 +51,6 @@ def fused_cells(
         proj_clip,
         tanh_min_elements,
     )
-    return output, final_h, final_c
 
 
 def run_cells(
@@ -81,14 +81,6 @@ def run_cells(
         first.proj_clip,
         tanh_min_elements,
     )
-
-
-def _step_offsets(batch_sizes: list[int]) -> list[int]:
-    offsets, total = [], 0
-    for active in batch_sizes:
-        offsets.append(total)
-        total += active
-    return offsets
 
 
 # The hand-written backward: 1.14x the pretraining step recorded op by op (docs/research/engine.md)
@@ -133,7 +125,7 @@ class _FusedCells(torch.autograd.Function):
             cells,
             hidden,
         )
-        offsets = _step_offsets(batch_sizes)
+        offsets = list(accumulate(batch_sizes, initial=0))[:-1]  # of each step's rows
         ctx.save_for_backward(
             x, h0, c0, input_weight, recurrent_weight, projection_weight, gates, cells, hidden,
             outputs,
@@ -204,9 +196,12 @@ class _FusedCells(torch.autograd.Function):
             torch.bmm(grad_z, recurrent_weight, out=grad_h_next[:, :active])
         # Each step's h_{t-1} row by row (h0 for the first step) for the recurrent weight's
         # gradient, as one product over all timesteps.
-        previous = torch.cat([h0[:, : batch_sizes[0]]] + _shifted(outputs, batch_sizes, offsets), 1)
+        previous = [h0[:, : batch_sizes[0]]] + [
+            outputs[:, offsets[step - 1] : offsets[step - 1] + active]
+            for step, active in enumerate(batch_sizes[1:], 1)
+        ]
         grad_gates_t = grad_gates.transpose(1, 2)
-        grad_recurrent = torch.bmm(grad_gates_t, previous)
+        grad_recurrent = torch.bmm(grad_gates_t, torch.cat(previous, 1))
         grad_input_weight = torch.bmm(grad_gates_t, x)
         grad_bias = grad_gates.sum(dim=1)
         grad_x = torch.bmm(grad_gates, input_weight)
@@ -228,11 +223,3 @@ class _FusedCells(torch.autograd.Function):
             None,
             None,
         )
-
-
-def _shifted(outputs: torch.Tensor, batch_sizes: list[int], offsets: list[int]) -> list:
-    """Step t's previous outputs (step t - 1, the first batch_sizes[t] rows), t = 1 .. T - 1."""
-    return [
-        outputs[:, offsets[step - 1] : offsets[step - 1] + batch_sizes[step]]
-        for step in range(1, len(batch_sizes))
-    ]

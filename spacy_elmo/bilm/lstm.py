@@ -48,15 +48,7 @@ GATE_BLOCK_ROWS = 256
 
 # tanh(x) as 2 sigmoid(2x) - 1 from this many elements: 1.3x at 16,384 (docs/research/engine.md)
 TANH_VIA_SIGMOID_MIN_ELEMENTS = 8192
-NEVER_VIA_SIGMOID = 1 << 62
-
-
-def tanh_min_elements(x: torch.Tensor) -> int:
-    """From how many elements on tanh(x) = 2 sigmoid(2x) - 1 for tensors like x: on the CPU
-    only (elsewhere torch's tanh is as fast as its sigmoid)."""
-    if x.device.type == "cpu":
-        return TANH_VIA_SIGMOID_MIN_ELEMENTS
-    return NEVER_VIA_SIGMOID
+NEVER_VIA_SIGMOID = 1 << 62  # off the CPU, where torch's tanh is as fast as its sigmoid
 
 
 _COMPILED: list = []
@@ -282,7 +274,9 @@ def run_stacks(
     loop = compiled_steps.step_loop
     if not training and compiled_loop_applies(inputs[0]):
         loop = compiled_loop()
-    tanh_min = tanh_min_elements(inputs[0])
+    tanh_min = NEVER_VIA_SIGMOID
+    if inputs[0].device.type == "cpu":
+        tanh_min = TANH_VIA_SIGMOID_MIN_ELEMENTS
     outputs: list[list[torch.Tensor]] = [[] for _ in stacks]
     final_states: list[list[State]] = [[] for _ in stacks]
     layer_inputs = list(inputs)
