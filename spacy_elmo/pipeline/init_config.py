@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import spacy
+from spacy.language import Language
 from thinc.api import Config
 
 from ..bilm import BiLMOptions
@@ -29,65 +31,25 @@ ENCODER_DEPTH = 4
 GPU_BATCH_TOKENS = 16384  # padded tokens per biLM batch in a `--gpu` config
 
 
-def _tagger(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
-    return {"@architectures": "spacy.Tagger.v2", "nO": None, "normalize": False, "tok2vec": tok2vec}
+# The components init-config writes. Each takes the model of its spaCy factory's default config
+# with an ELMo tok2vec; the parser with the wider hidden layer of spaCy's accuracy preset.
+COMPONENTS = (
+    "tagger",
+    "morphologizer",
+    "trainable_lemmatizer",
+    "parser",
+    "ner",
+    "spancat",
+    "textcat",
+    "textcat_multilabel",
+)
+ACCURACY_PRESET = {"parser": {"hidden_width": 128, "maxout_pieces": 3}}
 
 
-def _parser(state_type: str, hidden_width: int, maxout_pieces: int):
-    def build(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
-        return {
-            "@architectures": "spacy.TransitionBasedParser.v2",
-            "state_type": state_type,
-            "extra_state_tokens": False,
-            "hidden_width": hidden_width,
-            "maxout_pieces": maxout_pieces,
-            "use_upper": True,
-            "nO": None,
-            "tok2vec": tok2vec,
-        }
-
-    return build
-
-
-def _spancat(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
-    return {
-        "@architectures": "spacy.SpanCategorizer.v1",
-        "reducer": {"@layers": "spacy.mean_max_reducer.v1", "hidden_size": 128},
-        "scorer": {"@layers": "spacy.LinearLogistic.v1", "nO": None, "nI": None},
-        "tok2vec": tok2vec,
-    }
-
-
-def _textcat(exclusive: bool):
-    def build(tok2vec: Dict[str, Any]) -> Dict[str, Any]:
-        return {
-            "@architectures": "spacy.TextCatEnsemble.v2",
-            "nO": None,
-            "tok2vec": tok2vec,
-            "linear_model": {
-                "@architectures": "spacy.TextCatBOW.v3",
-                "exclusive_classes": exclusive,
-                "ngram_size": 1,
-                "no_output_layer": False,
-                "length": 262144,
-                "nO": None,
-            },
-        }
-
-    return build
-
-
-# Component factory -> its model around a tok2vec (spaCy's accuracy-preset architectures).
-COMPONENTS = {
-    "tagger": _tagger,
-    "morphologizer": _tagger,
-    "trainable_lemmatizer": _tagger,
-    "parser": _parser("parser", 128, 3),
-    "ner": _parser("ner", 64, 2),
-    "spancat": _spancat,
-    "textcat": _textcat(exclusive=True),
-    "textcat_multilabel": _textcat(exclusive=False),
-}
+def _component_model(nlp: Language, factory: str, tok2vec: Dict[str, Any]) -> Dict[str, Any]:
+    """The model of `factory`'s default config in `nlp`, around `tok2vec`."""
+    model = copy.deepcopy(nlp.get_factory_meta(factory).default_config["model"])
+    return {**model, **ACCURACY_PRESET.get(factory, {}), "tok2vec": tok2vec}
 
 
 @dataclass
@@ -202,9 +164,11 @@ def elmo_training_config(
         "training": {"dev_corpus": "corpora.dev", "train_corpus": "corpora.train"},
         "initialize": {"vectors": "${paths.vectors}", "components": {}},
     }
+    blank = spacy.blank(lang)
     for name in components:
         tok2vec = _tok2vec_block(vectors is not None, elmo_at_output, elmo_dropout)
-        config["components"][name] = {"factory": name, "model": COMPONENTS[name](tok2vec)}
+        model = _component_model(blank, name, tok2vec)
+        config["components"][name] = {"factory": name, "model": model}
     config["components"]["elmo"]["vector_hooks"] = (
         vectors is None if vector_hooks is None else vector_hooks
     )
