@@ -1,9 +1,5 @@
 """The `spacy-elmo` command line: one module per command, each wiring a library function.
-
-`main` sets the signal handlers first, then imports the commands (torch and spaCy take seconds):
-Ctrl-C, SIGTERM or SIGHUP at any moment prints one line and ends with 128 + its number
-(util/signals.py).
-"""
+`main` handles signals (util/signals.py) before the commands' slow imports of torch and spaCy."""
 
 from __future__ import annotations
 

@@ -257,25 +257,17 @@ def was_given(context: typer.Context, name: str) -> bool:
     return getattr(context.get_parameter_source(name), "name", None) in GIVEN_SOURCES
 
 
-def check_one_bilm(first: str, seconds: Sequence[str], what: str = "the biLM") -> None:
+def check_one_bilm(
+    context: typer.Context, first: str, seconds: Sequence[str], what: str = "the biLM"
+) -> None:
     """End the command (exit code 2, a usage error like typer's own) when the option `first`
     and any of `seconds` were both given, as two ways of naming `what`; one of them would
     otherwise be ignored."""
-    context = _current_context()
     named = [name for name in seconds if was_given(context, name)]
     if not was_given(context, first) or not named:
         return
     seconds_given = " ".join(_as_given(context, name) for name in named)
     fail(f"{_as_given(context, first)} and {seconds_given} both name {what}: give one of them", 2)
-
-
-def _current_context() -> typer.Context:
-    """The running command's context (typer 0.2x carries its own copy of click)."""
-    try:
-        from typer._click.globals import get_current_context
-    except ImportError:  # a typer that runs on the click package
-        from click import get_current_context
-    return get_current_context()
 
 
 def _as_given(context: typer.Context, name: str) -> str:

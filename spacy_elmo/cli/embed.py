@@ -17,6 +17,7 @@ from .command import command
 
 @command("embed")
 def embed(
+    ctx: typer.Context,
     input_file: Path = typer.Argument(
         ..., help="Text file, one sentence per line ('-' reads standard input)."
     ),
@@ -54,7 +55,7 @@ def embed(
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
-    opt.check_one_bilm("model", ("options", "weights"))
+    opt.check_one_bilm(ctx, "model", ("options", "weights"))
     with _readable(input_file) as (input_file, input_name):
         layers = opt.output_format(top, average)
         quantize = quantize_from_flags(bf16, gpu_id >= 0, "--gpu-id")

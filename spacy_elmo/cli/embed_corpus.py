@@ -13,6 +13,7 @@ from .command import command
 
 @command("embed-corpus")
 def embed_corpus(
+    ctx: typer.Context,
     input: str = typer.Argument(
         ..., help="A folder (its *.txt files, recursively), a glob pattern or a text file."
     ),
@@ -48,7 +49,7 @@ def embed_corpus(
     from ..corpus.embed import embed_corpus as run
     from ..corpus.engine import Cluster
 
-    opt.check_one_bilm("model", ("options", "weights"))
+    opt.check_one_bilm(ctx, "model", ("options", "weights"))
     layers = opt.output_format(top, average)
     opt.import_code(code)
     if pretokenized is None and lang is None and pipeline is None:  # as `embed` warns

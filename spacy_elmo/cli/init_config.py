@@ -13,6 +13,7 @@ from .command import command
 
 @command("init-config")
 def init_config(
+    ctx: typer.Context,
     output_file: Path = typer.Argument(
         ..., help="Config file to write ('-' writes to standard output)."
     ),
@@ -77,7 +78,7 @@ def init_config(
     from ..pipeline.init_config import ElmoSource, config_header, config_text, elmo_training_config
     from ..util.files import write_text
 
-    opt.check_one_bilm("model", ("options", "weights"))
+    opt.check_one_bilm(ctx, "model", ("options", "weights"))
     opt.import_code(code)  # a custom language or architecture the config names
     names = [name.strip() for name in components.split(",") if name.strip()]
     to_stdout = str(output_file) == "-"

@@ -100,19 +100,17 @@ def pretrain(
 ) -> None:
     """Train a biLM on your text (also under `torchrun`, one process a rank).
 
-    An OUTPUT that already holds a run is refused unless --resume or --force is given; on
-    --resume the run's settings are kept (a setting given that differs is an error), and only
-    --max-steps and where the run happens (--threads, --gpu-id, --max-memory-gb) may change: a
-    line says what changed, and model/pretrain.json's "ran_with" which
-    values each part of the run had. With the same values a resumed run ends bit for bit as an
-    uninterrupted one; with another thread count or device its sums may round differently.
+    An OUTPUT that already holds a run is refused unless --resume or --force is given. On
+    --resume a setting given that differs from the run's is an error, except those --resume
+    names: a line says what changed, and model/pretrain.json's "ran_with" which values each part
+    of the run had. With the same values a resumed run ends bit for bit as an uninterrupted one.
     """
     import logging
 
     from ..pretrain import pretrain as run_pretraining
 
     # --init-from continues that biLM with its own architecture, which --preset/--options name
-    opt.check_one_bilm("init_from", ("preset", "options"), "the architecture")
+    opt.check_one_bilm(ctx, "init_from", ("preset", "options"), "the architecture")
     opt.device(gpu_id)  # no GPU: one clear error before any work
     check_apart(output, [*inputs, *(dev or [])])
     if init_from is not None and Path(init_from).exists():

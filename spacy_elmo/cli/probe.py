@@ -16,6 +16,7 @@ REPORT_FILES = ("probe.json", "probe.md", "probe.png")
 
 @command("probe")
 def probe(
+    ctx: typer.Context,
     output: Path = typer.Argument(..., help="Folder for probe.json, probe.md and probe.png."),
     assets: Path = typer.Option(
         Path("assets"),
@@ -45,7 +46,7 @@ def probe(
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
-    opt.check_one_bilm("model", ("options", "weights"))
+    opt.check_one_bilm(ctx, "model", ("options", "weights"))
     started = time.perf_counter()
     device = opt.device(gpu_id)
     source = resolve_source(model if options is None else None, options, weights)

@@ -26,12 +26,11 @@ def write_safetensors(
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file (a format that cannot hold code); ValueError if bad."""
+    """The tensors of a safetensors file (a format that cannot hold code) that exists;
+    ValueError if bad."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path} does not exist")
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
