@@ -124,27 +124,23 @@ TRAIN_FRACTION = 0.8
 TaggedSentence = tuple[list[str], list[str]]
 
 
-def split_tagged_token(token: str, source: str = "") -> tuple[str, str]:
-    """`word/TAG` -> (word, TAG), splitting on the last '/' (a word may contain '/')."""
-    word, slash, tag = token.rpartition("/")
-    if not slash or not word or not tag:
-        raise ValueError(f"token {token!r} in {source or 'input'} is not of the form word/TAG")
-    return word, tag
-
-
 def read_tagged_lines(path: Path, map_tag=None) -> list[TaggedSentence]:
-    """One (words, tags) pair per non-empty line of space-separated `word/TAG` tokens (the
-    WSJ sample's PTB tags as they are)."""
+    """One (words, tags) pair per non-empty line of space-separated `word/TAG` tokens, split on
+    the last '/' (a word may contain '/'); the WSJ sample's PTB tags as they are."""
     sentences = []
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
-            tokens = line.split()
-            if not tokens:
-                continue
-            pairs = [split_tagged_token(t, f"{path}:{number}") for t in tokens]
-            words = [w for w, _ in pairs]
-            tags = [map_tag(t) if map_tag else t for _, t in pairs]
-            sentences.append((words, tags))
+            words, tags = [], []
+            for token in line.split():
+                word, slash, tag = token.rpartition("/")
+                if not slash or not word or not tag:
+                    raise ValueError(
+                        f"token {token!r} in {path}:{number} is not of the form word/TAG"
+                    )
+                words.append(word)
+                tags.append(map_tag(tag) if map_tag else tag)
+            if words:
+                sentences.append((words, tags))
     return sentences
 
 

@@ -50,11 +50,6 @@ class EfmlLexicon:
             raise ValueError(f"max_characters_per_token must be at least 3, got {self.max_chars}")
 
     @property
-    def row_width(self) -> int:
-        """Ids per token: the char slots, plus one word id with a word embedding."""
-        return self.max_chars + (self.words is not None)
-
-    @property
     def padding_id(self) -> int:
         """The (shifted) id of `<pad>` in the char slots after a word."""
         return self.chars[PAD] + 1
@@ -93,10 +88,11 @@ class EfmlLexicon:
         return ids
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
-        """Ids of a batch, (batch, max_tokens, row_width), without `<bos>`/`<eos>`; 0 = no token."""
+        """Ids of a batch, (batch, max_tokens, a row), without `<bos>`/`<eos>`; 0 = no token."""
         sentences = check_sentences(sentences)
         width = max((len(s) for s in sentences), default=0)
-        ids = torch.zeros((len(sentences), width, self.row_width), dtype=torch.long)
+        row_width = self.max_chars + (self.words is not None)
+        ids = torch.zeros((len(sentences), width, row_width), dtype=torch.long)
         for i, sentence in enumerate(sentences):
             if sentence:
                 ids[i, : len(sentence)] = torch.tensor(
