@@ -26,8 +26,6 @@ MODEL = "spacy_elmo.ElmoModel.v1"
 LISTENER = "spacy_elmo.ElmoListener.v1"
 TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
 TOK2VEC_V2 = "spacy_elmo.ElmoTok2Vec.v2"
-# the tok2vec architectures whose `elmo` argument is a listener (nlp.replace_listeners)
-TOK2VECS = (TOK2VEC, TOK2VEC_V2)
 MIX = "spacy_elmo.ElmoMix.v1"
 
 
@@ -69,10 +67,8 @@ def ElmoModel(
     pipeline directory, or, when none were given, the bundled English biLM.
 
     cache_mb: bound the training cache of frozen layers in megabytes too (null: tokens only).
-
     How docs are cut into sentences (`split_sentences`, `sentence_punct`) is a setting of the
-    `elmo` component (or of the `spacy_elmo.ElmoMix.v1` that replaces a listener), not of this
-    model: whoever holds the model sets it.
+    model's holder: the `elmo` component, or the `spacy_elmo.ElmoMix.v1` replacing a listener.
     """
     architecture = {
         "char_embedding_dim": char_embedding_dim,
@@ -262,7 +258,7 @@ def _replace_listener_cfg(
     """The config of an inline ElmoMix.v1 that keeps the listener's own mix settings and the
     `elmo` component's sentence rule."""
     listener_cfg = tok2vec_cfg
-    if tok2vec_cfg.get("@architectures") in TOK2VECS:
+    if tok2vec_cfg.get("@architectures") in (TOK2VEC, TOK2VEC_V2):  # the listener is its elmo
         listener_cfg = tok2vec_cfg["elmo"]
     if listener_cfg.get("@architectures") != LISTENER:
         raise ValueError(

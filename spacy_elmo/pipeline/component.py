@@ -1,24 +1,16 @@
 """The `elmo` pipeline component and the Doc/Span/Token extensions it fills (`extensions.py`).
 
-The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width):
+The extensions (h_j: layer j of the biLM at a token, j = 0 .. L; 2P its width; how they behave:
+docs/usage.md):
 
-* `doc._.elmo_layers`: the doc's (L + 1, n_tokens, 2P) layers; `span._.elmo_layers` and
-  `token._.elmo_layers` are views of it. They follow retokenising after the component
-  (`merge_entities`, `merge_noun_chunks`, `doc.retokenize()`): a merged token's layers are the
-  mean of its parts' (whitespace tokens left out), each piece of a split token has the layers
-  of the token it came from.
+* `doc._.elmo_layers`: the doc's (L + 1, n_tokens, 2P) layers, which follow retokenising after
+  the component; `span._.elmo_layers` and `token._.elmo_layers` are views of it. Set by hand,
+  it is checked: a (L + 1, len(doc), 2P) float32 or float16 array.
 * `doc._.elmo`, `span._.elmo`, `token._.elmo`: the component's own mix sum_j c_j h_j.
 * `doc._.elmo_mix_coefficients`: c = gamma * s, one float per layer, kept on the doc so that a
   saved doc's `doc._.elmo` needs no pipeline.
 * `doc._.elmo_vector_layer`: with `vector_hooks = true`, the rule ("top", "average" or "mix")
-  of the doc's ELMo `token.vector`, `span.vector`, `doc.vector` and `.similarity` (spaCy user
-  hooks, `extensions.py`), whose vectors are in `doc.tensor` too. A doc read from bytes
-  (`nlp.pipe(n_process=N)`, `DocBin`) keeps the tensor, which spaCy serves as its vectors, and
-  this rule, by which the hooks come back at its first read of an ELMo extension or from
-  `set_vector_hooks(doc)`.
-
-Setting `doc._.elmo_layers` by hand is checked: a (L + 1, len(doc), 2P) float32 or float16
-array, L + 1 the number of the doc's mix coefficients when it has them.
+  of the doc's ELMo `token.vector`, `span.vector`, `doc.vector` and `.similarity`.
 
 The names of a mix: s are the layer weights normalised to sum 1 and gamma a scale. The `elmo`
 component's `mix_weights` are its fixed weights before normalising (s = mix_weights / their
@@ -56,7 +48,7 @@ from .architectures import (
     record_architecture,
     set_unit_rule,
 )
-from .extensions import VECTOR_LAYERS, install_extensions, mix_layers, set_vector_hooks
+from .extensions import check_vector_layer, install_extensions, mix_layers, set_vector_hooks
 from .overlap import overlap_applies, overlapped_pipe
 
 # The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
@@ -104,25 +96,12 @@ def make_elmo(
     them to sum 1 (non-negative; null: equal), `gamma` the scale. c is stored on every doc as
     `doc._.elmo_mix_coefficients`; `set_tensor` writes the mix into `doc.tensor`.
 
-    split_sentences: the biLM reads a doc without sentence boundaries sentence by sentence, cut
-    by spaCy's rule-based sentencizer rule (a sentence ends after a token in `sentence_punct`,
-    null: the sentencizer's punctuation), without writing boundaries to the doc; false: the
-    doc is one unit. Docs with sentence boundaries are read by their sentences either way.
-    vector_hooks: `token.vector`, `span.vector`, `doc.vector`, `has_vector`, `vector_norm` and
-    `.similarity` use ELMo (spaCy's user hooks): `vector_layer` "top" (the top layer h_L),
-    "average" (the mean of the layers) or "mix" (`token._.elmo`); a span's or doc's vector is
-    the mean of its tokens' vectors, similarity their cosine.
-    quantize: "bf16" runs the LSTM's products in bfloat16 where the biLM runs without autograd
-    (prediction, a frozen biLM in training; CPU only; faster on CPUs with AMX or AVX-512 BF16,
-    slower elsewhere, where it warns once; errors and speed: docs/performance.md); null or
-    "none": float32.
-    overlap: `nlp.pipe` runs the biLM on the next batch in a background thread while the
-    components after this one work on the batch before (on the CPU with two torch threads or
-    more, the biLM on one thread fewer; `overlap.py`); false: in turn, as other components.
-    The layers are those of the component in turn on that many threads, bit for bit.
-    threads: the biLM's torch CPU threads (null: 1 in training; else torch's setting, at most
-    the CPUs this process may use; 1 in `nlp.pipe(n_process=N)`'s workers;
-    `util.threads.bilm_threads`)."""
+    split_sentences: a doc without sentence boundaries is read sentence by sentence, cut by
+    spaCy's sentencizer rule (`sentence_punct`, null: the sentencizer's); false: as one unit.
+    vector_hooks: `.vector` and `.similarity` of tokens, spans and docs use ELMo's
+    `vector_layer`: "top" (h_L), "average" (the mean of the layers) or "mix" (`token._.elmo`).
+    quantize ("bf16"), overlap (the biLM one batch ahead in `nlp.pipe`) and threads (the biLM's
+    torch threads; null: 1 in training, else torch's): speed on the CPU. All: docs/usage.md."""
     return Elmo(
         nlp.vocab,
         model,
@@ -158,11 +137,7 @@ class Elmo(TrainablePipe):
             )
         thread_count(cfg["threads"], f"threads of the '{name}' component")  # checked, not applied
         vector_layer = cfg["vector_layer"]
-        if vector_layer not in VECTOR_LAYERS:
-            raise ValueError(
-                f"vector_layer of the '{name}' component must be one of "
-                f"{', '.join(repr(v) for v in VECTOR_LAYERS)}, got {vector_layer!r}"
-            )
+        check_vector_layer(vector_layer, f"vector_layer of the '{name}' component")
         if cfg["set_tensor"] and cfg["vector_hooks"] and vector_layer != "mix":
             raise ValueError(
                 f"the '{name}' component's set_tensor writes the mix into doc.tensor, where "

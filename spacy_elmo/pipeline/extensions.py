@@ -202,6 +202,15 @@ def _encode_cupy(obj, chain=None):
 VECTOR_LAYERS = ("top", "average", "mix")
 
 
+def check_vector_layer(vector_layer: str, name: str) -> None:
+    """ValueError unless `vector_layer` (the setting `name`) is one of VECTOR_LAYERS."""
+    if vector_layer not in VECTOR_LAYERS:
+        raise ValueError(
+            f"{name} must be one of {', '.join(repr(v) for v in VECTOR_LAYERS)}, "
+            f"got {vector_layer!r}"
+        )
+
+
 def set_vector_hooks(
     doc: Doc, vector_layer: Optional[str] = None, *, vectors_as_tensor: bool = False
 ) -> Doc:
@@ -217,11 +226,7 @@ def set_vector_hooks(
                 "set_vector_hooks: the doc records no vector_layer (doc._.elmo_vector_layer is "
                 f"not set): name one of {', '.join(repr(v) for v in VECTOR_LAYERS)}"
             )
-    if vector_layer not in VECTOR_LAYERS:
-        raise ValueError(
-            f"vector_layer must be one of {', '.join(repr(v) for v in VECTOR_LAYERS)}, "
-            f"got {vector_layer!r}"
-        )
+    check_vector_layer(vector_layer, "vector_layer")
     if not has_layers(doc):
         raise ValueError(
             "set_vector_hooks: the doc has no ELMo layers (doc._.elmo_layers is None); run it "
