@@ -1,8 +1,5 @@
-"""apply: a spaCy pipeline over a corpus, one DocBin per input file (like `spacy apply`).
-
-Inputs: `.jsonl` (the text under `text_key`), `.txt` (a document per line) and `.spacy`;
-`REL/NAME.<ext>` gives `OUTPUT_DIR/REL/NAME.spacy`, without `doc._.elmo_layers` (27 KB per
-sentence; `embed-corpus` is the command for vectors).
+"""apply: a spaCy pipeline over a corpus, one DocBin per input file (like `spacy apply`), without
+`doc._.elmo_layers` (27 KB a sentence; `embed-corpus` is the command for vectors).
 """
 
 from __future__ import annotations
@@ -10,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -84,18 +82,12 @@ def read_documents(
     if path.suffix != ".jsonl":
         yield from read_lines(path, line_range)
         return
-    count = 0
     with path.open("rb") as handle:
-        if line_range is not None:
-            handle.seek(line_range.offset)
-        for raw in handle:
-            if line_range is not None and count == line_range.count:
-                return
-            text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
-            if not text.strip():
-                continue
-            count += 1
-            yield json.loads(text)[text_key]
+        handle.seek(line_range.offset if line_range else 0)
+        lines = (raw.removeprefix(b"\xef\xbb\xbf") for raw in handle)
+        objects = (line for line in lines if line.strip())
+        for line in islice(objects, line_range.count if line_range else None):
+            yield json.loads(line)[text_key]
 
 
 def apply_corpus(
@@ -109,12 +101,8 @@ def apply_corpus(
     cluster: Cluster = Cluster(),
     progress: bool = True,
 ) -> CorpusResult:
-    """Run `pipeline` over every .jsonl/.txt/.spacy file of INPUT into OUTPUT_DIR/REL/NAME.spacy.
-
-    Inputs are checked before anything is written; the manifest and resumption are those of
-    `embed_corpus` (docs/corpus.md). `code`: a Python file every worker imports before it loads
-    the pipeline (its custom components), on storage every node sees.
-    """
+    """Run `pipeline` over every .jsonl/.txt/.spacy file of INPUT into OUTPUT_DIR/REL/NAME.spacy,
+    resumable as `embed_corpus` is. `code`: a Python file every worker imports first."""
     check_positive(batch_size=batch_size)
     name, identity, folder, files = _pipeline(pipeline)
     output_dir = Path(output_dir)

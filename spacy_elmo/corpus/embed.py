@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from ..util.files import atomic_path
 from .apply import import_code, pipeline_files
-from .embed_file import MAX_TOKENS, embed_options, write_sentence_to_index
+from .embed_file import MAX_TOKENS, dataset_options, write_sentence_to_index
 from .engine import Cluster, check_positive
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
@@ -93,12 +93,8 @@ class EmbedJob:
 
 
 def join_hdf5(parts: list[Path], output: Path) -> int:
-    """Join part files (datasets named by line number) into one file; return its lines.
-
-    Datasets are copied as stored (h5py's object copy: no decompression), and the parts'
-    `sentence_to_index` are merged in order, each sentence keeping its first index, as
-    `embed_file` does over the whole file.
-    """
+    """Join part files into one, datasets copied as stored and each sentence keeping its first
+    index in `sentence_to_index` (as `embed_file` over the whole file); return its lines."""
     import json
 
     import h5py
@@ -139,19 +135,15 @@ def embed_corpus(
     cluster: Cluster = Cluster(),
     progress: bool = True,
 ) -> CorpusResult:
-    """Embed every `*.txt` under INPUT (a folder, a glob or a file) into OUTPUT_DIR/REL/NAME.hdf5.
-
-    Each output is what `embed_file` writes for that file. Inputs are checked, and the model
-    named, before anything is written; outputs that the manifest records as done for the same
-    input, model and options are skipped. See docs/corpus.md. `code`: a Python file every
-    worker imports first (the language or the pipeline's components it registers), on storage
-    every node sees.
+    """Embed every `*.txt` under INPUT (a folder, a glob or a file) into OUTPUT_DIR/REL/NAME.hdf5,
+    as `embed_file` would, skipping what the manifest has (docs/corpus.md). `code`: a Python
+    file every worker imports first, on storage every node sees.
     """
     from ..bilm.quantize import quantize_from_flags
     from ..weights.sources import resolve_source
 
     check_positive(batch_size=batch_size)
-    embed_options(output_format, max_tokens, float16, compression)
+    dataset_options(float16, compression, output_format, max_tokens)
     quantize_from_flags(bf16, cluster.gpus_per_worker > 0, "--gpus-per-worker")
     output_dir = Path(output_dir)
     source = resolve_source(model if options_file is None else None, options_file, weights_file)

@@ -16,15 +16,12 @@ from ..util.files import atomic_path, check_output
 from .engine import check_positive
 
 OUTPUT_FORMATS = ("all", "top", "average")
-# Longer lines run as consecutive windows of this many tokens (like the spaCy component's
-# `max_tokens`): memory stays bounded, and each line still gets one dataset, the windows'
-# vectors concatenated. Each window is a sentence of its own for the biLM (no context across).
+# Longer lines run as consecutive windows of this many tokens, each a sentence of its own for
+# the biLM; the line's dataset holds the windows' vectors concatenated.
 MAX_TOKENS = 256
 COMPRESSIONS = ("gzip", "lzf")
 CHUNK_LINES = 1024  # lines read, tokenised and embedded at a time
-# float16 keeps 11 significant bits: each stored value is within a relative 2**-11 (4.9e-4) of
-# the float32 one (round to nearest: half of the 2**-10 spacing). Measured on the bundled biLM
-# (docs/corpus.md): max |error| / max |value| per layer about 2e-4.
+# float16 keeps 11 significant bits: rounding to nearest stays within a relative 2**-11.
 FLOAT16_RELATIVE_ERROR = 2.0**-11
 
 
@@ -46,13 +43,10 @@ def read_lines(
     where = name or f"input file {path}"
     if not path.is_file():
         raise FileNotFoundError(f"{where} does not exist or is not a file")
-    first = lines.first if lines is not None else 0
     with path.open("rb") as handle:
-        if lines is not None:
-            handle.seek(lines.offset)
-        for number, raw in enumerate(handle, start=first + 1):
-            if lines is not None and number > lines.first + lines.count:
-                break
+        handle.seek(lines.offset if lines else 0)
+        raws = islice(handle, lines.count if lines else None)
+        for number, raw in enumerate(raws, start=(lines.first if lines else 0) + 1):
             yield decode_line(raw, number, where).rstrip("\r\n")
 
 
@@ -128,22 +122,17 @@ def embed_file(
     lines: Optional[LineRange] = None,
     input_name: Optional[str] = None,
 ) -> int:
-    """Embed every line of `input_path` into `output_path`; return the number of lines.
+    """Embed every line of `input_path` into `output_path` (atomically); return the lines.
 
-    Dataset `str(i)` holds line i: (L + 1, n, D) for "all", (n, D) for "top" and "average".
-    Dataset `sentence_to_index` is a JSON object mapping each line's text to its index.
-    A line of more than `max_tokens` tokens runs as windows of `max_tokens` (see MAX_TOKENS).
-    `float16` stores half precision (relative error <= FLOAT16_RELATIVE_ERROR, half the size);
-    `compression` ("gzip" level 4 or "lzf", lossless) compresses each dataset. With `lines`,
-    only that range is embedded, its datasets keeping the lines' numbers in the whole file.
-    `input_name`: what messages call the input, where it is a copy ("standard input").
-    The file is written under a temporary name and renamed when complete: an interrupted run
-    leaves no partial output, and an earlier output stays as it was.
+    Dataset `str(i)` holds line i: (L + 1, n, D) for "all", (n, D) for "top" and "average";
+    `sentence_to_index` maps each line's text to its index, as a JSON string. With `lines`, only
+    that range, its datasets keeping their numbers in the whole file. `input_name`: what
+    messages call the input where it is a copy ("standard input").
     """
     import h5py
     from tqdm import tqdm
 
-    storage = embed_options(output_format, max_tokens, float16, compression)
+    storage = dataset_options(float16, compression, output_format, max_tokens)
     dtype = storage.pop("dtype")
     input_path, output_path = Path(input_path), Path(output_path)
     check_output(output_path, [input_path])
@@ -179,18 +168,16 @@ def embed_file(
     return index - first
 
 
-def embed_options(
-    output_format: str, max_tokens: int, float16: bool = False, compression: Optional[str] = None
+def dataset_options(
+    float16: bool = False,
+    compression: Optional[str] = None,
+    output_format: str = "all",
+    max_tokens: int = MAX_TOKENS,
 ) -> dict:
-    """Check the options of `embed_file`; its `dataset_options`."""
+    """Check the options of `embed_file`; h5py `create_dataset` keywords (and "dtype")."""
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
     check_positive(max_tokens=max_tokens)
-    return dataset_options(float16, compression)
-
-
-def dataset_options(float16: bool = False, compression: Optional[str] = None) -> dict:
-    """h5py `create_dataset` keywords (and "dtype") for the storage options; checked here."""
     if compression is not None and compression not in COMPRESSIONS:
         raise ValueError(
             f"compression must be one of {', '.join(map(repr, COMPRESSIONS))} (or None: not "

@@ -1,9 +1,7 @@
-"""Running shards on Ray: one actor per worker, the model loaded once in each, many shards each.
+"""Running shards on Ray actors, the model loaded once in each (docs/corpus.md says why Ray).
 
-Ray core actors (docs/corpus.md argues the choice): workers read and write shared storage, so
-the driver passes only shard names and results. A local instance (`Cluster(workers=N)`) ends
-with the run, with every process it started (reaper.py); a running cluster (`address`) is left
-running.
+A local instance ends with the run, with every process it started (reaper.py); a running
+cluster (`address`) is left running.
 """
 
 from __future__ import annotations
@@ -35,9 +33,8 @@ QUEUE_PER_WORKER = 1
 WAIT_SECONDS = 1.0
 # The local instance's shared-memory object store: only shard names and results pass through.
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2
-# A line of Ray's own log (glog's form, "[2026-12-07 04:07:19,320 W 12927 12928] file.cc:330:
-# ..."), which its C++ code writes to standard error while it starts (its IP probe, the log
-# level it read) and ends (the shards it could not report): dropped.
+# A line of Ray's own C++ log on standard error ("[2026-12-07 04:07:19,320 W 12927 12928] ..."),
+# written as it starts and ends: dropped.
 RAY_LOG_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
 
 
@@ -90,10 +87,9 @@ class RunStats:
 
     startup_seconds: float = 0.0  # Ray start (or connect) + every worker's model loaded
     run_seconds: float = 0.0  # first shard submitted -> last result
-    tasks: int = 0
     lines: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (task name, error)
-    workers: dict[str, int] = field(default_factory=dict)  # "host:pid" -> shards run
+    workers: set[str] = field(default_factory=set)  # "host:pid"
     nodes: set[str] = field(default_factory=set)
 
 
@@ -141,15 +137,13 @@ def run_tasks(
 ) -> RunStats:
     """Run `tasks` on Ray workers; `on_done(task, result)` returns follow-up tasks (joins).
 
-    A task whose worker dies is run again on the restarted worker (MAX_RETRIES times); a task
-    that raises, or whose worker died every time, is reported in
-    `stats.failures` with its name and error and the others go on. A local Ray instance
-    started here is shut down before returning, however the run ends.
+    A task that raises, or whose worker died MAX_RETRIES + 1 times, goes to `stats.failures`
+    and the others go on. A local Ray instance started here ends before this returns.
     """
     from tqdm import tqdm
 
     ray = require_ray()
-    stats = RunStats(tasks=len(tasks))
+    stats = RunStats()
     start = time.perf_counter()
     address = cluster.address or os.environ.get("RAY_ADDRESS") or None
     threads = cluster.threads_per_worker
@@ -191,7 +185,7 @@ def run_tasks(
         )(CorpusWorker)
         actors = [actor_class.remote(job, threads, cluster.gpus_per_worker) for _ in range(workers)]
         for info in _gather(ray, [a.setup.remote() for a in actors]):
-            stats.workers.setdefault(info["worker"], 0)
+            stats.workers.add(info["worker"])
             stats.nodes.add(info["node"])
         started.update(_new(before, reaper))  # the workers
         stats.startup_seconds = time.perf_counter() - start
@@ -214,24 +208,18 @@ def run_tasks(
 
 def _drive(ray, actors, tasks, on_done, stats, bar) -> None:
     queue = deque(tasks)
-    running: dict[Any, tuple[Any, Task]] = {}
-
-    def submit(actor) -> None:
-        if queue:
+    running: dict[Any, tuple[Any, Task]] = {}  # ref -> (actor, task)
+    while queue or running:
+        while queue and len(running) < len(actors) * (1 + QUEUE_PER_WORKER):
+            actor = min(actors, key=lambda a: sum(1 for b, _ in running.values() if b is a))
             task = queue.popleft()
             running[actor.run.remote(task.payload)] = (actor, task)
-
-    for actor in actors:
-        for _ in range(1 + QUEUE_PER_WORKER):
-            submit(actor)
-    alive = list(actors)
-    while running:
         # With a timeout, so that Ctrl-C and SIGTERM are acted on within a second.
         ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SECONDS)
         if not ready:
             continue
         (ref,) = ready
-        actor, task = running.pop(ref)
+        task = running.pop(ref)[1]
         try:
             result = ray.get(ref)
         except ray.exceptions.RayActorError as error:
@@ -243,15 +231,10 @@ def _drive(ray, actors, tasks, on_done, stats, bar) -> None:
             _fail(stats, bar, task, _cause(error))
         else:
             stats.lines += task.lines
-            stats.workers[result["worker"]] = stats.workers.get(result["worker"], 0) + 1
+            stats.workers.add(result["worker"])
             stats.nodes.add(result["node"])
             bar.update(task.lines)
-            for follow_up in on_done(task, result):
-                stats.tasks += 1
-                queue.appendleft(follow_up)
-        submit(actor)
-        while queue and len(running) < len(alive) * (1 + QUEUE_PER_WORKER):
-            submit(min(alive, key=lambda a: sum(1 for b, _ in running.values() if b is a)))
+            queue.extendleft(on_done(task, result))
 
 
 def _fail(stats: RunStats, bar, task: Task, message: str) -> None:
@@ -288,10 +271,8 @@ def _check_resources(resources, node_cpus, workers, threads, gpus, address) -> N
 
 
 def _start_ray(ray, ended: threading.Event, **init: Any) -> None:
-    """`ray.init` off the main thread, so that Ray sets no signal handler of its own; the thread
-    lives until the run has ended Ray (`ended`), since the processes Ray starts from it end with
-    it (PR_SET_PDEATHSIG). A local instance is of this process only, on loopback, without a
-    dashboard; joining a cluster that does not answer is a ValueError naming it."""
+    """`ray.init` off the main thread, so that Ray sets no signal handler; the thread lives until
+    Ray has ended (`ended`): the processes Ray starts from it die with it (PR_SET_PDEATHSIG)."""
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     local = init["address"] == "local"
     if local:
@@ -347,8 +328,8 @@ def _end_ray(ray, before: dict[int, int], started: dict[int, int], reaper) -> No
 
 @contextmanager
 def _ray_lines_dropped() -> Iterator[None]:
-    """What is written to standard error (file descriptor 2, where Ray's C++ code writes) is
-    held back, and passed on without Ray's own log lines (RAY_LOG_LINE) at the end."""
+    """Standard error (fd 2, where Ray's C++ code writes) held back, and passed on at the end
+    without Ray's own log lines (RAY_LOG_LINE)."""
     sys.stderr.flush()
     kept = os.dup(2)
     with tempfile.TemporaryFile() as held:
@@ -368,11 +349,9 @@ def _ray_lines_dropped() -> Iterator[None]:
 
 def _cause(error: Exception) -> str:
     cause = getattr(error, "cause", None)
-    if cause is not None:
-        return (
-            f"{type(cause).__name__}: {cause}" if not isinstance(cause, ValueError) else str(cause)
-        )
-    return _first_line(error)
+    if cause is None:
+        return _first_line(error)
+    return str(cause) if isinstance(cause, ValueError) else f"{type(cause).__name__}: {cause}"
 
 
 def _first_line(error: BaseException) -> str:

@@ -1,8 +1,5 @@
-"""OUTPUT_DIR/manifest.jsonl: one JSON line per finished output, appended when it is whole.
-
-A re-run skips an output whose latest record has the same input sha256, model and options and
-whose file keeps the recorded size and modification time (docs/corpus.md). Only the run holding
-the folder's lock writes the manifest.
+"""OUTPUT_DIR/manifest.jsonl: one JSON line per finished output, appended when it is whole; a
+re-run skips an output recorded with the same input, model and options whose file is unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +17,7 @@ from typing import Any, Optional
 from .plan import printable
 
 MANIFEST_NAME = "manifest.jsonl"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ManifestWarning(UserWarning):
@@ -35,20 +33,13 @@ RECORD_FIELDS = {
     "bytes": int,
     "mtime_ns": int,
 }
-# Lone surrogates: how Python keeps the bytes of a file name that is not UTF-8 (surrogate
-# escapes, one per byte). The manifest writes them as JSON escapes (`\udcff` for byte 0xff),
-# which json.loads reads back as the same name: valid UTF-8 text, and no name lost.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def read_manifest(output_dir: Path) -> dict[str, dict[str, Any]]:
     """The latest record of each output (by its path relative to OUTPUT_DIR).
 
-    A last line without its newline (cut short by a killed run, possibly inside a character)
-    that is not a whole record is ignored with a ManifestWarning naming the manifest and the
-    line; any other line that is not a record (not UTF-8, not JSON, not an object with the
-    fields of RECORD_FIELDS) is a ValueError naming them, raised before the run writes
-    anything: the file may not be a manifest of spacy-elmo at all.
+    A last line cut short by a killed run is ignored with a ManifestWarning; any other line that
+    is not a record (RECORD_FIELDS) is a ValueError naming the manifest and the line.
     """
     path = output_dir / MANIFEST_NAME
     try:
@@ -100,7 +91,8 @@ def _parse_record(raw: bytes) -> tuple[Optional[dict[str, Any]], Optional[str]]:
 
 
 def record_line(record: dict[str, Any]) -> str:
-    """The manifest line of `record` (file names that are not UTF-8 as JSON escapes)."""
+    """The manifest line of `record`, UTF-8 text: the bytes of a file name that is not UTF-8
+    (surrogate escapes) as JSON escapes (`\\udcff` for byte 0xff), which read back the same."""
     text = json.dumps(record, ensure_ascii=False)
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
 
@@ -117,11 +109,8 @@ def compact_manifest(output_dir: Path, records: dict[str, dict[str, Any]]) -> No
 
 
 def append_record(output_dir: Path, record: dict[str, Any]) -> None:
-    """Append one record and make it durable before the next output is counted done.
-
-    A write or sync that fails (a full disk, a signal) cuts the manifest back to where it was,
-    so that a part of a line never precedes the next record.
-    """
+    """Append one record and make it durable; a write or sync that fails (a full disk, a signal)
+    cuts the manifest back to where it was."""
     data = record_line(record).encode("utf-8")
     fd = os.open(output_dir / MANIFEST_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:

@@ -1,8 +1,5 @@
-"""What a corpus run reads and writes: the input files, checked, and their shards.
-
-INPUT is a folder (searched recursively, each real folder once), a glob pattern or one file.
-Every input is read once here, before anything is written: its sha256, lines and shard offsets,
-and a check that the workers can read it. File names need not be UTF-8 (`printable`).
+"""What a corpus run reads and writes: the input files (a folder, a glob or a file), each read
+once before anything is written (sha256, lines, shard offsets, a check that it is readable).
 """
 
 from __future__ import annotations
@@ -48,12 +45,9 @@ class InputFile:
 
 
 def find_inputs(spec: str | Path, suffixes: Sequence[str]) -> tuple[Path, list[Path]]:
-    """The folder that relative names start from, and the input files `spec` names, sorted.
-
-    A folder: every file under it (recursively) with one of `suffixes`; a glob pattern: the
-    files it matches (`**` spans folders, as in `glob.glob(recursive=True)`); a file: itself.
-    Links to folders are followed, and each real folder is walked once (the first way to it
-    in sorted order, folders before links), so that a tree with links to its own folders ends.
+    """The folder that relative names start from, and the input files `spec` names, sorted: a
+    folder's files with one of `suffixes` (recursively), a glob's matches (`**` spans folders,
+    as in `glob.glob(recursive=True)`), or a file. Each real folder is walked once (`walk_files`).
     """
     text = str(spec)
     path = Path(text).expanduser()
@@ -78,12 +72,9 @@ def find_inputs(spec: str | Path, suffixes: Sequence[str]) -> tuple[Path, list[P
 
 
 def walk_files(root: Path, hidden: bool = True, max_depth: Optional[int] = None) -> Iterator[str]:
-    """Every file under `root` (files, links to files, broken links), each real folder once.
-
-    A folder reached again, through a link to itself, to a folder above it or to another one
-    already walked, is not walked again. `hidden=False` does not enter folders whose name
-    starts with "."; `max_depth` limits the folders entered to that many levels below `root`.
-    """
+    """Every file under `root` (files, links to files, broken links), each real folder once (the
+    first way to it, folders before links), so that links to a folder above end. `hidden=False`
+    skips folders named ".*"; `max_depth` limits the levels entered below `root`."""
     seen: set[tuple[int, int]] = set()
     links: deque[str] = deque()
     top = os.fspath(root)
@@ -128,9 +119,8 @@ def _split_pattern(text: str) -> tuple[Path, tuple[str, ...]]:
 
 
 def _glob_files(root: Path, pattern: tuple[str, ...]) -> Iterator[str]:
-    """The files under `root` whose path below it matches `pattern`, with glob.glob's rules
-    (`**` for any number of folders; wildcards match no name that starts with "." unless the
-    pattern's component does), each real folder walked once."""
+    """The files under `root` whose path below it matches `pattern`, with glob.glob's rules (`**`
+    any number of folders; a wildcard matches no name starting with "." unless the pattern's)."""
     if not root.is_dir():
         return
     hidden = any(part.startswith(".") for part in pattern)
@@ -257,8 +247,7 @@ def _check_json_line(path: Path, number: int, line: str, text_key: str) -> None:
 
 
 def _check_writable(output_dir: Path, output_rel: Path) -> None:
-    """Refuse an output that is sure to fail when its worker writes it: a folder in its place,
-    or a file where one of its folders goes."""
+    """Refuse an output sure to fail: a folder in its place, or a file where a folder goes."""
     target = output_dir / output_rel
     if target.is_dir():
         raise ValueError(
@@ -278,10 +267,8 @@ def check_apart(
     output_dir: Path, what: str, folder: Optional[Path] = None, files: Iterable[Path] = ()
 ) -> None:
     """Refuse an OUTPUT_DIR that is, is inside or contains `what`'s folder (the model's, the
-    pipeline's), or that holds one of its files: writing there could overwrite them (an input
-    named like a weights file), and would change the fingerprint that the manifest records, so
-    that no output were ever up to date. Folders are known by what they are, however reached
-    (a link, a bind mount: `util.files.place`)."""
+    pipeline's), or holds one of its files: outputs could overwrite them and would change the
+    fingerprint the manifest records. Folders are compared as `util.files.place` does."""
     shown = printable(output_dir)
     if folder is not None:
         problem = {

@@ -1,8 +1,5 @@
-"""Is a Ray cluster there? A bounded check of `--address` before `ray.init` joins it.
-
-`ray.init(address=...)` waits without end when nothing answers. A cluster's GCS and a Ray
-client server both speak gRPC: a TCP connection and an HTTP/2 handshake tell within
-`SPACY_ELMO_RAY_CONNECT_TIMEOUT` seconds (default 10) whether one answers there.
+"""Is a Ray cluster there? `ray.init(address=...)` waits without end when nothing answers, so a
+TCP connection and an HTTP/2 (gRPC) handshake check `--address` first, within a time limit.
 """
 
 from __future__ import annotations
@@ -56,7 +53,7 @@ def check_ray_address(address: str, timeout: Optional[float] = None) -> None:
         try:
             connection.settimeout(max(0.001, deadline - time.monotonic()))
             connection.sendall(_PREFACE)
-            header = _read(connection, 9, deadline)
+            header = connection.makefile("rb").read(9)  # a frame header: 9 bytes
         except OSError as error:
             header = b""
             if not isinstance(error, socket.timeout):
@@ -69,17 +66,6 @@ def check_ray_address(address: str, timeout: Optional[float] = None) -> None:
             f"cannot join the Ray cluster at {address}: {host}:{port} accepts connections but "
             f"{what} answered a gRPC handshake within {timeout:g}s; {hint}"
         )
-
-
-def _read(connection: socket.socket, size: int, deadline: float) -> bytes:
-    data = b""
-    while len(data) < size:
-        connection.settimeout(max(0.001, deadline - time.monotonic()))
-        block = connection.recv(size - len(data))
-        if not block:
-            break
-        data += block
-    return data
 
 
 def _resolve(address: str) -> str:

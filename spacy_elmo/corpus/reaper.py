@@ -1,8 +1,6 @@
-"""The processes a corpus run started, ended with it however it ends (Linux: /proc).
-
-The driver ends its local Ray instance, then what is left of its new descendants. A driver
-killed by SIGKILL ends nothing: this watchdog records the driver's new descendants every half
-second and kills them when the driver is gone (its pipe closes). Nothing else is ended.
+"""The processes a corpus run started, ended with it however it ends (Linux: /proc): a watchdog
+notes the driver's new descendants every half second and kills them once the driver is gone
+(its pipe closes), even after a SIGKILL.
 
     python reaper.py DRIVER_PID   (stdin: a pipe from the driver; "+" on stdout when ready)
 """

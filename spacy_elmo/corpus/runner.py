@@ -1,10 +1,6 @@
 """The driver of a corpus run (`embed-corpus`, `apply`): lock, skip what the manifest has, shard
-the rest, record results.
-
-A file longer than a shard is cut into parts, written into `.NAME.<suffix>.parts-<key>/` beside
-its output and joined when the last is done; the key names the input, model and options, so a
-re-run reuses whole parts and never joins others. A run replaces or deletes only files its own
-records name, and installs an output only after its record (docs/corpus.md).
+the rest, record results. A long file's parts go to `.NAME.<suffix>.parts-<key>/` beside its
+output (the key names input, model and options) and are joined when the last is done.
 """
 
 from __future__ import annotations
@@ -165,11 +161,8 @@ def run_corpus(
 
 @contextmanager
 def output_lock(output_dir: Path, command: str) -> Iterator[Path]:
-    """Hold OUTPUT_DIR's lock for the block; ValueError naming the holder if another run has it.
-
-    flock(2) is released by the kernel when the holding process ends, however it ends: the lock
-    file a killed run leaves behind is not a held lock, and the next run takes it over.
-    """
+    """Hold OUTPUT_DIR's lock (flock, released when its holder ends however it ends) for the
+    block; ValueError naming the holder if another run has it."""
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / LOCK_NAME
     holder = {
@@ -214,9 +207,8 @@ def _check_replaceable(output_dir: Path, inputs: list[InputFile], records: dict)
 
 
 def _remove_temporary_files(output_dir: Path, inputs: list[InputFile]) -> None:
-    """The temporary files that this run, or an interrupted run before it, made for the files
-    this run writes (temporary.py): its outputs, their parts and the manifest. Nothing else:
-    not a user's own `.tmp` files, not another program's."""
+    """Remove the temporary files (temporary.py) made, by this run or an interrupted one, for the
+    files this run writes: its outputs, their parts and the manifest."""
     names: dict[Path, set[str]] = {output_dir: {MANIFEST_NAME}}
     for item in inputs:
         output = output_dir / item.output_rel
@@ -241,8 +233,7 @@ def _parts_folders(folder: Path, name: str) -> list[Path]:
 
 
 def _remove_parts(folder: Path) -> None:
-    """The parts and temporary files of a folder of parts, and the folder when that empties
-    it (a file that is not the run's is left, and the folder with it)."""
+    """Remove the parts and temporary files of a folder of parts, and the folder if it empties."""
     remove_owned(folder)
     try:
         entries = list(os.scandir(folder))

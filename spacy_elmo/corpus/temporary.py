@@ -1,8 +1,5 @@
-"""The temporary files of a corpus run: named so that a run knows them for its own.
-
-Every file a run writes is written as `.NAME.spacy-elmo-tmp-XXXXXXXX` (through `atomic_path`'s
-`..NAME.spacy-elmo-tmp-XXXXXXXX.YYYYYYYY.tmp`) and renamed when whole. A run removes a file only
-when its name is of this family *and* NAME is a file the run itself writes there.
+"""The temporary files of a corpus run, `.NAME.spacy-elmo-tmp-XXXXXXXX`, named so that a run
+removes only its own: a name of this family for a file NAME that the run itself writes there.
 """
 
 from __future__ import annotations
@@ -35,10 +32,9 @@ def owned_name(filename: str) -> Optional[str]:
 
 @contextmanager
 def staged(path: Path, install: bool = True) -> Iterator[Path]:
-    """A temporary name next to `path`, in the run's family; the block writes it whole (through
-    `atomic_path` or a writer that uses it, such as `embed_file`). With `install` it is then
-    renamed over `path` (a part); else it is left for the driver, which installs an output only
-    once the manifest records it (`runner`). An error in the block removes it."""
+    """A temporary name next to `path` for the block to write whole; with `install` it is then
+    renamed over `path` (a part), else left for the driver (an output, installed once recorded).
+    An error in the block removes it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     stage = path.parent / f".{path.name}{MARK}{secrets.token_hex(4)}"
@@ -53,9 +49,8 @@ def staged(path: Path, install: bool = True) -> Iterator[Path]:
 
 
 def write_output(payload: dict, write: Callable[[Path], int]) -> dict:
-    """What a worker does with a shard's output: `write(stage)` writes it (and returns its lines)
-    under a `staged` name; a part is then installed, an output left for the driver. What the
-    worker reports: the lines, and for an output, the stage and its sha256."""
+    """A shard's output written by `write(stage)` (which returns its lines) under a `staged` name;
+    the worker's report: the lines, and for an output left for the driver, its stage and sha256."""
     install = payload["kind"] == "part"
     with staged(Path(payload["output"]), install) as stage:
         lines = write(stage)

@@ -13,7 +13,7 @@ from spacy_elmo.corpus.engine import RunStats
 def run_inline(job, tasks, cluster, on_done, progress=True, description="shards"):
     """`engine.run_tasks` in this process: one worker, the job's state set up once, each task
     (and the joins that `on_done` returns) run in turn; a task that raises is a failure."""
-    stats = RunStats(tasks=len(tasks))
+    stats = RunStats(workers={"inline"})
     state = job.setup()
     queue = list(tasks)
     start = time.perf_counter()
@@ -25,11 +25,8 @@ def run_inline(job, tasks, cluster, on_done, progress=True, description="shards"
             stats.failures.append((task.name, str(error)))
             continue
         stats.lines += task.lines
-        follow_ups = on_done(task, result)
-        stats.tasks += len(follow_ups)
-        queue[:0] = follow_ups
+        queue[:0] = on_done(task, result)
     stats.run_seconds = time.perf_counter() - start
-    stats.workers["inline"] = stats.tasks
     return stats
 
 

@@ -107,7 +107,7 @@ def test_the_report_counts_what_the_command_reads(tmp_path, monkeypatch, command
     from spacy_elmo.corpus.engine import RunStats
     from spacy_elmo.corpus.runner import CorpusResult
 
-    stats = RunStats(run_seconds=2.0, lines=5, workers={"host:1": {}})
+    stats = RunStats(run_seconds=2.0, lines=5, workers={"host:1"})
     done = CorpusResult(written=["a.out"], stats=stats)
     module, function = runner.split(".")
     monkeypatch.setattr(
