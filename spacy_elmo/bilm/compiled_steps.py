@@ -22,8 +22,8 @@ def cell_update_in_place(
     kept_c: Optional[torch.Tensor] = None,
     kept_m: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The LSTM cell update without autograd (docs/MODEL.md §6; the reference, recorded op by
-    op, is `lstm._cell_update`): from the gate pre-activations z (..., 4D) in bilm-tf order
+    """The LSTM cell update without autograd (docs/MODEL.md §6, `reference.LstmCell.forward`
+    op by op): from the gate pre-activations z (..., 4D) in bilm-tf order
     (input, candidate, forget, output) and the cell state c (..., D), the new cell state
     c_t = clip(sigmoid(f) c + sigmoid(i) tanh(j)) and m_t = sigmoid(o) tanh(c_t). One sigmoid
     over all four blocks, the products in place over z; from `tanh_min_elements` elements on,

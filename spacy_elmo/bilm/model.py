@@ -166,15 +166,7 @@ class BiLM(BiLMFiles, nn.Module):
         """The engine: token vectors with `<S>`/`</S>` (tokens.py), then both LSTM stacks
         (lstm.py); in stateful mode the final states kept."""
         with_boundaries, lengths = add_boundaries(char_ids, *self._boundary_ids())
-        cache = None if training else self.token_cache
-        vectors = tokens.token_vectors(
-            self.char_cnn,
-            with_boundaries,
-            self.padding_id,
-            training,
-            cache,
-            (self.weights_generation, self.quantize),
-        )  # (batch, time + 2, P)
+        vectors = self._token_vectors(with_boundaries, training)  # (batch, time + 2, P)
         stacks = (self.forward_lstm, self.backward_lstm)
         run = lstm.run(stacks, vectors, lengths, states, training, self.bf16_layers)
         if self.stateful:
@@ -192,7 +184,10 @@ class BiLM(BiLMFiles, nn.Module):
         The char CNN runs once per distinct token."""
         if not self._fast(char_ids):
             return reference.token_vectors(self.char_cnn, char_ids)
-        training = self._records_autograd()
+        return self._token_vectors(char_ids, self._records_autograd())
+
+    def _token_vectors(self, char_ids: torch.Tensor, training: bool) -> torch.Tensor:
+        """The engine's token layer (tokens.py), reading the token cache at inference."""
         cache = None if training else self.token_cache
         version = (self.weights_generation, self.quantize)
         return tokens.token_vectors(

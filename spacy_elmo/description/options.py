@@ -114,12 +114,7 @@ class BiLMOptions:
                 f"{source}: 'char_cnn.max_characters_per_token' is {max_chars}; ELMo's "
                 f"character mapping has exactly {MAX_CHARS_PER_TOKEN} slots"
             )
-        char_vocabulary = get("char_cnn", "char_vocabulary", "bytes")
-        if char_vocabulary not in CHAR_VOCABULARIES:
-            raise ValueError(
-                f"{source}: 'char_cnn.char_vocabulary' is {char_vocabulary!r}; expected one of "
-                f"{CHAR_VOCABULARIES}"
-            )
+        char_vocabulary = get("char_cnn", "char_vocabulary", "bytes")  # checked by `validate`
         n_characters = get("char_cnn", "n_characters", N_CHARACTERS)
         word_embedding: Any = {}
         if char_vocabulary == "dictionary":
