@@ -98,34 +98,26 @@ def plot_report(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n_layers = max(len(row["layers"]) for row in report_rows(result))
+    rows = [row for row in report_rows(result) if row["paper"] is not None]  # not WSD by POS
     figure, (pos_axes, wsd_axes) = plt.subplots(1, 2, figsize=(9, 3.6))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for k, (name, pos) in enumerate(result.get("pos", {}).items()):
-        layers = range(len(pos["layers"]))
-        colour = colours[k % len(colours)]
-        pos_axes.plot(layers, [100 * a for a in pos["layers"]], "o-", color=colour, label=name)
-        pos_axes.axhline(
-            100 * pos["baseline_most_frequent_tag"],
+    for row in rows:
+        axes = pos_axes if row["task"] == "pos" else wsd_axes
+        layers = range(len(row["layers"]))
+        (line,) = axes.plot(layers, [100 * a for a in row["layers"]], "o-", label=row["name"])
+        axes.axhline(
+            100 * row["baseline"],
             linestyle="--",
-            color=colour,
-            label=f"{name} most frequent tag",
+            color=line.get_color(),
+            label=f"{row['name']}: {row['baseline_name']}",
         )
     if "wsd" in result:
-        wsd = result["wsd"]
-        layers = range(len(wsd["layers"]))
-        wsd_axes.plot(layers, [100 * a for a in wsd["layers"]], "o-", label="1-NN sense centroid")
-        wsd_axes.axhline(
-            100 * wsd["baseline_most_frequent_sense"], linestyle="--", label="most frequent sense"
-        )
-        wsd_axes.axhline(
-            100 * wsd["baseline_random_sense"], linestyle=":", color="grey", label="random sense"
-        )
+        chance = 100 * result["wsd"]["baseline_random_sense"]
+        wsd_axes.axhline(chance, linestyle=":", color="grey", label="random sense")
     for axes, title in ((pos_axes, "POS tagging (linear probe)"), (wsd_axes, "WSD (1-NN)")):
         axes.set_title(title)
         axes.set_xlabel("biLM layer")
         axes.set_ylabel("accuracy (%)")
-        axes.set_xticks(range(n_layers))
+        axes.set_xticks(range(max(len(row["layers"]) for row in rows)))
         if axes.has_data():
             axes.legend(fontsize=7)
     figure.tight_layout()
