@@ -191,7 +191,6 @@ def write_allennlp(
         datasets[f"CNN_high_{h}/W_carry"] = weight[f:].T
         datasets[f"CNN_high_{h}/b_transform"] = bias[:f]
         datasets[f"CNN_high_{h}/b_carry"] = bias[f:]
-    options_file, weight_file = Path(options_file), Path(weight_file)
     with atomic_path(weight_file) as tmp:
         with h5py.File(tmp, "w") as hdf5:
             for name, array in datasets.items():

@@ -103,8 +103,17 @@ def resolve_source(
                 f"another biLM: {ACCEPTED}"
             )
         return BiLMSource("bundled", name, BUNDLED_DIR)
-    if name in PUBLISHED_NAMES:
-        return _published_source(name)
+    if name in PUBLISHED_NAMES:  # in the cache (a folder of that name is `./NAME`)
+        files = cached_files(name)
+        if files is None:
+            folder = published_model(name).folder()
+            raise MissingFileError(
+                f"biLM '{name}' is a published AllenNLP model that is not downloaded (not in "
+                f"{folder}); run `spacy-elmo download {name}` (or set {CACHE_VARIABLE} to the "
+                f"cache that holds it; a folder named '{name}' is ./{name})"
+            )
+        options, weights = files
+        return BiLMSource("allennlp", name, options.parent, options, weights)
     path = Path(name).expanduser()
     if not path.exists():
         raise MissingFileError(f"biLM {name} does not exist; name {ACCEPTED}")
@@ -114,20 +123,6 @@ def resolve_source(
             "bilm-tf/AllenNLP pair as options and weights"
         )
     return _resolve_directory(name, path)
-
-
-def _published_source(name: str) -> BiLMSource:
-    """A published model's files in the cache (a folder of that name is `./NAME`)."""
-    files = cached_files(name)
-    if files is None:
-        folder = published_model(name).folder()
-        raise MissingFileError(
-            f"biLM '{name}' is a published AllenNLP model that is not downloaded (not in "
-            f"{folder}); run `spacy-elmo download {name}` (or set {CACHE_VARIABLE} to the cache "
-            f"that holds it; a folder named '{name}' is ./{name})"
-        )
-    options, weights = files
-    return BiLMSource("allennlp", name, options.parent, options, weights)
 
 
 def _resolve_directory(name: str, path: Path) -> BiLMSource:
