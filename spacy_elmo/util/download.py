@@ -1,8 +1,7 @@
 """One file fetched whole from an http(s) URL (`fetch`), thin over requests, filelock, srsly, tqdm.
 
 A cut transfer resumes only while the server promises the same file (If-Range on a strong
-validator); one that receives nothing, or crawls, ends with an error and keeps its part; the
-whole file is checked against its folder's record (size, sha256) and renamed into place.
+validator); the whole file is checked against its folder's record before it takes its name.
 """
 
 from __future__ import annotations
@@ -12,10 +11,8 @@ import os
 import re
 import stat
 import time
-from dataclasses import astuple, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional
+from typing import BinaryIO, Callable, NamedTuple, Optional
 
 import requests
 import srsly
@@ -27,13 +24,7 @@ from .files import file_sha256, fsync_directory, write_text
 TIMEOUT_VARIABLE = "SPACY_ELMO_DOWNLOAD_TIMEOUT"
 SPEED_LIMIT_VARIABLE = "SPACY_ELMO_DOWNLOAD_SPEED_LIMIT"
 SPEED_TIME_VARIABLE = "SPACY_ELMO_DOWNLOAD_SPEED_TIME"
-# Each of Limits' fields in order: its name in messages, its variable, what it must be.
-SETTINGS = (
-    ("timeout", TIMEOUT_VARIABLE, "a positive number of seconds"),
-    ("--speed-limit", SPEED_LIMIT_VARIABLE, "a number of bytes a second >= 0 (0: no limit)"),
-    ("--speed-time", SPEED_TIME_VARIABLE, "a positive number of seconds"),
-)
-RETRIES = 2  # further tries within one download after a cut transfer or a 429/5xx answer
+RETRIES = 2  # further tries after a refused connection or a 429/5xx answer (urllib3's)
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 PART_SUFFIX = ".part"
 RECORD_NAME = "checksums.json"
@@ -46,13 +37,11 @@ class DownloadError(OSError):
 
 
 class ChecksumError(DownloadError):
-    """A file whose size or sha256 is not the one recorded at its first download."""
+    """A file that fails its check, or has not the size and sha256 recorded at its download."""
 
 
-@dataclass(frozen=True)
-class Limits:
-    """A transfer ends after `timeout` s with nothing received, or below `speed_limit` bytes a
-    second (0: no limit) over `speed_time` s."""
+class Limits(NamedTuple):
+    """A transfer's bounds: `timeout` s receiving nothing, `speed_limit` B/s over `speed_time` s."""
 
     timeout: float = 60.0
     speed_limit: float = 1024.0
@@ -60,23 +49,20 @@ class Limits:
 
     @classmethod
     def configured(cls, timeout=None, speed_limit=None, speed_time=None) -> Limits:
-        """The values given, else the environment's, else the defaults; a ValueError names a
-        value that is not one and where it came from."""
-        values = []
-        given = (timeout, speed_limit, speed_time)
-        for value, default, (name, variable, what) in zip(given, astuple(cls()), SETTINGS):
-            where = f"{name} {value!r} ({variable})"
+        """Each value given, else SPACY_ELMO_DOWNLOAD_<FIELD>, else its default; all checked."""
+        given = {"timeout": timeout, "speed_limit": speed_limit, "speed_time": speed_time}
+        for field, default in cls._field_defaults.items():
+            value, variable = given[field], f"SPACY_ELMO_DOWNLOAD_{field.upper()}"
+            where = f"--{field.replace('_', '-')} {value!r} ({variable})"
             if value is None:
-                text = os.environ.get(variable, "").strip()
+                text = os.environ.get(variable, "").strip() or str(default)
                 where = f"{variable}={text!r}"
-                try:
-                    value = float(text) if text else default
-                except ValueError:
-                    value = math.nan
-            if not 0 <= value < math.inf or (value == 0 and name != "--speed-limit"):
-                raise ValueError(f"{where} is not {what}")
-            values.append(float(value))
-        return cls(*values)
+                value = float(text) if text.replace(".", "", 1).isdigit() else math.nan
+            if not (0 < value < math.inf or value == 0 and field == "speed_limit"):
+                zero = " or 0 (no limit)" if field == "speed_limit" else ""
+                raise ValueError(f"{where} is not a positive number{zero}")
+            given[field] = float(value)
+        return cls(**given)
 
 
 def part_path(final: Path) -> Path:
@@ -100,8 +86,7 @@ def fetch(
 ) -> None:
     """`url` into `final` under a lock, checked whole (`check`, the record unless `replace`).
     `command` repeats the download; `hint`: what to do when the server cannot deliver it."""
-    # Imported here: filelock registers a fork hook when imported (tests/pipeline/
-    # test_spacy_untouched.py holds that importing the package registers none).
+    # Imported here: importing filelock registers a fork hook (tests/pipeline/test_spacy_untouched)
     from filelock import FileLock, Timeout
 
     part = part_path(final)
@@ -114,8 +99,8 @@ def fetch(
             session.mount("http", requests.adapters.HTTPAdapter(max_retries=retry))
             session.headers.update({"User-Agent": "spacy-elmo", "Accept-Encoding": "identity"})
             try:
-                with _open_part(final, url) as handle:
-                    _transfer(session, url, handle, final, limits, progress, retries, command)
+                with _open_part(final) as handle:
+                    _transfer(session, url, handle, final, limits, progress, command)
                     os.fsync(handle.fileno())
                 verify(part, check, command, url, replace)
             except BaseException:
@@ -138,34 +123,26 @@ def fetch(
         raise DownloadError(f"{where} {hint}") from None
 
 
-def _open_part(final: Path, url: str) -> BinaryIO:
-    """The part there when its state names `url` and it is a file of one name (opened without
-    following a link); else the name unlinked (never what it named) and a part created anew."""
+def _open_part(final: Path) -> BinaryIO:
+    """The part there when it is a regular file of one name (never a link), else a new one."""
     part = part_path(final)
-    try:
-        fd = os.open(part, os.O_RDWR | os.O_NOFOLLOW)
-        info = os.fstat(fd)
-        if _read_state(final, url) and stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
-            return os.fdopen(fd, "r+b", buffering=0)  # unbuffered: the part grows with the bytes
-        os.close(fd)
-    except OSError:  # none there, or a link (ELOOP)
-        pass
-    _discard(final)
-    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    return os.fdopen(fd, "r+b", buffering=0)
+    info = os.lstat(part) if os.path.lexists(part) else None
+    reusable = info and stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+    if not reusable:
+        _discard(final)  # whatever is at that name, a link included, is unlinked
+    flags = os.O_RDWR | os.O_NOFOLLOW | (0 if reusable else os.O_CREAT | os.O_EXCL)
+    return os.fdopen(os.open(part, flags, 0o666), "r+b", buffering=0)  # grows with the bytes
 
 
-def _transfer(session, url, handle, final, limits, progress, retries, command) -> None:
-    """One answer into the part; a transfer cut after it got further is resumed at once
-    (`retries` times), a stall or a crawl ends the download."""
+def _transfer(session, url, handle, final, limits, progress, command) -> None:
+    """One answer into the part; a cut, a stall or a crawl ends the download, the part kept."""
     response = _answer(session, url, handle, final, limits)
-    offset = handle.tell()
+    offset = received = handle.tell()
     length = response.headers.get("Content-Length", "")
     size = offset + int(length) if length.isdigit() else None
-    received, ended, cut = offset, "", None
-    window = (time.monotonic(), offset)  # when the rate's window starts, and the bytes then
-    bar = tqdm(total=size, initial=offset, desc=final.name, disable=not progress, unit="B")
-    with response, bar:
+    ended, window = "", (time.monotonic(), offset)  # the rate's window: its start, bytes then
+    bar = {"total": size, "initial": offset, "desc": final.name, "disable": not progress}
+    with response, tqdm.wrapattr(handle, "write", leave=False, **bar) as part:
         while not ended:
             try:  # read1: what has arrived, so that the part grows and a crawl is measured
                 block = response.raw.read1(1 << 20, decode_content=False)
@@ -173,13 +150,11 @@ def _transfer(session, url, handle, final, limits, progress, retries, command) -
                 ended = f"stalled: nothing arrived for {limits.timeout:g} s ({TIMEOUT_VARIABLE})"
                 break
             except Exception as error:  # noqa: BLE001 - a reset, an early close
-                cut = _reason(error)
+                ended = f"was cut ({_reason(error)})"
                 break
             if not block:
                 break
-            handle.write(block)
-            bar.update(len(block))
-            received += len(block)
+            received += part.write(block)
             seconds = time.monotonic() - window[0]
             rate = (received - window[1]) / seconds if seconds >= limits.speed_time else math.inf
             if rate < limits.speed_limit:
@@ -191,22 +166,22 @@ def _transfer(session, url, handle, final, limits, progress, retries, command) -
                 )
             elif seconds >= limits.speed_time:
                 window = (time.monotonic(), received)
-    if not ended and cut is None and (size is None or received >= size):
+    if not ended and (size is None or received >= size):
         return
-    if not ended and retries > 0 and received > offset:
-        return _transfer(session, url, handle, final, limits, progress, retries - 1, command)
-    where = f"{received} of {size or '?'} bytes"
-    ended = f"{ended} after {where}" if ended else f"was cut at {where} ({cut or 'closed early'})"
-    kept = state_path(final).exists() and part_path(final).stat().st_size
+    ended = f"{ended or 'was cut (the connection closed early)'} after {received} of {size or '?'}"
+    kept = received and state_path(final).exists()
     keep = f" ({part_path(final)} keeps what arrived)" if kept else ""
-    raise DownloadError(f"transfer of {url} {ended}; run `{command}` again to continue{keep}")
+    raise DownloadError(f"transfer of {url} {ended} bytes; run `{command}` again to continue{keep}")
 
 
 def _answer(session, url, handle, final, limits) -> requests.Response:
-    """The rest of the file after the part while the server promises the same file (a 206 of
-    its range), else all of it from byte 0, its strong validator (ETag, Last-Modified) kept."""
+    """The rest of the same file after the part (a 206 of its range), else all of it anew."""
     offset = handle.seek(0, os.SEEK_END)
-    saved = _read_state(final, url) if offset else None
+    try:  # the validator of the file that the part holds the start of, and that file's size
+        saved = srsly.read_json(state_path(final)) if offset else None
+        saved = saved if saved["url"] == url and saved["header"] else None
+    except (OSError, ValueError, LookupError, TypeError):
+        saved = None
     headers = {"Range": f"bytes={offset}-", "If-Range": saved["validator"]} if saved else {}
     response = session.get(url, headers=headers, stream=True, timeout=limits.timeout)
     if saved and response.status_code == 206:
@@ -229,44 +204,31 @@ def _answer(session, url, handle, final, limits) -> requests.Response:
     return response
 
 
-def _read_state(final: Path, url: str) -> Optional[dict]:
-    """The part's state when it is of `url`; else None."""
-    try:
-        state = srsly.read_json(state_path(final))
-        return state if state["url"] == url and state["header"] else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def verify(path: Path, check: Check = None, command=COMMAND, url="", replace=False) -> None:
     """A cached file (or the part of `url`'s download, deleted when wrong) checked by `check`
     and against its folder's record (unless `replace`); recorded when it has no entry there."""
     name = path.name.removesuffix(PART_SUFFIX) if url else path.name
     problem = check(path) if check else None
-    if not stat.S_ISREG(path.lstat().st_mode):
-        problem = "is not a regular file (a link?)"
     entry = None if replace else read_record(path.parent, command=command).get(name)
     size, digest = path.stat().st_size, file_sha256(path)
     if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
         problem = f"changed since it was downloaded: expected {entry['size']} bytes, sha256 "
         problem += f"{entry['sha256']}; got {size} bytes, sha256 {digest}"
-    force = f"run `{command} --force`"
     if problem and url:
         _discard(path.with_name(name))
-        then = f"; {force} to check it and record it instead" if entry else ""
-        error = ChecksumError if entry else DownloadError
-        raise error(f"{url} {problem}; the download was deleted{then}")
+        problem += "; the download was deleted"
+    if problem and (entry or not url):  # a new download that fails its check: nothing to force
+        problem += f"; run `{command} --force` to download it and record it anew"
     if problem:
-        raise ChecksumError(f"cached file {path} {problem}; {force} to download it again")
+        raise ChecksumError(f"{url or f'cached file {path}'} {problem}")
     if entry is None:
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         entry = {"size": size, "sha256": digest, "source": url or "found in the cache"}
-        write_record(path.parent, name, {**entry, "recorded": now}, replace, command)
+        files = {**read_record(path.parent, replace, command), name: entry}
+        write_text(path.parent / RECORD_NAME, srsly.json_dumps({"files": files}, indent=2))
 
 
 def read_record(folder: Path, replace: bool = False, command: str = COMMAND) -> dict:
-    """The entries of `folder`'s record by file name; ChecksumError naming a record that is not
-    one (nothing when `replace`: it is about to be rewritten)."""
+    """`folder`'s record by file name; ChecksumError names a bad one (but for `replace`: none)."""
     path = folder / RECORD_NAME
     try:
         files = srsly.read_json(path)["files"] if path.exists() else {}
@@ -281,12 +243,6 @@ def read_record(folder: Path, replace: bool = False, command: str = COMMAND) -> 
         again = f"run `{command} --force` to download and record the files again, or delete it"
         raise ChecksumError(f"checksum record {path} is not {form} ({error}); {again}") from None
     return files
-
-
-def write_record(folder: Path, name: str, entry: dict, replace=False, command=COMMAND) -> None:
-    """Add `name`'s entry to the folder's record (replaced whole, by rename)."""
-    files = {**read_record(folder, replace, command), name: entry}
-    write_text(folder / RECORD_NAME, srsly.json_dumps({"files": files}, indent=2, sort_keys=True))
 
 
 def _discard(final: Path) -> None:

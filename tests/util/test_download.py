@@ -27,13 +27,11 @@ from spacy_elmo.util.download import (
     SPEED_LIMIT_VARIABLE,
     SPEED_TIME_VARIABLE,
     TIMEOUT_VARIABLE,
-    ChecksumError,
     DownloadError,
     Limits,
     fetch,
     part_path,
     state_path,
-    verify,
 )
 
 SIZE = 300_000
@@ -176,7 +174,7 @@ def cut_transfer(server: Server, final: Path, at: int) -> None:
     resumed (else no part is kept)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     server.cuts = [at]
-    with pytest.raises(DownloadError, match=rf"cut at {at} of {SIZE + 3} bytes"):
+    with pytest.raises(DownloadError, match=rf"was cut \(.*\) after {at} of {SIZE + 3} bytes"):
         fetch(server.url, final, progress=False, retries=0, limits=FAST)
     kept = part_path(final).stat().st_size if part_path(final).exists() else None
     assert kept == (at if state_path(final).exists() else None)
@@ -279,7 +277,7 @@ def test_the_validator_survives_the_process(server, final):
     argv += [server.url, str(final)]
     server.cuts = [100_000]
     first = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert "DownloadError: transfer of" in first.stdout and "cut at 100000" in first.stdout, first
+    assert "DownloadError: transfer of" in first.stdout and "after 100000 of" in first.stdout, first
     assert json.loads(state_path(final).read_text())["validator"] == etag(payload(0))
     second = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and second.stdout == "", second
@@ -348,7 +346,11 @@ def test_a_speed_limit_of_0_turns_the_check_off(server, final):
 @pytest.mark.parametrize(
     "variable, value, message",
     [
-        (SPEED_LIMIT_VARIABLE, "-1", "SPACY_ELMO_DOWNLOAD_SPEED_LIMIT='-1' is not a number of"),
+        (
+            SPEED_LIMIT_VARIABLE,
+            "-1",
+            "SPACY_ELMO_DOWNLOAD_SPEED_LIMIT='-1' is not a positive number or 0",
+        ),
         (SPEED_LIMIT_VARIABLE, "fast", "SPACY_ELMO_DOWNLOAD_SPEED_LIMIT='fast' is not"),
         (SPEED_TIME_VARIABLE, "0", "SPACY_ELMO_DOWNLOAD_SPEED_TIME='0' is not a positive"),
         (SPEED_TIME_VARIABLE, "inf", "SPACY_ELMO_DOWNLOAD_SPEED_TIME='inf' is not a positive"),
@@ -406,41 +408,19 @@ def test_a_link_at_the_part_is_never_written_through(server, final, tmp_path, li
     assert [request[:2] for request in server.log] == [(None, None)]  # from byte 0
 
 
-def test_a_cached_file_that_is_a_link_is_not_taken_as_verified(server, final, tmp_path):
-    elsewhere = tmp_path / "elsewhere.bin"
-    elsewhere.write_bytes(payload(0))
-    final.parent.mkdir(parents=True)
-    final.symlink_to(elsewhere)
-    with pytest.raises(ChecksumError, match=r"is not a regular file"):
-        verify(final)
-    fetch(server.url, final, replace=True, progress=False, limits=FAST)
-    assert not final.is_symlink() and elsewhere.read_bytes() == payload(0)
-
-
 # ------------------------------------------------------------------------ what an error says
 def test_a_cut_part_that_cannot_be_resumed_is_not_said_to_be_kept(server, final):
     """Without a strong validator the part is deleted: the error says nothing is kept."""
     server.validators = "weak"
     final.parent.mkdir(parents=True)
     server.cuts = [100_000]
-    with pytest.raises(DownloadError, match=r"cut at 100000 of") as raised:
+    with pytest.raises(DownloadError, match=r"was cut .* after 100000 of") as raised:
         fetch(server.url, final, progress=False, retries=0, limits=FAST)
     assert "keeps what arrived" not in str(raised.value)
     assert not part_path(final).exists() and not state_path(final).exists()
     server.validators = "etag"  # the same cut with a validator keeps the part, and says so
     server.cuts = [100_000]
-    with pytest.raises(DownloadError, match=r"cut at 100000 of") as raised:
+    with pytest.raises(DownloadError, match=r"was cut .* after 100000 of") as raised:
         fetch(server.url, final, progress=False, retries=0, limits=FAST)
     assert f"({part_path(final)} keeps what arrived)" in str(raised.value)
     assert part_path(final).stat().st_size == 100_000
-
-
-def test_a_restarted_transfer_that_is_cut_is_resumed_within_the_fetch(server, final):
-    """The file changed after a cut: the whole new file is asked for, cut again before the old
-    part's length, and resumed from there within the same fetch (one retry)."""
-    cut_transfer(server, final, 100_000)
-    server.files[PATH] = payload(1)
-    server.cuts = [50_000]
-    fetch(server.url, final, progress=False, retries=1, limits=FAST)
-    assert sha256(final.read_bytes()) == sha256(payload(1))
-    assert [request[0] for request in server.log] == [None, "bytes=100000-", "bytes=50000-"]

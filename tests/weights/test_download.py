@@ -307,7 +307,9 @@ def test_unknown_name():
 def test_cut_transfer_resumes_with_range_on_the_next_run(mirror, fixture_files):
     half = len(fixture_files["weights"]) // 2
     mirror.cuts[weights_path(mirror)] = [half]
-    with pytest.raises(DownloadError, match=rf"cut at {half} of {len(fixture_files['weights'])}"):
+    with pytest.raises(
+        DownloadError, match=rf"cut .* after {half} of {len(fixture_files['weights'])}"
+    ):
         download("small", progress=False, retries=0)
     final = cached() / SMALL.weights_name
     part = final.with_name(final.name + ".part")
@@ -320,17 +322,10 @@ def test_cut_transfer_resumes_with_range_on_the_next_run(mirror, fixture_files):
     assert final.read_bytes() == fixture_files["weights"] and not part.exists()
 
 
-def test_cut_transfer_is_resumed_within_one_download(mirror, fixture_files):
-    mirror.cuts[weights_path(mirror)] = [1000, 5000]
-    download("small", progress=False)
-    assert mirror.ranges(SMALL.weights_name) == [None, "bytes=1000-", "bytes=6000-"]
-    assert (cached() / SMALL.weights_name).read_bytes() == fixture_files["weights"]
-
-
 def cut_once(mirror: Mirror, fixture_files, at: int) -> Path:
     """A download of the weights cut after `at` bytes: its part (and the validator beside it)."""
     mirror.cuts[weights_path(mirror)] = [at]
-    with pytest.raises(DownloadError, match=rf"cut at {at} of"):
+    with pytest.raises(DownloadError, match=rf"cut .* after {at} of"):
         download("small", progress=False, retries=0)
     return cached() / (SMALL.weights_name + ".part")
 
