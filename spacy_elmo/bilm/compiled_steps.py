@@ -23,16 +23,14 @@ def cell_update_in_place(
     kept_m: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The LSTM cell update without autograd (docs/MODEL.md §6, `reference.LstmCell.forward`
-    op by op): from the gate pre-activations z (..., 4D) in bilm-tf order
-    (input, candidate, forget, output) and the cell state c (..., D), the new cell state
-    c_t = clip(sigmoid(f) c + sigmoid(i) tanh(j)) and m_t = sigmoid(o) tanh(c_t). One sigmoid
-    over all four blocks, the products in place over z; from `tanh_min_elements` elements on,
-    tanh(x) = 2 sigmoid(2x) - 1 (the candidate's from that one sigmoid).
+    op by op): from the gate pre-activations z (..., 4D) in bilm-tf order (i, j, f, o) and the
+    cell state c (..., D), c_t = clip(sigmoid(f) c + sigmoid(i) tanh(j)) and m_t = sigmoid(o)
+    tanh(c_t): one sigmoid over all four blocks, the products in place over z, and from
+    `tanh_min_elements` elements on tanh(x) = 2 sigmoid(2x) - 1.
 
-    At inference z is scratch: c_t is written over the forget gate's block. For the fused
-    training path (`fused.py`), whose backward pass needs the activations, `kept_c` (..., D)
-    takes c_t and z ends holding sigmoid(i), tanh(j), sigmoid(f), sigmoid(o); `kept_m`, where
-    given, takes m_t."""
+    At inference z is scratch (c_t is written over the forget gate's block). For `fused.py`'s
+    backward pass `kept_c` takes c_t, `kept_m` (where given) m_t, and z ends holding the
+    activations sigmoid(i), tanh(j), sigmoid(f), sigmoid(o)."""
     cell_dim = z.shape[-1] // 4
     j = z.narrow(-1, cell_dim, cell_dim)
     via_sigmoid = j.numel() >= tanh_min_elements
@@ -128,18 +126,16 @@ def step_loop(
     hidden) and the final h and c. The input gates are made for blocks of whole timesteps of
     at most `block_rows` rows, then each step adds its recurrent product.
 
-    The products, as `lstm.layer_kernels` chose them (`input_kernels`: per cell (4D, in),
+    The products, as `lstm.layer_kernels` chose them (`input_kernels` per cell: (4D, in), in
     bfloat16 (in, 4D)):
-    - "batched": `recurrent` and `projection` each one (k, in, out) stack, one GEMM per step
-      for all k cells;
+    - "batched": `recurrent` and `projection` each one (k, in, out) stack, one GEMM per step;
     - "single": per cell (out, in) weights, one product each;
-    - "bfloat16": (k, in, out) bfloat16 stacks, the rows rounded to bfloat16 (`bf16_product`).
-    `onednn` says, for the input, recurrent and projection products of the float32 modes,
-    which go through oneDNN (`linear`). `projection` is empty for cells without one.
+    - "bfloat16": (k, in, out) bfloat16 stacks (`bf16_product`).
+    `onednn` says which of the input, recurrent and projection products of the float32 modes go
+    through oneDNN (`linear`). `projection` is empty for cells without one.
 
-    The fused training path (`fused.py`, "batched" float32) passes the (k, N, 4D)
-    `kept_gates` and (k, N, D) `kept_cells` and `kept_hidden` (where there is a projection)
-    that its backward pass reads: every step's activations, c_t and m_t."""
+    `fused.py` ("batched", float32) passes the (k, N, 4D) `kept_gates`, (k, N, D) `kept_cells`
+    and, with a projection, `kept_hidden`: every step's activations, c_t and m_t."""
     k = h.shape[0]
     width = 4 * c.shape[2]
     output = h.new_empty((k, inputs[0].shape[0], h.shape[2]))

@@ -1,12 +1,10 @@
 """The ELMo biLM written once, plainly: the oracle that every fast route is held against.
 
-Read top to bottom against docs/MODEL.md: the character ids of a token and around a sentence
-(§4), the char CNN with its highways and projection (§5), the LSTM cell with projection and
-both clips (§6.1), the two stacks (§6.2) and what the biLM returns (§7, §8). Every product is
-`F.linear` or `conv1d`, one direction and one timestep at a time, over padded (not packed)
-sentences; no speed switch. Its parameters are named as `model.BiLM`'s, so that either loads
-the other's state dict. Imports torch and the standard library only: `options` is any object
-with the fields of `description.options.BiLMOptions`.
+Read top to bottom against docs/MODEL.md §4-8: the character ids, the char CNN, the LSTM cell
+with projection and both clips, the two stacks and what the biLM returns. Every product is
+`F.linear` or `conv1d`, one direction and one timestep at a time, over padded sentences; no
+speed switch. Parameters are named as `model.BiLM`'s, so either loads the other's state dict.
+Imports torch and the standard library only (`options`: any object with BiLMOptions' fields).
 """
 
 from __future__ import annotations

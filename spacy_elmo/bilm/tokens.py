@@ -196,14 +196,10 @@ def _weights_key(weights: Iterable[torch.Tensor]) -> tuple:
 
 class RowCache:
     """LRU map of bytes keys (all of one length) to vectors of one shape, dtype and device,
-    stored as the rows of one (capacity, ...) tensor.
-
-    The capacity is `max_size` rows, lowered, when `max_bytes` is set, until the tensor and as
-    many keys fit in `max_bytes`. The tensor is allocated at its full capacity when the first
-    rows are stored (its pages are only touched as rows are written) and reused after `clear`;
-    rows of another shape, dtype or device, or keys of another length, replace it. Reads
-    return copies, so a row may be overwritten as soon as the caller lets go of the lock. Not
-    thread-safe: callers that share a cache between threads lock around it.
+    stored as the rows of one (capacity, ...) tensor: `max_size` rows, fewer where the tensor
+    and its keys would not fit in `max_bytes`. The tensor is allocated whole when the first
+    rows are stored and kept after `clear`; rows of another kind, or keys of another length,
+    replace it. Reads return copies. Not thread-safe: callers that share one lock around it.
     """
 
     def __init__(self, max_size: int, max_bytes: Optional[int] = None) -> None:
