@@ -13,10 +13,6 @@ import typer
 
 from .command import fail
 
-# Where a value came from when the user gave it (by name: typer may bring its own copy of
-# click's ParameterSource).
-GIVEN_SOURCES = ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
-
 
 def model_option(help_extra: str = "") -> Any:
     return typer.Option(
@@ -254,7 +250,8 @@ def warn_if_raw(path: Path, name: Optional[str] = None) -> bool:
 def was_given(context: typer.Context, name: str) -> bool:
     """Whether the user gave the parameter `name` (on the command line or in its environment
     variable) instead of leaving its default."""
-    return getattr(context.get_parameter_source(name), "name", None) in GIVEN_SOURCES
+    source = context.get_parameter_source(name)  # by name: typer may carry its own click
+    return getattr(source, "name", None) in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
 
 
 def check_one_bilm(

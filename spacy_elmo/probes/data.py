@@ -119,8 +119,6 @@ def check_assets(assets: Path, tasks: Sequence[str]) -> dict[str, Path]:
     return {task: Path(assets) / PROBE_DATA[task].path for task in tasks}
 
 
-TRAIN_FRACTION = 0.8
-
 TaggedSentence = tuple[list[str], list[str]]
 
 
@@ -176,7 +174,7 @@ def sample_sentences(sentences: Sequence, n: int, seed: int) -> list:
     return [sentences[i] for i in rng.sample(range(len(sentences)), min(n, len(sentences)))]
 
 
-def split_train_test(items: Sequence, fraction: float = TRAIN_FRACTION) -> tuple[list, list]:
+def split_train_test(items: Sequence, fraction: float = 0.8) -> tuple[list, list]:
     """The first `fraction` of the items train, the rest test."""
     cut = int(round(len(items) * fraction))
     return list(items[:cut]), list(items[cut:])

@@ -9,11 +9,6 @@ from .data import TASKS, read_brown, read_tagged_lines, sample_sentences, split_
 from .tasks import pos_probe, wsd_probe
 from .wordnet import split_sense_instances, wordnet_instances
 
-BROWN_NOTE = (
-    "Brown is part of the bundled biLM's pretraining text (tags stripped): the Brown probe "
-    "tests on sentences the biLM has read."
-)
-
 
 @dataclass
 class ProbeSettings:
@@ -55,8 +50,9 @@ def run_probes(bilm, paths: dict[str, Path], settings: ProbeSettings, log=print)
         result["pos"]["brown"] = pos_probe(bilm, train, test, **pos_options)
         result["notes"]["pos-brown"] = (
             f"{len(sentences)} sentences sampled with seed {settings.seed}, split 80/20; "
-            f"tags reduced to base tags (-tl/-hl/-nc dropped, fw-* -> fw, contraction a+b -> "
-            f"a). {BROWN_NOTE}"
+            "tags reduced to base tags (-tl/-hl/-nc dropped, fw-* -> fw, contraction a+b -> a). "
+            "Brown is part of the bundled biLM's pretraining text (tags stripped): the Brown "
+            "probe tests on sentences the biLM has read."
         )
     if "wsd" in settings.tasks:
         instances, sense_order = wordnet_instances(paths["wsd"])
