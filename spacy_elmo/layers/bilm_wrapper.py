@@ -139,10 +139,14 @@ def _check_finite(named: list, what: str, tensor_of: Callable[[Any], torch.Tenso
 def install_bilm(layer: Model, bilm: BiLM) -> None:
     """Put `bilm` (another architecture than the current module's) into a `bilm_layer`."""
     shim = layer.shims[0]
-    current = shim._model
+    shim._model = _in_place_of(bilm, shim._model, shim.device)
+
+
+def _in_place_of(bilm: BiLM, current: torch.nn.Module, device: torch.device) -> BiLM:
+    """`bilm` on `device` with the mode and run settings of `current`, the module it replaces."""
     bilm.stateful = current.stateful
     bilm.token_cache_size = current.token_cache_size
-    shim._model = bilm.train(current.training).to(shim.device)
+    return bilm.train(current.training).to(device)
 
 
 def _convert_inputs(
@@ -182,12 +186,11 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
     state = load_safetensors(msg["weights"])
     check_weights(state, "serialised elmo model")
     loaded = BiLM._from_state(options, state, bilm.stateful)
-    loaded.token_cache_size = bilm.token_cache_size
     if msg.get("lexicon") is not None:
         from ..weights.elmoformanylangs import EfmlLexicon
 
         loaded.set_lexicon(EfmlLexicon.from_json(msg["lexicon"], "serialised elmo model"))
-    return loaded.train(bilm.training).to(device)
+    return _in_place_of(loaded, bilm, device)
 
 
 def _has_dropout(bilm: torch.nn.Module) -> bool:

@@ -26,7 +26,8 @@ from ..description.chars import batches_by_padded_tokens
 from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm
 
 STORE_DTYPES = ("float32", "float16")
-# The architecture keys of spacy_elmo.ElmoModel.v1 and the options.json keys they set.
+# The architecture keys of spacy_elmo.ElmoModel.v1 (fields of BiLMOptions) and the options.json
+# keys they set.
 ARCHITECTURE_KEYS = {
     "char_embedding_dim": "char_cnn.embedding.dim",
     "filters": "char_cnn.filters",
@@ -134,18 +135,11 @@ def options_from_architecture(architecture: Dict[str, Any], source: str) -> BiLM
 
 def architecture_of(options: BiLMOptions) -> Dict[str, Any]:
     """The ElmoModel.v1 config values of a biLM's options (no clipping is written as 0)."""
-    return {
-        "char_embedding_dim": options.char_embedding_dim,
-        "filters": [list(f) for f in options.filters],
-        "n_highway": options.n_highway,
-        "activation": options.activation,
-        "lstm_dim": options.lstm_dim,
-        "projection_dim": options.projection_dim,
-        "n_layers": options.n_layers,
-        "cell_clip": options.cell_clip or 0.0,
-        "proj_clip": options.proj_clip or 0.0,
-        "use_skip_connections": options.use_skip_connections,
-    }
+    values = {key: getattr(options, key) for key in ARCHITECTURE_KEYS}
+    values["filters"] = [list(f) for f in options.filters]
+    values["cell_clip"] = options.cell_clip or 0.0
+    values["proj_clip"] = options.proj_clip or 0.0
+    return values
 
 
 def _same_value(key: str, configured: Any, given: Any) -> bool:

@@ -11,7 +11,9 @@ The layers are those of the component in turn on that many threads, bit for bit
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable, Iterator, List, Optional
+from concurrent.futures import Future
+from functools import partial
+from typing import Callable, Iterable, Iterator, List, Optional
 
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
@@ -59,41 +61,30 @@ def overlapped_pipe(
     finally:  # stopped early: the batch ahead ends before this returns
         for batch in (pending, ahead):
             if batch is not None:
-                batch.wait()
+                batch.join()
 
 
-class BatchAhead:
+class BatchAhead(threading.Thread):
     """One batch's `predict(docs, threads=threads)`, run in a new thread named `name`."""
 
     def __init__(self, name: str, predict: Callable, docs: List[Doc], threads: int) -> None:
+        super().__init__(name=name, daemon=True)
         self.docs = docs
-        self._result: Optional[List[Any]] = None
-        self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(
-            target=self._run, args=(predict, threads), name=name, daemon=True
-        )
-        self._thread.start()
+        self.layers: Future = Future()  # raises the prediction's error to the caller
+        self._predict = partial(predict, docs, threads=threads)
+        self.start()
 
-    def _run(self, predict: Callable, threads: int) -> None:
+    def run(self) -> None:
         try:
-            self._result = predict(self.docs, threads=threads)
-        except BaseException as error:  # raised to the caller with its batch
-            self._error = error
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self) -> List[Any]:
-        self.wait()
-        if self._error is not None:
-            raise self._error
-        return self._result
+            self.layers.set_result(self._predict())
+        except BaseException as error:
+            self.layers.set_exception(error)
 
 
 def _finish(component: TrainablePipe, batch: BatchAhead, error_handler) -> Iterator[Doc]:
     """One batch's docs, annotated here, in the calling thread."""
     try:
-        component.set_annotations(batch.docs, batch.result())
+        component.set_annotations(batch.docs, batch.layers.result())
         yield from batch.docs
     except Exception as error:
         error_handler(component.name, component, batch.docs, error)
