@@ -103,6 +103,7 @@ def _features(cnn: nn.Module, char_ids: torch.Tensor, channels_last: bool) -> to
 def trim_columns(char_ids: torch.Tensor, padding_id: int, widest_filter: int) -> torch.Tensor:
     """The first columns of (n, 50) char ids that decide the max-pooled features: those up to
     the longest token's end, plus the widest filter's (one all-padding window)."""
+    # The char CNN's training 2.4x faster: 226 to 95 ms per 2,048 tokens (docs/research/speed.md)
     padding = char_ids == padding_id
     longest = int((~padding).sum(dim=-1).max()) if char_ids.shape[0] else 0
     keep = longest + widest_filter
