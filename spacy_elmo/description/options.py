@@ -67,14 +67,10 @@ class BiLMOptions:
         """Parse the bilm-tf options dictionary; raise ValueError naming the bad key."""
 
         def get(section: str, key: str, default: Any = KeyError) -> Any:
-            block = options.get(section)
-            if not isinstance(block, dict):
-                raise ValueError(f"{source}: missing the '{section}' object")
-            if key not in block:
-                if default is KeyError:
-                    raise ValueError(f"{source}: missing required key '{section}.{key}'")
-                return default
-            return block[key]
+            value = options[section].get(key, default)  # both sections are dicts (below)
+            if value is KeyError:
+                raise ValueError(f"{source}: missing required key '{section}.{key}'")
+            return value
 
         def integer(key: str, value: Any) -> int:
             if isinstance(value, float) and value.is_integer():
