@@ -108,7 +108,7 @@ def elmo_model(
     return Model(
         "elmo",
         forward,
-        init=init,
+        init=ensure_weights,
         layers=[bilm_layer(bilm)],
         dims=dims,
         attrs={
@@ -155,8 +155,8 @@ def default_bilm() -> BiLM:
     return BiLM.load("bundled")
 
 
-def ensure_weights(model: Model) -> None:
-    """Load the default weights (`default_bilm`) if none were loaded yet."""
+def ensure_weights(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
+    """Load the default weights (`default_bilm`) if none were loaded yet: the model's `init`."""
     if not model.attrs["weights_loaded"]:
         set_weights(model, default_bilm(), source="the default (bundled) biLM")
 
@@ -190,15 +190,6 @@ def set_weights(model: Model, bilm: BiLM, source: str) -> None:
 def get_bilm(model: Model) -> BiLM:
     """The torch biLM of an `elmo_model` (a `PendingBiLM` before weights are known)."""
     return model.layers[0].shims[0]._model
-
-
-def init(
-    model: Model[List[Doc], List[Floats3d]],
-    X: Optional[List[Doc]] = None,
-    Y: Optional[List[Floats3d]] = None,
-) -> None:
-    """Load the default weights unless weights were loaded already."""
-    ensure_weights(model)
 
 
 def forward(

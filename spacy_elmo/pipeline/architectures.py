@@ -97,11 +97,8 @@ def ElmoModel(
 
 
 def set_unit_rule(model: Model, *, split_sentences: bool, sentence_punct: Optional[List[str]]):
-    """How `model` (an ElmoModel.v1) cuts docs without sentence boundaries: with
-    `split_sentences`, into the sentences of spaCy's rule-based sentencizer rule (a sentence
-    ends after a token in `sentence_punct`, default the sentencizer's); else the doc is one unit.
-    Set by the model's owner: the `elmo` component, or the inline ElmoMix.v1 that
-    `nlp.replace_listeners` writes (with the component's values)."""
+    """Set how `model` (an ElmoModel.v1) cuts docs without sentence boundaries (`UnitRule`),
+    and the rule an inline ElmoMix.v1 replacing a listener of it copies."""
     if not isinstance(split_sentences, bool):
         raise TypeError(f"split_sentences must be true or false, got {split_sentences!r}")
     if sentence_punct is not None and (

@@ -51,9 +51,7 @@ from .architectures import (
 from .extensions import check_vector_layer, install_extensions, mix_layers, set_vector_hooks
 from .overlap import overlap_applies, overlapped_pipe
 
-# The architecture (char_embedding_dim ... use_skip_connections) defaults to null: it comes
-# from the weights at `initialize` (the bundled biLM unless a loader is given) and is then
-# written into the pipeline's config. Every default is the one of the registered function.
+# The registered function's defaults: the architecture null, taken from the weights.
 DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
 # The component's settings, beside its model, and their defaults.
 SETTINGS = {
