@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import time
 from pathlib import Path
 from typing import BinaryIO, Callable, NamedTuple, Optional
@@ -28,7 +27,6 @@ RETRIES = 2  # further tries after a refused connection or a 429/5xx answer (url
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 PART_SUFFIX = ".part"
 RECORD_NAME = "checksums.json"
-COMMAND = "spacy-elmo download"  # what a user runs to repeat a download, named in the errors
 Check = Optional[Callable[[Path], Optional[str]]]  # what is wrong with a file, if anything
 
 
@@ -78,19 +76,17 @@ def fetch(
     final: Path,
     check: Check = None,
     replace: bool = False,
-    limits: Optional[Limits] = None,
+    limits: Limits = Limits(),
     progress: bool = True,
     retries: int = RETRIES,
-    command: str = COMMAND,
+    command: str = "spacy-elmo download",
     hint: str = "check the URL, or set https_proxy for a proxy",
 ) -> None:
-    """`url` into `final` under a lock, checked whole (`check`, the record unless `replace`).
-    `command` repeats the download; `hint`: what to do when the server cannot deliver it."""
+    """`url` into `final` under a lock, checked by `verify`; errors advise `command` and `hint`."""
     # Imported here: importing filelock registers a fork hook (tests/pipeline/test_spacy_untouched)
     from filelock import FileLock, Timeout
 
     part = part_path(final)
-    limits = limits or Limits.configured()
     retry = urllib3.Retry(
         retries, read=0, backoff_factor=0.5, status_forcelist=RETRY_STATUSES, raise_on_status=False
     )
@@ -100,7 +96,7 @@ def fetch(
             session.headers.update({"User-Agent": "spacy-elmo", "Accept-Encoding": "identity"})
             try:
                 with _open_part(final) as handle:
-                    _transfer(session, url, handle, final, limits, progress, command)
+                    _transfer(session, url, handle, final, limits, progress, command, hint)
                     os.fsync(handle.fileno())
                 verify(part, check, command, url, replace)
             except BaseException:
@@ -112,9 +108,6 @@ def fetch(
             fsync_directory(final.parent)
     except Timeout:
         raise DownloadError(f"another download is writing {part}; wait for it to finish") from None
-    except requests.HTTPError as error:
-        status = f"HTTP {error.response.status_code} {error.response.reason}"
-        raise DownloadError(f"cannot download {url}: {status}; {hint}") from None
     except requests.RequestException as error:
         reason = _reason(error)
         if isinstance(error, requests.Timeout):
@@ -126,17 +119,16 @@ def fetch(
 def _open_part(final: Path) -> BinaryIO:
     """The part there when it is a regular file of one name (never a link), else a new one."""
     part = part_path(final)
-    info = os.lstat(part) if os.path.lexists(part) else None
-    reusable = info and stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+    reusable = not part.is_symlink() and part.is_file() and part.stat().st_nlink == 1
     if not reusable:
         _discard(final)  # whatever is at that name, a link included, is unlinked
     flags = os.O_RDWR | os.O_NOFOLLOW | (0 if reusable else os.O_CREAT | os.O_EXCL)
     return os.fdopen(os.open(part, flags, 0o666), "r+b", buffering=0)  # grows with the bytes
 
 
-def _transfer(session, url, handle, final, limits, progress, command) -> None:
+def _transfer(session, url, handle, final, limits, progress, command, hint) -> None:
     """One answer into the part; a cut, a stall or a crawl ends the download, the part kept."""
-    response = _answer(session, url, handle, final, limits)
+    response = _answer(session, url, handle, final, limits, hint)
     offset = received = handle.tell()
     length = response.headers.get("Content-Length", "")
     size = offset + int(length) if length.isdigit() else None
@@ -147,11 +139,10 @@ def _transfer(session, url, handle, final, limits, progress, command) -> None:
             try:  # read1: what has arrived, so that the part grows and a crawl is measured
                 block = response.raw.read1(1 << 20, decode_content=False)
             except urllib3.exceptions.ReadTimeoutError:
-                ended = f"stalled: nothing arrived for {limits.timeout:g} s ({TIMEOUT_VARIABLE})"
-                break
+                stalled = f"{limits.timeout:g} s ({TIMEOUT_VARIABLE})"
+                block, ended = b"", f"stalled: nothing arrived for {stalled}"
             except Exception as error:  # noqa: BLE001 - a reset, an early close
-                ended = f"was cut ({_reason(error)})"
-                break
+                block, ended = b"", f"was cut ({_reason(error)})"
             if not block:
                 break
             received += part.write(block)
@@ -174,12 +165,12 @@ def _transfer(session, url, handle, final, limits, progress, command) -> None:
     raise DownloadError(f"transfer of {url} {ended} bytes; run `{command}` again to continue{keep}")
 
 
-def _answer(session, url, handle, final, limits) -> requests.Response:
+def _answer(session, url, handle, final, limits, hint) -> requests.Response:
     """The rest of the same file after the part (a 206 of its range), else all of it anew."""
     offset = handle.seek(0, os.SEEK_END)
     try:  # the validator of the file that the part holds the start of, and that file's size
-        saved = srsly.read_json(state_path(final)) if offset else None
-        saved = saved if saved["url"] == url and saved["header"] else None
+        saved = srsly.read_json(state_path(final))
+        saved = saved if offset and saved["url"] == url and saved["header"] else None
     except (OSError, ValueError, LookupError, TypeError):
         saved = None
     headers = {"Range": f"bytes={offset}-", "If-Range": saved["validator"]} if saved else {}
@@ -194,7 +185,9 @@ def _answer(session, url, handle, final, limits) -> requests.Response:
     if headers and response.status_code != 200:  # another answer to the range: all of it
         response.close()
         response = session.get(url, stream=True, timeout=limits.timeout)
-    response.raise_for_status()
+    if not response.ok:
+        status = f"HTTP {response.status_code} {response.reason}"
+        raise DownloadError(f"cannot download {url}: {status}; {hint}")
     state_path(final).unlink(missing_ok=True)
     answer, length = response.headers, response.headers.get("Content-Length", "")
     header = "ETag" if answer.get("ETag", "").startswith('"') else "Last-Modified"  # not W/
@@ -204,12 +197,11 @@ def _answer(session, url, handle, final, limits) -> requests.Response:
     return response
 
 
-def verify(path: Path, check: Check = None, command=COMMAND, url="", replace=False) -> None:
-    """A cached file (or the part of `url`'s download, deleted when wrong) checked by `check`
-    and against its folder's record (unless `replace`); recorded when it has no entry there."""
+def verify(path: Path, check: Check, command: str, url: str = "", replace=False) -> None:
+    """`path` (cached, or the part of `url`: deleted when wrong) checked whole; recorded if new."""
     name = path.name.removesuffix(PART_SUFFIX) if url else path.name
     problem = check(path) if check else None
-    entry = None if replace else read_record(path.parent, command=command).get(name)
+    entry = None if replace else read_record(path.parent, command).get(name)
     size, digest = path.stat().st_size, file_sha256(path)
     if entry is not None and (size, digest) != (entry["size"], entry["sha256"]):
         problem = f"changed since it was downloaded: expected {entry['size']} bytes, sha256 "
@@ -223,11 +215,11 @@ def verify(path: Path, check: Check = None, command=COMMAND, url="", replace=Fal
         raise ChecksumError(f"{url or f'cached file {path}'} {problem}")
     if entry is None:
         entry = {"size": size, "sha256": digest, "source": url or "found in the cache"}
-        files = {**read_record(path.parent, replace, command), name: entry}
+        files = {**read_record(path.parent, command, replace), name: entry}
         write_text(path.parent / RECORD_NAME, srsly.json_dumps({"files": files}, indent=2))
 
 
-def read_record(folder: Path, replace: bool = False, command: str = COMMAND) -> dict:
+def read_record(folder: Path, command: str, replace: bool = False) -> dict:
     """`folder`'s record by file name; ChecksumError names a bad one (but for `replace`: none)."""
     path = folder / RECORD_NAME
     try:
