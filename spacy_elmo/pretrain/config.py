@@ -100,8 +100,10 @@ _BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
     "vectors_weight": ((int, float), 0, False, None, False),
     "max_memory_gb": ((int, float), 0, True, None, True),
 }
-# Where the run happens, not what it computes: a resumed run takes the values given for it.
-LOCATION_SETTINGS = ("output", "gpu_id", "threads", "max_memory_gb")
+# Where a run happens, not what it computes: a resumed run takes the values given, and
+# model/pretrain.json's "ran_with" lists them by the step each part of the run started at.
+PLACEMENT = ("threads", "gpu_id", "max_memory_gb")
+LOCATION_SETTINGS = ("output", *PLACEMENT)
 # What a run resumed after a divergence may change, the values given taken (divergence.py).
 DIVERGENCE_REMEDIES = ("learning_rate", "clip_norm", "warmup_steps")
 # The retired transformer teacher's settings (docs/research/teacher.md): a checkpoint holding

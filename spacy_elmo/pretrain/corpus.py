@@ -27,7 +27,8 @@ _NOT_TEXT = re.compile("[\x00\udc80-\udcff]")
 # Longer lines are read in pieces cut at whitespace (with a warning naming file and line): a
 # line is never held whole, and spaCy's `max_length` (1,000,000 characters) is never reached.
 MAX_LINE_CHARS = 100_000
-SKIPPED = "corpus/skipped.json"  # a run's input lines that were not text, by file
+# A run's tokenised training and held-out text, and its input lines that were not text
+TRAIN, DEV, SKIPPED = "corpus/train.txt", "corpus/dev.txt", "corpus/skipped.json"
 
 
 def iter_input_files(inputs: Sequence[str | Path], refuse_binary: bool = False) -> list[Path]:
@@ -85,12 +86,9 @@ def iter_lines(
     not_text: Literal["skip", "refuse"] = "skip",
     skipped: Optional[SkippedLines] = None,
 ) -> Iterator[str]:
-    """The non-blank lines of text files, a leading byte-order mark dropped.
-
-    A line with a NUL or bytes that are not UTF-8 is skipped (one warning a file, counted in
-    `skipped`) or refused (`not_text="refuse"`: ValueError naming file, line and byte). A line
-    over `max_chars` characters comes in pieces cut at whitespace, with a warning.
-    """
+    """The non-blank lines of text files, a leading byte-order mark dropped; a line that is not
+    text is skipped (one warning a file, counted in `skipped`) or refused (`not_text="refuse"`),
+    and one over `max_chars` characters comes in pieces cut at whitespace, with a warning."""
     for path in files:
         count, first = 0, ""
         for number, line in _read_lines(path, max_chars):
@@ -208,8 +206,7 @@ def write_tokenized(
     skipped: Optional[SkippedLines] = None,
 ) -> tuple[int, int]:
     """Tokenise `files` into `output` atomically, sentences cut at `max_tokens`, every
-    `dev_every`-th to `dev_output` when given; (sentences, tokens) written to `output`.
-    ValueError when `output` or the held-out split would be empty."""
+    `dev_every`-th to `dev_output` when given; (sentences, tokens) written to `output`."""
     n_sentences = n_tokens = n_seen = n_dev = 0
     with ExitStack() as stack:
         tmp = stack.enter_context(atomic_path(output))
@@ -327,7 +324,7 @@ def _chunks(items: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
 
 def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
     """Tokenise the inputs once into work/corpus/{train,dev}.txt (skipped when present)."""
-    train, dev = work / "corpus" / "train.txt", work / "corpus" / "dev.txt"
+    train, dev = work / TRAIN, work / DEV
     if train.exists() and dev.exists():
         return train, dev
     splitter = (

@@ -1,8 +1,6 @@
-"""Static word vectors as auxiliary targets of biLM pretraining (`static_vectors`): through
-training-only linear heads, each word's char-CNN vector (token) and the top LSTM output that
-predicts it (context, Kumar and Tsvetkov 2019) should point where its static vector points.
-The saved biLM keeps its architecture (docs/research/pretrain-probes.md says why).
-"""
+"""Static word vectors as auxiliary targets of pretraining (`static_vectors`): training-only
+heads pull each word's char-CNN vector and the LSTM output predicting it towards its static
+vector (docs/research/pretrain-probes.md)."""
 
 from __future__ import annotations
 
@@ -83,9 +81,7 @@ class DistillationHeads(nn.Module):
         rows: torch.Tensor,
     ) -> torch.Tensor:
         """(4,): summed token cosine distance, its count, summed context distance, its count.
-
-        `rows` (batch, time + 2): each position's static-vector row (NO_VECTOR: none); the
-        outputs (batch, time + 2, P), <S> at 0.
+        `rows` (batch, time + 2): each position's row (NO_VECTOR: none); outputs (.., P).
         """
         token_valid = rows >= 0
         token = self._distance(self.token, token_embeddings[token_valid], rows[token_valid])
@@ -97,14 +93,9 @@ class DistillationHeads(nn.Module):
         ) + self._distance(
             self.context, top_backward[:, 1:][backward_valid], previous_rows[backward_valid]
         )
-        count = token_valid.sum()
+        context_count = forward_valid.sum() + backward_valid.sum()
         return torch.stack(
-            [
-                token,
-                count.to(token.dtype),
-                context,
-                (forward_valid.sum() + backward_valid.sum()).to(context.dtype),
-            ]
+            [token, token_valid.sum().to(token.dtype), context, context_count.to(context.dtype)]
         )
 
     def _distance(self, head: nn.Linear, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

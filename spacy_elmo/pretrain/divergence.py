@@ -1,6 +1,5 @@
 """Divergence: a run stops where its loss, gradient, weights or held-out perplexity stop being
-finite, before such a value reaches the weights or a file. It records `DIVERGED` beside the
-kept checkpoint; until the next checkpoint a resume may change the `DIVERGENCE_REMEDIES`.
+finite, before such a value reaches a file, and records `DIVERGED` beside the kept checkpoint.
 """
 
 from __future__ import annotations
@@ -83,8 +82,8 @@ def divergence_error(
     checkpoint: Path,
     record: Optional[Path],
 ) -> TrainingDiverged:
-    """The error of a run diverged at `step`, saying how to continue from the checkpoint of
-    step `kept` (None: none written); written to `record` (DIVERGED) unless None."""
+    """The error of a run diverged at `step`, saying how to go on from the checkpoint of step
+    `kept` (None: none); written to `record` (DIVERGED) unless None."""
     if record is not None:
         entry = {"step": step, "what": what, "learning_rate": rate, "checkpoint_step": kept}
         write_text(record, json.dumps(entry) + "\n")

@@ -156,10 +156,7 @@ def build_language_model(
 ) -> tuple[LanguageModel, Vocab, Optional[StaticVectors]]:
     """The run's model on `device` (new, adapted from `init_from`, or resumed: the caller
     restores the `checkpoint`'s weights), its vocabulary (work/vocab.txt, written when
-    `write_vocab`) and static vectors. The memory is checked before the weights exist.
-
-    A vocabulary already in `work` is kept unless a new run adapts a biLM that brings its own.
-    """
+    `write_vocab`; kept unless a new run adapts a biLM that brings one) and static vectors."""
     init_vocab = init_head = None
     bilm: Optional[BiLM] = None
     if config.init_from:
@@ -180,9 +177,7 @@ def build_language_model(
     if bilm is None:
         bilm = BiLM(options)
 
-    head = LMHead(options.projection_dim, len(vocab))
-    if init_head is not None:
-        head.load_state_dict(init_head.state_dict())
+    head = init_head if init_head is not None else LMHead(options.projection_dim, len(vocab))
     if checkpoint is not None:
         saved = checkpoint["model"]
         head_state = {k[5:]: v for k, v in saved.items() if k.startswith("head.")}

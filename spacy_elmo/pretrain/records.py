@@ -13,16 +13,13 @@ import torch
 
 from ..util.files import write_text
 from ..weights.tensors import write_safetensors
-from .config import PretrainConfig
+from .config import PLACEMENT, PretrainConfig
 from .objective import LanguageModel, perplexity_of
 from .vocab import Vocab
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
 METRICS = "metrics.jsonl"
-# Where each part of a run happened (a resumed run may change them): model/pretrain.json's
-# "ran_with" lists them by the step each part started at.
-PLACEMENT = ("threads", "gpu_id", "max_memory_gb")
 
 
 class TrainWindow:

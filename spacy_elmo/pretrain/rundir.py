@@ -47,18 +47,6 @@ def locked_run_directory(directory: Path) -> Iterator[None]:
         lock.release()
 
 
-def existing_run_files(directory: Path) -> list[str]:
-    """The names of RUN_FILES present in `directory` (empty folders do not count)."""
-    found = []
-    for name in RUN_FILES:
-        path = directory / name
-        if path.is_dir() and not any(path.iterdir()):
-            continue
-        if path.exists():
-            found.append(name)
-    return found
-
-
 def prepare_run_directory(directory: Path, resume: bool, overwrite: bool) -> None:
     """Check that a run may start in `directory` (deleting an old run with `overwrite`);
     call it holding the directory's lock."""
@@ -66,17 +54,18 @@ def prepare_run_directory(directory: Path, resume: bool, overwrite: bool) -> Non
         raise ValueError("resume continues a run and overwrite deletes it: ask for only one")
     if resume:
         return
-    existing = existing_run_files(directory)
+    paths = [directory / name for name in RUN_FILES]
+    # what a run wrote here: a file, or a folder that holds something
+    existing = [p for p in paths if (any(p.iterdir()) if p.is_dir() else p.exists())]
     if not existing:
         return
     if not overwrite:
         raise ValueError(
-            f"run directory {directory} already holds a run ({', '.join(existing)}): continue it "
-            "with --resume, start it again from nothing with --force (deletes those files), or "
-            "name another output directory"
+            f"run directory {directory} already holds a run ({', '.join(p.name for p in existing)}"
+            "): continue it with --resume, start it again from nothing with --force (deletes those "
+            "files), or name another output directory"
         )
-    for name in existing:
-        path = directory / name
+    for path in existing:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:

@@ -1,15 +1,11 @@
-"""The pretraining loop: a biLM trained on its forward and backward language-model losses.
-
-Resumable bit for bit: the checkpoint holds all training state and the batch stream is a pure
-function of (seed, corpus), so a resumed run skips the consumed batches. Under `torchrun` it
-trains with DistributedDataParallel, rank r taking every r-th batch.
+"""The pretraining loop, resumable bit for bit (the checkpoint holds all training state and the
+batch stream is a pure function of seed and corpus); under `torchrun`, DistributedDataParallel.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import signal
 import time
 from contextlib import nullcontext
@@ -35,12 +31,13 @@ from .checkpoint import (
 from .config import (
     DEFAULT_MAX_STEPS,
     DIVERGENCE_REMEDIES,
+    PLACEMENT,
     PretrainConfig,
     check_sources,
     resumed_config,
     warmup_longer_than_run,
 )
-from .corpus import SKIPPED, iter_batches, prepare_corpus, read_sentences, spread_sample
+from .corpus import DEV, SKIPPED, TRAIN, iter_batches, prepare_corpus, read_sentences, spread_sample
 from .distributed import Ranks
 from .divergence import (
     DIVERGED,
@@ -53,7 +50,6 @@ from .divergence import (
 from .objective import build_language_model, directional_perplexities, mean_loss, target_tensor
 from .records import (
     METRICS,
-    PLACEMENT,
     BudgetTiming,
     TrainWindow,
     append_metrics,
@@ -107,8 +103,7 @@ class Pretrainer:
         if self.ranks.is_main:
             prepare_corpus(config, self.work)
         self.ranks.barrier()  # the corpus cache is there for every rank
-        self.train_path = self.work / "corpus" / "train.txt"
-        self.dev_path = self.work / "corpus" / "dev.txt"
+        self.train_path, self.dev_path = self.work / TRAIN, self.work / DEV
         if self.ranks.is_main and next(read_sentences(self.dev_path), None) is None:
             raise ValueError(f"the held-out file {self.dev_path} has no sentences")
 
@@ -206,7 +201,6 @@ class Pretrainer:
             unit="step",
         )
         window = TrainWindow(8 if self.static_vectors is not None else 4)
-        epoch = 0
         timing = BudgetTiming(self.step, config.max_steps)
         self._say(bar, budget_line(config, self.step, self.threads, str(self.device)))
         try:
@@ -410,7 +404,7 @@ def pretrain(
 ) -> dict[str, Any]:
     """Run or resume a pretraining run in its locked directory; the summary written to
     model/pretrain.json. A directory holding a run needs `resume` or `overwrite`."""
-    is_main = int(os.environ.get("RANK", "0")) == 0
+    is_main = Ranks().is_main
     if not resume:
         check_sources(config)  # before the run directory or anything in it is made
     lock = locked_run_directory(Path(config.output)) if is_main else nullcontext()
