@@ -9,6 +9,7 @@ each choice measured: docs/research/engine.md.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -51,21 +52,17 @@ TANH_VIA_SIGMOID_MIN_ELEMENTS = 8192
 NEVER_VIA_SIGMOID = 1 << 62  # off the CPU, where torch's tanh is as fast as its sigmoid
 
 
-_COMPILED: list = []
-
-
+@functools.cache
 def compiled_loop():
     """`compiled_steps.step_loop` in TorchScript, compiled on first use (about 0.2 s), or None
     where this torch build cannot compile it (then the loop runs as Python)."""
     # Kept, though deprecated, for releasing the GIL: 1.26x in `nlp.pipe` (docs/research/engine.md)
-    if not _COMPILED:
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
-                _COMPILED.append(torch.jit.script(compiled_steps.step_loop))
-        except RuntimeError:  # a build without oneDNN's op
-            _COMPILED.append(None)
-    return _COMPILED[0]
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
+            return torch.jit.script(compiled_steps.step_loop)
+    except RuntimeError:  # a build without oneDNN's op
+        return None
 
 
 # ---------------------------------------------------------------------- the kernels
