@@ -322,35 +322,29 @@ class Elmo(TrainablePipe):
         self._mix_coefficients = mix_coefficients(
             self.cfg["mix_weights"], self.cfg["gamma"], n_layers
         )
-        if nlp is not None:
-            record_architecture(nlp, self.name, self.model, self.listening_components)
-        unfed = self._trained_without_elmo(nlp)
-        if unfed and not self.cfg["set_tensor"] and not self.cfg["vector_hooks"]:
-            warnings.warn(
-                f"nothing listens to the '{self.name}' component and set_tensor and "
-                "vector_hooks are false: "
-                "it computes doc._.elmo_layers, but no component uses them (training "
-                f"{', '.join(repr(name) for name in unfed)} runs the biLM for nothing). "
-                "Give components a spacy_elmo.ElmoListener.v1 "
-                f'(upstream = "{self.name}"), e.g. with `spacy-elmo init-config`, or set '
-                "set_tensor = true to get doc.tensor (vector_hooks = true: token.vector and "
-                ".similarity); ignore this if your own code reads "
-                "doc._.elmo_layers",
-                ElmoUnusedWarning,
-                stacklevel=2,
-            )
-
-    def _trained_without_elmo(self, nlp: Optional[Language]) -> List[str]:
-        """The other trainable components of `nlp` when none of them listens to this one
-        (training them runs the biLM for nothing); empty when something listens, or when
-        this is the pipeline's only trainable component (its layers are then the product)."""
-        if self.listeners or nlp is None:
-            return []
-        return [
+        if nlp is None:
+            return
+        record_architecture(nlp, self.name, self.model, self.listening_components)
+        # Training other components without a listener runs the biLM for nothing (with none,
+        # this component's layers are the pipeline's product).
+        unfed = [
             name
             for name, pipe in nlp.pipeline
             if pipe is not self and isinstance(pipe, TrainablePipe)
         ]
+        outputs = self.listeners or self.cfg["set_tensor"] or self.cfg["vector_hooks"]
+        if unfed and not outputs:
+            warnings.warn(
+                f"nothing listens to the '{self.name}' component and set_tensor and vector_hooks "
+                "are false: it computes doc._.elmo_layers, but no component uses them (training "
+                f"{', '.join(repr(name) for name in unfed)} runs the biLM for nothing). Give "
+                f'components a spacy_elmo.ElmoListener.v1 (upstream = "{self.name}"), e.g. with '
+                "`spacy-elmo init-config`, or set set_tensor = true to get doc.tensor "
+                "(vector_hooks = true: token.vector and .similarity); ignore this if your own "
+                "code reads doc._.elmo_layers",
+                ElmoUnusedWarning,
+                stacklevel=2,
+            )
 
     def _check_listeners(self) -> None:
         width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
