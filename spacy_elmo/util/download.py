@@ -197,7 +197,7 @@ def _answer(session, url, handle, final, limits, hint) -> requests.Response:
     return response
 
 
-def verify(path: Path, check: Check, command: str, url: str = "", replace=False) -> None:
+def verify(path: Path, check: Check, command: str, url: str = "", replace: bool = False) -> None:
     """`path` (cached, or the part of `url`: deleted when wrong) checked whole; recorded if new."""
     name = path.name.removesuffix(PART_SUFFIX) if url else path.name
     problem = check(path) if check else None
