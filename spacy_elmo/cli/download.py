@@ -34,8 +34,8 @@ def download(
 ) -> None:
     """Download a published AllenNLP biLM into the cache (SPACY_ELMO_CACHE), resuming a cut
     transfer only while the server promises the same file (If-Range on its ETag or
-    Last-Modified; otherwise from byte 0). SPACY_ELMO_MIRROR (an http(s):// or file:// URL, or
-    a folder that is not the cache, nor in it or holding it) replaces the published base URL.
+    Last-Modified; otherwise from byte 0). SPACY_ELMO_MIRROR (an http(s):// URL) replaces the
+    published base URL.
     A transfer stops when it receives nothing for SPACY_ELMO_DOWNLOAD_TIMEOUT seconds (default
     60) or stays below --speed-limit for --speed-time; its .part is kept for the next run. A
     file is recorded (size, sha256) only once it checks whole against the name's
