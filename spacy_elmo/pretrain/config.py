@@ -147,12 +147,9 @@ def resumed_config(
     diverged: bool = False,
 ) -> tuple[PretrainConfig, dict[str, tuple[Any, Any]]]:
     """The checkpoint's configuration, and {setting: (old, new)} of what the resume changed;
-    ValueError where `given` contradicts what it computes.
-
-    `max_steps` (when given) and the LOCATION_SETTINGS take the given values, and after a
-    divergence (`diverged`) the DIVERGENCE_REMEDIES too. With `explicit` (the settings the
-    user gave) only those are compared or taken (the output always is).
-    """
+    ValueError where `given` contradicts what it computes. `max_steps` and LOCATION_SETTINGS
+    (after a divergence the DIVERGENCE_REMEDIES too) take the given values; with `explicit`
+    (the settings the user gave) only those, and the output, are compared or taken."""
     if saved.get("teacher") is not None:
         raise ValueError(
             f"checkpoint {source} is of a run with a transformer teacher (teacher "

@@ -49,11 +49,9 @@ class LanguageModel(nn.Module):
         target_ids: torch.Tensor,
         vector_rows: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """(4,): forward NLL sum and count, backward NLL sum and count; with `vector_rows`,
-        (8,): then the static-vector token and context distance sums and counts (`distill.py`).
-
-        `target_ids` (batch, time + 2) holds the word ids of <S> w_1 .. w_n </S>, -1 after.
-        """
+        """(4,): forward NLL sum and count, backward NLL sum and count; with `vector_rows`, (8,):
+        then the static-vector distance sums and counts (`distill.py`). `target_ids` (batch,
+        time + 2): the word ids of <S> w_1 .. w_n </S>, -1 after."""
         acts = self.bilm.activations(char_ids)
         top_forward = F.dropout(acts.forward[-1], self.dropout, self.training)
         top_backward = F.dropout(acts.backward[-1], self.dropout, self.training)
