@@ -1,12 +1,8 @@
 """Files written whole, hashed and locked (no spaCy, no torch: usable from every layer).
 
-Every output is written to a temporary file in its own folder, flushed to disk and renamed over
-the final name only when complete: an interrupted write (Ctrl-C, SIGKILL, a full disk) leaves
-the earlier file as it was, and a half-written file never has the final name.
-
-A file's sha256 is read in blocks of HASH_BLOCK_BYTES (`file_sha256`, `files_sha256`); a run
-that must be alone takes an exclusive lock on a file (`lock_file`, filelock's), which the kernel
-drops when the run ends, however it ends.
+An output is written to a temporary file beside it, flushed and renamed over the final name
+only when complete (`atomic_path`): an interrupted write leaves the earlier file as it was.
+A run that must be alone holds filelock's lock (`lock_file`), dropped when its process ends.
 """
 
 from __future__ import annotations
@@ -50,13 +46,8 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def place(path: str | Path, other: str | Path) -> Optional[str]:
-    """Where `path` is with respect to `other`, their links and `..` resolved: "is" (the same
-    file or folder), "inside" (in the folder `other`, at any depth), "contains" (the folder
-    `path` holds `other`), or None (apart). Paths that do not exist yet are placed by name.
-
-    Only names are compared: what writes into a folder reached some other way (a bind mount)
-    is kept safe by the general rule, that a command writes new files of its own and replaces
-    or deletes only files its own records name."""
+    """Where `path` is with respect to `other`, by name, links and `..` resolved: "is",
+    "inside" (in the folder `other`), "contains" (the folder `path` holds `other`) or None."""
     path, other = Path(path).resolve(), Path(other).resolve()
     if path == other:
         return "is"
@@ -78,20 +69,13 @@ def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "i
 
 
 def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:
-    """Raise ValueError unless `output` can be written and is none of `inputs` (nor in them).
-
-    Called before the computation, so that an unwritable path fails at once, not at the end.
+    """Raise ValueError when the output file `output` is one of `inputs` by any name (a link,
+    `..`, a hard link), is a folder or cannot be written: at once, not after the computation.
     """
     output = Path(output)
     for item in inputs:
-        item = Path(item)
-        where = place(output, item)
-        if output.exists() and item.exists() and os.path.samefile(output, item):
-            where = "is"  # the same file by another name (a hard link)
-        if where == "is":
+        if output.exists() and Path(item).exists() and os.path.samefile(output, item):
             raise ValueError(f"output {output} is the input {item}: writing it would destroy it")
-        if where == "inside":
-            raise ValueError(f"output {output} is inside the input folder {item}")
     if output.is_dir():
         raise ValueError(f"output {output} is a directory, not a file")
     folder = output.parent

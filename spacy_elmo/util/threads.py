@@ -1,13 +1,10 @@
-"""torch's CPU threads: the one function that decides the count (`thread_count`), the one
-place that sets it, and a warning when a count outnumbers the CPUs this process may run at once.
+"""torch's CPU threads: the one function that decides the count (`thread_count`), and a
+warning when a count outnumbers the CPUs this process may run at once.
 
-torch starts one thread per core this process may run on. A container limited by a CPU quota
-(`docker --cpus 2`, a Kubernetes CPU limit) on a larger machine cannot run them all at once, and
-the biLM, whose threads wait for each other hundreds of times per sentence, then runs many times
-slower, as it does beside other busy jobs (docs/performance.md#threads-on-a-shared-machine).
-Every part of spacy-elmo takes its count from `thread_count`: the commands' --threads,
-`pretrain`, each corpus worker (`use_threads`) and the `elmo` component's `threads` setting
-(`bilm_threads`, applied around each biLM call by `torch_threads`).
+Under a CPU quota (`docker --cpus 2`, a Kubernetes limit) torch still starts a thread per core,
+and the biLM, whose threads wait for each other hundreds of times per sentence, runs many times
+slower (docs/performance.md#threads-on-a-shared-machine). The commands' --threads, `pretrain`,
+each corpus worker (`use_threads`) and the `elmo` component (`bilm_threads`) all count here.
 """
 
 from __future__ import annotations
@@ -83,6 +80,7 @@ def thread_count(threads: int | None, what: str = "--threads") -> int:
     the OpenMP pool the parent started does not survive `fork` (the child's first
     multi-threaded product would wait for it forever). `what` names the setting in messages;
     a count that is not a positive integer is a ValueError naming it."""
+    global _warned
     if threads is not None and (
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
@@ -93,8 +91,11 @@ def thread_count(threads: int | None, what: str = "--threads") -> int:
         import torch
 
         return min(torch.get_num_threads(), usable_cpus(CGROUP_ROOT)[0])
-    if threads > 1:  # one thread always fits: no need to look at the CPUs
-        _warn_once(oversubscription(threads, *usable_cpus(CGROUP_ROOT), what))
+    if threads > 1 and not _warned:  # one thread always fits: no need to look at the CPUs
+        message = oversubscription(threads, *usable_cpus(CGROUP_ROOT), what)
+        if message is not None:
+            _warned = True
+            warnings.warn(message, ThreadsWarning, stacklevel=3)
     return threads
 
 
@@ -135,13 +136,3 @@ def torch_threads(count: int) -> Iterator[None]:
     finally:
         if os.getpid() == _IMPORTED_IN:
             torch.set_num_threads(before)
-
-
-def _warn_once(message: str | None) -> str | None:
-    """Warn with `message` (ThreadsWarning) unless None or this process already warned."""
-    global _warned
-    if message is None or _warned:
-        return None
-    _warned = True
-    warnings.warn(message, ThreadsWarning, stacklevel=4)
-    return message
