@@ -200,12 +200,15 @@ def forward(
             "the elmo model has no weights yet: initialize it first (nlp.initialize(), or "
             "model.initialize() for the Thinc model alone), or load a saved pipeline"
         )
+    settings: RunSettings = model.attrs["settings"]
     units = model_units(model, docs)
-    outputs = _zero_outputs(model, [len(doc) for doc in docs])
+    n_layers, width = model.get_dim("n_layers"), model.get_dim("nO")  # set with the weights
+    outputs = [
+        model.ops.xp.zeros((n_layers, len(doc), width), dtype=settings.store_dtype) for doc in docs
+    ]
     if not is_train:
         _run_bilm(model, units, outputs)
         return outputs, lambda d_outputs: []
-    settings: RunSettings = model.attrs["settings"]
     cache: BoundedCache = model.attrs["cache"]
     use_cache = settings.frozen and cache.max_size > 0
     pending = []
@@ -276,13 +279,6 @@ def _run_bilm(
             if cache is not None:
                 cache.put(unit.words, values)
     return backprops
-
-
-def _zero_outputs(model: Model, lengths: List[int]) -> List[Floats3d]:
-    """One (L + 1, n, 2P) array of zeros per doc of n tokens, in the model's store dtype."""
-    n_layers, width = model.get_dim("n_layers"), model.get_dim("nO")  # set with the weights
-    dtype = model.attrs["settings"].store_dtype
-    return [model.ops.xp.zeros((n_layers, n, width), dtype=dtype) for n in lengths]
 
 
 # ---------------------------------------------------------------------- the biLM's units
