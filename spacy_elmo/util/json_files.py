@@ -1,9 +1,6 @@
-"""JSON files that describe a biLM, read with a bound on their size (parsed by srsly).
-
-Every loader of this package reads its JSON through `read_json` (options.json, a saved biLM's
-config.json, an ELMoForManyLangs config.json and architecture JSON, lexicon.json): at most the
-bound is ever read, and a file larger than it is refused (a FIFO or a device file reports no
-size, so the bound is on what is read, not on what `stat` says).
+"""The JSON files that describe a biLM (options.json, config.json, the ELMoForManyLangs
+architecture, lexicon.json), parsed by srsly. At most a bound is read (not a size asked of
+`stat`, which a FIFO lacks), and a larger file is refused.
 """
 
 from __future__ import annotations
