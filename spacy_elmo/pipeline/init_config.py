@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import spacy
 from spacy.language import Language
+from spacy.util import load_model_from_config
 from thinc.api import Config
 
 from ..bilm import BiLMOptions
@@ -226,8 +227,6 @@ def _tok2vec_block(
 
 def fill(config: Config) -> Config:
     """Every default spaCy and the factories add (what `spacy init fill-config` does)."""
-    from spacy.util import load_model_from_config
-
     filled = load_model_from_config(config, auto_fill=True, validate=True).config
     order = ["paths", "system", "nlp", "components", "corpora", "training", "pretraining"]
     order += ["initialize"] + [key for key in filled if key not in order + ["initialize"]]
