@@ -1,7 +1,7 @@
 """A least-recently-used map bounded in size and in bytes.
 
 `BoundedCache` keeps one value object per key: the frozen layers of the `elmo` component's
-training units (`layers/layer_cache.py`; the size of an entry is its number of tokens). An
+training units (`layers/elmo_model.py`; the size of an entry is its number of tokens). An
 entry's bytes are its value's (`.nbytes`: numpy, cupy and torch arrays) plus its key's: the
 characters of a string, the length of a bytes key, the sum over a tuple's items; a long key is
 not kept alive for free. (The biLM's token cache, rows of one tensor, is `tokens.TokenCache`.)
