@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import secrets
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,12 +26,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary path next to `path`; it replaces `path` when the block completes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    # A new file (never another's), with the mode the umask gives new files (not mkstemp's 0600)
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it the usual mode
         _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
@@ -86,20 +86,6 @@ def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:
         os.unlink(name)
     except OSError as err:
         raise ValueError(f"cannot write output {output}: {err.strerror or err}") from None
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it where the system allows."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    mask = os.umask(0o022)  # pragma: no cover
-    os.umask(mask)  # pragma: no cover
-    return mask  # pragma: no cover
 
 
 def _fsync(path: Path) -> None:
