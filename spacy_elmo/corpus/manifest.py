@@ -14,7 +14,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Optional
 
-from .plan import printable
+from .plan import InputFile, printable
 
 MANIFEST_NAME = "manifest.jsonl"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -130,22 +130,20 @@ def append_record(output_dir: Path, record: dict[str, Any]) -> None:
 
 def make_record(
     output_dir: Path,
-    output_rel: Path,
-    input_path: Path,
-    input_sha256: str,
+    item: InputFile,
     lines: int,
     model: dict[str, Any],
     options: dict[str, Any],
     output_sha256: str,
     written: Optional[Path] = None,
 ) -> dict[str, Any]:
-    """The record of a finished output (the size and mtime of `written`, the output under its
-    temporary name, else of the output, read now)."""
-    stat = (written or output_dir / output_rel).stat()
+    """The record of `item`'s finished output (the size and mtime of `written`, the output
+    under its temporary name, else of the output, read now)."""
+    stat = (written or output_dir / item.output_rel).stat()
     return {
-        "output": output_rel.as_posix(),
-        "input": str(input_path),
-        "input_sha256": input_sha256,
+        "output": item.output_rel.as_posix(),
+        "input": str(item.path),
+        "input_sha256": item.sha256,
         "lines": lines,
         "model": model,
         "options": options,

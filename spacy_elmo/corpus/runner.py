@@ -128,15 +128,7 @@ def run_corpus(
                 return [joins.pop(output.parent)] if remaining_parts[output.parent] == 0 else []
             item, stage = by_output[output], Path(outcome["staged"])
             record = make_record(
-                output_dir,
-                item.output_rel,
-                item.path,
-                item.sha256,
-                outcome.get("lines", item.lines),
-                model,
-                options,
-                outcome["sha256"],
-                written=stage,
+                output_dir, item, outcome["lines"], model, options, outcome["sha256"], stage
             )
             append_record(output_dir, record)  # recorded, then installed
             os.replace(stage, output)

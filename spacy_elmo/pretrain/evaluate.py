@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -55,20 +55,13 @@ def perplexity(
     out of the vocabulary (scored as <UNK>)."""
     model, vocab = load_language_model(model)
     splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(lang, pipeline)
+    # Held-out text is refused, not skipped, where it is not text: a perplexity is of text.
+    lines = iter_lines(iter_input_files(inputs, refuse_binary=True), not_text="refuse")
+    sentences = cut_sentences(splitter(lines), max_sentence_tokens)
     sums = torch.zeros(4, dtype=torch.float64)
-    n_sentences = 0
-    n_oov = 0
-
-    def sentences() -> Iterator[list[str]]:
-        nonlocal n_sentences
-        # Held-out text is refused, not skipped, where it is not text: a perplexity is of text.
-        files = iter_input_files(inputs, refuse_binary=True)
-        lines = iter_lines(files, not_text="refuse")
-        for tokens in cut_sentences(splitter(lines), max_sentence_tokens):
-            n_sentences += 1
-            yield tokens
-
-    for batch in batches_by_padded_tokens(sentences(), batch_tokens):
+    n_sentences = n_oov = 0
+    for batch in batches_by_padded_tokens(sentences, batch_tokens):
+        n_sentences += len(batch)
         ids, targets = batch_to_ids(batch), target_tensor(batch, vocab)
         n_oov += int((targets == vocab.unk).sum().item())
         sums.add_(model(ids, targets).double())

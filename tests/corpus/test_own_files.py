@@ -29,7 +29,7 @@ from spacy_elmo.corpus.manifest import (
     make_record,
     read_manifest,
 )
-from spacy_elmo.corpus.plan import find_inputs, plan_inputs
+from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
 from spacy_elmo.corpus.runner import LOCK_NAME
 from spacy_elmo.corpus.temporary import owned_name
 
@@ -382,7 +382,7 @@ def _record(folder: Path, name: str = "a.hdf5", **changes) -> dict:
     model = {"kind": "saved", "name": "m", "sha256": "m1"}
     source = folder / "in" / "é.txt"  # named in the record, never read: absent
     assert not source.exists()
-    record = make_record(folder, Path(name), source, "s1", 3, model, {}, "o")
+    record = make_record(folder, InputFile(source, Path(name), "s1", 3, (0,), 3), 3, model, {}, "o")
     return {**record, **changes}
 
 

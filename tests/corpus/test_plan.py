@@ -26,7 +26,7 @@ from spacy_elmo.corpus.manifest import (
     make_record,
     read_manifest,
 )
-from spacy_elmo.corpus.plan import find_inputs, plan_inputs
+from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
 from spacy_elmo.corpus.runner import LOCK_NAME, output_lock
 
 SENTENCES = [
@@ -199,7 +199,8 @@ def test_manifest_records_what_is_done(tmp_path):
     options = {"float16": False}
     source = tmp_path / "in" / "a.txt"  # named in the record, never read: absent
     assert not source.exists()
-    record = make_record(tmp_path, Path("a.hdf5"), source, "s1", 3, model, options, "o")
+    item = InputFile(source, Path("a.hdf5"), "s1", 3, (0,), 3)
+    record = make_record(tmp_path, item, 3, model, options, "o")
     append_record(tmp_path, record)
     with open(tmp_path / MANIFEST_NAME, "a") as handle:
         handle.write('{"output": "b.hdf5", "inpu')  # a run killed while writing its record
