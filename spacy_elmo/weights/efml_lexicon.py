@@ -165,14 +165,8 @@ class EfmlLexicon:
     def load(cls, directory: str | Path) -> EfmlLexicon:
         """Read the `lexicon.json` written by `save`."""
         path = Path(directory) / LEXICON_NAME
-        if not path.exists():
-            raise MissingFileError(
-                2,
-                f"saved biLM directory {directory} is an ELMoForManyLangs model but has no "
-                f"{LEXICON_NAME} (its character and word dictionaries)",
-                str(path),
-            )
-        return cls.from_data(read_json(path, "lexicon", MAX_LEXICON_BYTES), str(path))
+        what = "lexicon (the dictionaries of a saved ELMoForManyLangs biLM)"
+        return cls.from_data(read_json(path, what, MAX_LEXICON_BYTES), str(path))
 
 
 def read_dictionary(path: Path, rows: int | None = None, table: str = "") -> dict[str, int]:
