@@ -70,16 +70,13 @@ def oversubscription(threads: int, cpus: int, source: str, what: str = "--thread
 
 
 def thread_count(threads: int | None, what: str = "--threads") -> int:
-    """The torch CPU threads for a setting: the one function that decides the count.
+    """The torch CPU threads for a setting (`what` names it; not a positive integer: ValueError).
 
-    `threads` when given (a count beyond the usable CPUs is kept and warned about once per
-    process, ThreadsWarning); by default (None) torch's current count (which follows
-    OMP_NUM_THREADS, as `torchrun` sets it) lowered to the CPUs this process may run at once
-    (`usable_cpus`: its affinity, a cgroup CPU quota). In a process forked from the one that
-    imported this module (`nlp.pipe(n_process=N)`'s workers): 1, whatever the setting, as
-    the OpenMP pool the parent started does not survive `fork` (the child's first
-    multi-threaded product would wait for it forever). `what` names the setting in messages;
-    a count that is not a positive integer is a ValueError naming it."""
+    A count given is kept, with one ThreadsWarning a process when it outnumbers the usable CPUs;
+    by default (None) torch's count (OMP_NUM_THREADS, as `torchrun` sets it) lowered to
+    `usable_cpus`. 1 in a process forked after this import (`nlp.pipe(n_process=N)`'s workers):
+    the parent's OpenMP pool does not survive `fork`, and a child's product would wait forever.
+    """
     global _warned
     if threads is not None and (
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
@@ -110,11 +107,10 @@ def use_threads(threads: int | None, what: str = "--threads") -> int:
 
 
 def bilm_threads(threads: int | None, *, overlapped: bool = False, training: bool = False) -> int:
-    """The torch threads of the `elmo` component's biLM: `thread_count` of its `threads`
-    setting; by default (null) one in training, where torch's threads beside other work wait
-    on each other for most of the time (`spacy train` 10x slower: docs/performance.md) and a
-    second thread gains little. One fewer when the biLM runs beside the caller (`overlap`: a
-    core left to the components after it; 0 where there is no core to spare)."""
+    """The `elmo` component's biLM threads: `thread_count` of its `threads` setting, by default
+    1 in training (torch's threads beside other work wait on each other: `spacy train` 10x
+    slower, docs/performance.md); one fewer when overlapped (a core left to the components
+    after it; 0 where none is spare)."""
     if threads is None and training:
         threads = 1
     return thread_count(threads, "the elmo component's threads") - int(overlapped)
