@@ -12,7 +12,7 @@ import hashlib
 import os
 import secrets
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -97,17 +97,9 @@ def _fsync(path: Path) -> None:
 
 
 def fsync_directory(folder: Path) -> None:
-    """Make the rename durable (best effort: not every file system syncs folders)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+    """Make the rename durable (best effort: not every system opens or syncs folders)."""
+    with suppress(OSError):
+        _fsync(folder)
 
 
 # ------------------------------------------------------------------------------- hashing
