@@ -1,5 +1,6 @@
 """Size limits that keep the project readable: the README and each docs page short, no module
-of the package over 500 lines, and no test that edits `sys.path` to import what it tests.
+of the package over 500 lines, the package no larger than today, and no test that edits
+`sys.path` to import what it tests.
 Code lines are counted as the lines a Python token other than a comment or a docstring covers
 (blank lines, comment lines and docstrings left out)."""
 
@@ -16,6 +17,10 @@ README_MAX_LINES = 200
 PAGE_MAX_LINES = 350
 PAGES_WITHOUT_LIMIT = ("API.md", "MODEL.md")  # generated; the model section by section
 MODULE_MAX_LINES = 500
+# The package today (13,315 lines, 9,887 of code on 2026-12-07), rounded up: it may only
+# shrink. The goal is 12,500 lines and 9,000 of code; lower these as it gets there.
+PACKAGE_MAX_LINES = 13_400
+PACKAGE_MAX_CODE_LINES = 9_950
 PATH_EDIT = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*[+]?=")
 LAYOUT_TOKENS = {
     tokenize.COMMENT,
@@ -75,6 +80,14 @@ def long_modules(root: Path) -> list[str]:
     ]
 
 
+def package_size(root: Path) -> tuple[int, int]:
+    """Lines and code lines of all the modules of spacy_elmo."""
+    modules = sorted((root / "spacy_elmo").rglob("*.py"))
+    lines = sum(line_count(path) for path in modules)
+    code = sum(code_lines(path.read_text(encoding="utf-8")) for path in modules)
+    return lines, code
+
+
 def sys_path_edits(root: Path) -> list[str]:
     """`file:line` of every `sys.path` edit in the Python files of tests/."""
     found = []
@@ -91,6 +104,12 @@ def test_pages_are_short():
 
 def test_modules_are_short():
     assert long_modules(REPO) == [], "split the module along one idea per file"
+
+
+def test_the_package_does_not_grow():
+    lines, code = package_size(REPO)
+    assert lines <= PACKAGE_MAX_LINES, f"{lines} lines: simplify before adding"
+    assert code <= PACKAGE_MAX_CODE_LINES, f"{code} code lines: simplify before adding"
 
 
 def test_no_test_edits_sys_path():
@@ -119,3 +138,5 @@ def test_the_counts_find_what_they_look_for(tmp_path):
         "    return (x,\n            1)\n"
     )
     assert code_lines(source) == 5  # def, the two lines of text, the two of return
+    (tmp_path / "spacy_elmo" / "f.py").write_text(source)
+    assert package_size(tmp_path) == (501 + 500 + 10, 501 + 500 + 5)
