@@ -40,11 +40,12 @@ def overlapped_pipe(
     component: TrainablePipe, stream: Iterable[Doc], batch_size: int
 ) -> Iterator[Doc]:
     """The docs of `stream` with the component's annotations, in order, in batches of
-    `batch_size`: batch i + 1 predicted in a thread of its own while batch i is with the
-    caller. Errors go to the component's error handler, batch by batch, as in
-    `TrainablePipe.pipe`. Each batch's thread ends with its batch, so a call that a later
-    component stops (or a caller that leaves early) leaves no thread behind once the batch
-    ahead is done, and each call holds its own batches' results: none can reach another call."""
+    `batch_size`: batch i + 1 predicted in a thread of its own, started once batch i's is
+    done, while batch i is with the caller. Errors go to the component's error handler, batch
+    by batch, as in `TrainablePipe.pipe`. Each batch's thread ends with its batch, so a call
+    that a later component stops (or a caller that leaves early) leaves no thread behind once
+    the batch ahead is done, and each call holds its own batches' results: none can reach
+    another call."""
     error_handler = component.get_error_handler()
     threads = bilm_threads(component.cfg["threads"], overlapped=True)
     name = f"{component.name}-bilm"
@@ -52,6 +53,8 @@ def overlapped_pipe(
     ahead: Optional[BatchAhead] = None
     try:
         for docs in minibatch(stream, size=batch_size):
+            if pending is not None:
+                pending.join()  # one prediction at a time: two would hold two batches' layers
             ahead = BatchAhead(name, component.predict, docs, threads)
             if pending is not None:
                 yield from _finish(component, pending, error_handler)

@@ -8,6 +8,7 @@ layers."""
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -202,3 +203,30 @@ def test_calls_side_by_side_give_every_doc_its_own_layers(bilm_dir, threads):
     assert_own_layers(nlp, [first for first, _ in pairs], a)
     assert_own_layers(nlp, [second for _, second in pairs], b)
     assert bilm_threads_running() == []
+
+
+def test_one_batch_is_predicted_at_a_time(bilm_dir, threads):
+    """The batch ahead starts once the one before it is predicted: two predictions at once
+    would hold two batches' layers and share the cores."""
+    nlp = tiny_nlp(bilm_dir)
+    nlp.initialize()
+    torch.set_num_threads(2)
+    elmo = nlp.get_pipe("elmo")
+    predict = elmo.predict
+    running, most = [], []
+
+    def slow_predict(docs, **kwargs):
+        running.append(docs)
+        most.append(len(running))
+        time.sleep(0.05)  # slower than the caller, who takes the docs at once
+        try:
+            return predict(docs, **kwargs)
+        finally:
+            running.remove(docs)
+
+    elmo.predict = slow_predict
+    assert overlap_applies(elmo)
+    docs = annotate(nlp, overlap=True, batch_size=2)
+    assert len(docs) == len(TEXTS)
+    assert len(most) == -(-len(TEXTS) // 2)  # every batch predicted once
+    assert max(most) == 1
