@@ -60,6 +60,11 @@ class PublishedModel:
         return (self.options_name, self.weights_name)
 
     @property
+    def command(self) -> str:
+        """The command that downloads this model, as the errors name it."""
+        return f"spacy-elmo download {self.name}"
+
+    @property
     def options(self) -> dict[str, Any]:
         """The published options.json of this model, as a dictionary."""
         return {
@@ -143,13 +148,13 @@ def cached_files(name: str) -> Optional[tuple[Path, Path]]:
     paths = tuple(folder / file_name for file_name in model.file_names)
     if not all(path.is_file() for path in paths):
         return None
-    record = read_record(folder, command=f"spacy-elmo download {name}")
+    record = read_record(folder, command=model.command)
     for path in paths:
         expected = record.get(path.name, {}).get("size")
         if expected is not None and path.stat().st_size != expected:
             raise ChecksumError(
                 f"cached file {path} is {path.stat().st_size} bytes, {expected} when it was "
-                f"downloaded; run `spacy-elmo download {name} --force` to download it again"
+                f"downloaded; run `{model.command} --force` to download it again"
             )
     return paths  # type: ignore[return-value]
 
@@ -175,7 +180,7 @@ def download(
     `speed_limit` (bytes a second, 0: none) and `speed_time` (seconds): the slowest transfer
     allowed, for how long (`util.download.Limits`: else the environment, else 60, 1024, 30)."""
     model = published_model(name)
-    folder, base, command = model.folder(), base_url(), f"spacy-elmo download {name}"
+    folder, base, command = model.folder(), base_url(), model.command
     limits = Limits.configured(timeout, speed_limit, speed_time)
     hint = (
         f"set {MIRROR_VARIABLE} to a mirror holding {model.shape}/ as published (https_proxy "
