@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, replace
@@ -20,6 +19,7 @@ from torch import nn
 
 from ..bilm import batch_to_ids
 from ..description.chars import batches_by_padded_tokens
+from ..util import signals
 from ..util import threads as cpu_threads
 from .checkpoint import (
     CHECKPOINT,
@@ -63,8 +63,6 @@ from .records import (
 from .rundir import locked_run_directory, prepare_run_directory
 
 logger = logging.getLogger("spacy_elmo.pretrain")
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Pretrainer:
@@ -190,10 +188,6 @@ class Pretrainer:
         from tqdm import tqdm
 
         config = self.config
-        # Ctrl-C, SIGTERM (what torchrun and job schedulers send) and SIGHUP (a dropped ssh
-        # session) end the step, write a checkpoint and return; the command then exits with
-        # 128 + the signal's number.
-        previous = {number: signal.signal(number, self._request_stop) for number in STOP_SIGNALS}
         bar = tqdm(
             total=config.max_steps,
             initial=self.step,
@@ -203,58 +197,17 @@ class Pretrainer:
         window = TrainWindow(8 if self.static_vectors is not None else 4)
         timing = BudgetTiming(self.step, config.max_steps)
         self._say(bar, budget_line(config, self.step, self.threads, str(self.device)))
-        try:
-            batches = self._my_batches()
-            while self.step < config.max_steps and not self._should_stop():
-                start = time.perf_counter()
-                epoch, sentences = next(batches)
-                self.model.train()
-                sums = self._loss(sentences, self.train_module)
-                loss = mean_loss(sums, config.vectors_weight)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), config.clip_norm
-                )
-                # before the step: the weights stay finite
-                self._check(step_problem(loss, grad_norm), self.step + 1)
-                self.optimizer.step()
-                self.scheduler.step()
-                self.step += 1
-                n_tokens = sum(len(s) for s in sentences) * self.ranks.world
-                self.tokens_seen += n_tokens
-                window.add(n_tokens, sums)
-                self.train_seconds += time.perf_counter() - start
-                bar.update(1)
-                if timing.add(time.perf_counter() - start):
-                    self._say(bar, estimate_line(config, self.step, timing.seconds_per_step))
-                if self.step % config.log_every == 0 or self.step == config.max_steps:
-                    record = window.record(
-                        self.step,
-                        epoch,
-                        self.tokens_seen,
-                        self.scheduler.get_last_lr()[0],
-                        self.train_seconds,
-                    )
-                    ppl = record["train_ppl"]
-                    bar.set_postfix(
-                        loss=f"{math.log(ppl):.3f}",
-                        ppl=f"{ppl:.1f}",
-                        tok_s=f"{record['tokens_per_s']:.0f}",
-                    )
-                    self._log(record)
-                    self.last_train_ppl = ppl
-                if self.step % config.eval_every == 0 or self.step == config.max_steps:
-                    held_out = self.evaluate()
-                    self._log({"step": self.step, **held_out})
-                    self._check(held_out_problem(held_out))
-                if self.step % config.checkpoint_every == 0:
-                    self.save_checkpoint()
-        finally:
-            bar.close()
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-        self.save_checkpoint()
+        # Under the command (util/signals), Ctrl-C, SIGTERM (what torchrun and job schedulers
+        # send) and SIGHUP (a dropped ssh session) end the step on every rank, then a checkpoint
+        # is written; the command exits with 128 + the signal's number.
+        with signals.deferred():
+            try:
+                self._train_steps(bar, window, timing)
+            finally:
+                bar.close()
+            self.save_checkpoint()
+            if self.stop_signal is not None:
+                signals.drop_pending()  # acted on: the run ends here, after its checkpoint
         if self.stop_signal is not None:
             if self.ranks.is_main:
                 logger.warning(
@@ -264,6 +217,54 @@ class Pretrainer:
             return {"interrupted": True, "step": self.step, "signal": self.stop_signal}
         return self.finish()
 
+    def _train_steps(self, bar, window: TrainWindow, timing: BudgetTiming) -> None:
+        """Steps until `max_steps` or a stop signal on any rank."""
+        config = self.config
+        batches = self._my_batches()
+        while self.step < config.max_steps and not self._should_stop():
+            start = time.perf_counter()
+            epoch, sentences = next(batches)
+            self.model.train()
+            sums = self._loss(sentences, self.train_module)
+            loss = mean_loss(sums, config.vectors_weight)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
+            # before the step: the weights stay finite
+            self._check(step_problem(loss, grad_norm), self.step + 1)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.step += 1
+            n_tokens = sum(len(s) for s in sentences) * self.ranks.world
+            self.tokens_seen += n_tokens
+            window.add(n_tokens, sums)
+            self.train_seconds += time.perf_counter() - start
+            bar.update(1)
+            if timing.add(time.perf_counter() - start):
+                self._say(bar, estimate_line(config, self.step, timing.seconds_per_step))
+            if self.step % config.log_every == 0 or self.step == config.max_steps:
+                record = window.record(
+                    self.step,
+                    epoch,
+                    self.tokens_seen,
+                    self.scheduler.get_last_lr()[0],
+                    self.train_seconds,
+                )
+                ppl = record["train_ppl"]
+                bar.set_postfix(
+                    loss=f"{math.log(ppl):.3f}",
+                    ppl=f"{ppl:.1f}",
+                    tok_s=f"{record['tokens_per_s']:.0f}",
+                )
+                self._log(record)
+                self.last_train_ppl = ppl
+            if self.step % config.eval_every == 0 or self.step == config.max_steps:
+                held_out = self.evaluate()
+                self._log({"step": self.step, **held_out})
+                self._check(held_out_problem(held_out))
+            if self.step % config.checkpoint_every == 0:
+                self.save_checkpoint()
+
     def _say(self, bar, line: str) -> None:
         """Log `line` on the main rank without tearing the progress bar."""
         if self.ranks.is_main:
@@ -271,12 +272,9 @@ class Pretrainer:
             logger.info(line)
             bar.refresh()
 
-    def _request_stop(self, signum, frame) -> None:  # noqa: ARG002
-        self.stop_signal = signum
-
     def _should_stop(self) -> bool:
         """Whether a stop signal came to any rank (all then stop at the same step)."""
-        self.stop_signal = int(self.ranks.max(self.stop_signal or 0)) or None
+        self.stop_signal = int(self.ranks.max(signals.pending() or 0)) or None
         return self.stop_signal is not None
 
     def _check(self, problem: Optional[str], step: Optional[int] = None) -> None:

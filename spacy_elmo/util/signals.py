@@ -6,7 +6,8 @@ the exit code 128 + the signal's number.
 `Stopped` where the program is, so that `finally` blocks run (SIGTERM's and SIGHUP's default
 would end the process without them), and records it (`received`): the command never ends with
 0 after one. A block that a signal must not cut short (Ray starting or ending) runs under
-`deferred()`; a signal meanwhile is raised when the block is done.
+`deferred()`; a signal meanwhile is raised when the block is done. A loop that ends itself at
+a safe point (pretraining, at a step boundary) asks `pending()` there and `drop_pending()`s it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,17 @@ def received() -> Optional[tuple[str, int]]:
 def forget() -> None:
     """A new command starts: no signal received yet."""
     _state.update(received=None, pending=None)
+
+
+def pending() -> Optional[int]:
+    """The number of the signal a `deferred()` block holds back, None if none came."""
+    return _state["pending"]
+
+
+def drop_pending() -> None:
+    """The block has ended its work because of `pending()`: the signal is not raised when the
+    block is done (the command still ends with its code, `received`)."""
+    _state["pending"] = None
 
 
 @contextmanager
