@@ -16,6 +16,26 @@ ACTIVATIONS = ("relu", "tanh")
 # word) dictionaries of an ELMoForManyLangs model (`elmoformanylangs.py`), which the
 # biLM then carries.
 CHAR_VOCABULARIES = ("bytes", "dictionary")
+REQUIRED = object()
+# Every field read from options.json (docs/MODEL.md §2): its key, its kind and its default
+# (absent or null). A kind is the least integer allowed, a tuple of the values allowed, "flag"
+# (true or false), "clip" (a number, or null, 0 or false for none) or "filters".
+FIELDS: dict[str, tuple[str, Any, Any]] = {
+    "char_embedding_dim": ("char_cnn.embedding.dim", 1, REQUIRED),
+    "filters": ("char_cnn.filters", "filters", REQUIRED),
+    "n_highway": ("char_cnn.n_highway", 0, 0),
+    "activation": ("char_cnn.activation", ACTIVATIONS, "relu"),
+    "lstm_dim": ("lstm.dim", 1, REQUIRED),
+    "projection_dim": ("lstm.projection_dim", 1, REQUIRED),
+    "n_layers": ("lstm.n_layers", 1, 1),
+    "cell_clip": ("lstm.cell_clip", "clip", None),
+    "proj_clip": ("lstm.proj_clip", "clip", None),
+    "use_skip_connections": ("lstm.use_skip_connections", "flag", False),
+    "char_vocabulary": ("char_cnn.char_vocabulary", CHAR_VOCABULARIES, "bytes"),
+    "n_characters": ("char_cnn.n_characters", 2, N_CHARACTERS),
+    "word_embedding_dim": ("char_cnn.word_embedding.dim", 0, 0),
+    "n_words": ("char_cnn.word_embedding.n_words", 0, 0),
+}
 
 
 @dataclass(frozen=True)
@@ -65,168 +85,59 @@ class BiLMOptions:
     @classmethod
     def from_dict(cls, options: dict[str, Any], source: str = "options") -> BiLMOptions:
         """Parse the bilm-tf options dictionary; raise ValueError naming the bad key."""
-
-        def get(section: str, key: str, default: Any = KeyError) -> Any:
-            value = options[section].get(key, default)  # both sections are dicts (below)
-            if value is KeyError:
-                raise ValueError(f"{source}: missing required key '{section}.{key}'")
-            return value
-
-        def integer(key: str, value: Any) -> int:
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"{source}: '{key}' must be an integer, got {value!r}")
-            return value
-
-        def flag(key: str, value: Any) -> bool:
-            if value in (0, 1) and not isinstance(value, str):  # bools, and 0/1 as written
-                return bool(value)
-            raise ValueError(f"{source}: '{key}' must be true or false, got {value!r}")
-
         if not isinstance(options, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(options).__name__}")
         for section in ("char_cnn", "lstm"):
             if not isinstance(options.get(section), dict):
                 found = "" if section not in options else f", got {options[section]!r}"
                 raise ValueError(f"{source}: missing the '{section}' object{found}")
-        embedding = get("char_cnn", "embedding")
-        if not isinstance(embedding, dict) or "dim" not in embedding:
-            raise ValueError(f"{source}: missing required key 'char_cnn.embedding.dim'")
-        raw_filters = get("char_cnn", "filters")
-        if not isinstance(raw_filters, (list, tuple)) or not all(
-            isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in raw_filters
-        ):
-            raise ValueError(
-                f"{source}: 'char_cnn.filters' must be a list of [width, n_filters] pairs, "
-                f"got {raw_filters!r}"
-            )
-        filters = tuple(
-            (integer("char_cnn.filters", w), integer("char_cnn.filters", n)) for w, n in raw_filters
-        )
-        max_chars = get("char_cnn", "max_characters_per_token", MAX_CHARS_PER_TOKEN)
+        values = {
+            name: _read_field(options, key, kind, default, source)
+            for name, (key, kind, default) in FIELDS.items()
+        }
+        max_chars = options["char_cnn"].get("max_characters_per_token", MAX_CHARS_PER_TOKEN)
         if max_chars != MAX_CHARS_PER_TOKEN:
             raise ValueError(
                 f"{source}: 'char_cnn.max_characters_per_token' is {max_chars}; ELMo's "
                 f"character mapping has exactly {MAX_CHARS_PER_TOKEN} slots"
             )
-        char_vocabulary = get("char_cnn", "char_vocabulary", "bytes")  # checked by `validate`
-        n_characters = get("char_cnn", "n_characters", N_CHARACTERS)
-        word_embedding: Any = {}
-        if char_vocabulary == "dictionary":
-            n_characters = integer("char_cnn.n_characters", n_characters)
-            word_embedding = get("char_cnn", "word_embedding", {})
-            if not isinstance(word_embedding, dict):
+        if values["char_vocabulary"] == "bytes":
+            if values["n_characters"] not in (N_CHARACTERS - 1, N_CHARACTERS):
                 raise ValueError(
-                    f"{source}: 'char_cnn.word_embedding' must be an object with 'dim' and "
-                    f"'n_words', got {word_embedding!r}"
+                    f"{source}: 'char_cnn.n_characters' is {values['n_characters']}; expected "
+                    f"{N_CHARACTERS} (or {N_CHARACTERS - 1} as written during training)"
                 )
-        elif n_characters not in (N_CHARACTERS - 1, N_CHARACTERS):
-            raise ValueError(
-                f"{source}: 'char_cnn.n_characters' is {n_characters}; expected "
-                f"{N_CHARACTERS} (or {N_CHARACTERS - 1} as written during training)"
-            )
-        known = {
-            "char_cnn": {
-                "embedding",
-                "filters",
-                "n_highway",
-                "activation",
-                "max_characters_per_token",
-                "n_characters",
-                "char_vocabulary",
-                "word_embedding",
-            },
-            "lstm": {
-                "dim",
-                "projection_dim",
-                "n_layers",
-                "cell_clip",
-                "proj_clip",
-                "use_skip_connections",
-            },
-        }
+            values["n_characters"] = N_CHARACTERS
+        known = {section: {"max_characters_per_token"} for section in ("char_cnn", "lstm")}
+        for key, _, _ in FIELDS.values():
+            section, name = key.split(".")[:2]
+            known[section].add(name)
         extra = {k: v for k, v in options.items() if k not in known}
         for section, keys in known.items():
             leftovers = {k: v for k, v in options[section].items() if k not in keys}
             if leftovers:
                 extra[section] = leftovers
-        activation = get("char_cnn", "activation", "relu")
-        if not isinstance(activation, str):
-            raise ValueError(
-                f"{source}: 'char_cnn.activation' must be a string, got {activation!r}"
-            )
-        parsed = cls(
-            char_embedding_dim=integer("char_cnn.embedding.dim", embedding["dim"]),
-            filters=filters,
-            n_highway=integer("char_cnn.n_highway", get("char_cnn", "n_highway", 0) or 0),
-            activation=activation,
-            lstm_dim=integer("lstm.dim", get("lstm", "dim")),
-            projection_dim=integer("lstm.projection_dim", get("lstm", "projection_dim")),
-            n_layers=integer("lstm.n_layers", get("lstm", "n_layers", 1)),
-            cell_clip=_optional_clip(get("lstm", "cell_clip", None), "lstm.cell_clip", source),
-            proj_clip=_optional_clip(get("lstm", "proj_clip", None), "lstm.proj_clip", source),
-            use_skip_connections=flag(
-                "lstm.use_skip_connections", get("lstm", "use_skip_connections", False)
-            ),
-            extra=copy.deepcopy(extra),
-            char_vocabulary=char_vocabulary,
-            n_characters=n_characters if char_vocabulary == "dictionary" else N_CHARACTERS,
-            word_embedding_dim=integer("char_cnn.word_embedding.dim", word_embedding.get("dim", 0)),
-            n_words=integer("char_cnn.word_embedding.n_words", word_embedding.get("n_words", 0)),
-        )
+        parsed = cls(**values, extra=copy.deepcopy(extra))
         parsed.validate(source)
         return parsed
 
     def validate(self, source: str = "options") -> None:
-        """Raise ValueError when a value cannot describe a working biLM."""
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"{source}: 'char_cnn.activation' is {self.activation!r}; "
-                f"expected one of {ACTIVATIONS}"
-            )
-        if not self.filters:
-            raise ValueError(f"{source}: 'char_cnn.filters' is empty")
-        for width, n in self.filters:
-            if not 1 <= width <= MAX_CHARS_PER_TOKEN or n < 1:
-                raise ValueError(f"{source}: bad filter [{width}, {n}] in 'char_cnn.filters'")
-        positive = {
-            "char_cnn.embedding.dim": self.char_embedding_dim,
-            "lstm.dim": self.lstm_dim,
-            "lstm.projection_dim": self.projection_dim,
-            "lstm.n_layers": self.n_layers,
-        }
-        for key, value in positive.items():
-            if value < 1:
-                raise ValueError(f"{source}: '{key}' must be positive, got {value}")
+        """Raise ValueError when the values together cannot describe a working biLM (each one
+        alone is checked as it is read)."""
         if self.projection_dim > self.lstm_dim:
             raise ValueError(
                 f"{source}: 'lstm.projection_dim' ({self.projection_dim}) is larger than "
                 f"'lstm.dim' ({self.lstm_dim})"
             )
-        if self.n_highway < 0:
-            raise ValueError(f"{source}: 'char_cnn.n_highway' is negative")
-        if self.char_vocabulary not in CHAR_VOCABULARIES:
-            raise ValueError(
-                f"{source}: 'char_cnn.char_vocabulary' is {self.char_vocabulary!r}; expected one "
-                f"of {CHAR_VOCABULARIES}"
-            )
         if self.char_vocabulary == "dictionary":
-            if self.n_characters < 2:
-                raise ValueError(
-                    f"{source}: 'char_cnn.n_characters' must be at least 2, got {self.n_characters}"
-                )
-            if self.word_embedding_dim < 0 or self.n_words < 0:
-                raise ValueError(f"{source}: 'char_cnn.word_embedding' has a negative size")
             if (self.word_embedding_dim > 0) != (self.n_words > 0):
                 raise ValueError(
                     f"{source}: 'char_cnn.word_embedding' needs both 'dim' and 'n_words' "
                     f"(got dim {self.word_embedding_dim}, n_words {self.n_words})"
                 )
-        elif self.word_embedding_dim or self.n_words or self.n_characters != N_CHARACTERS:
+        elif self.word_embedding_dim or self.n_words:
             raise ValueError(
-                f"{source}: a word embedding and a character table of other than "
-                f"{N_CHARACTERS} rows need 'char_cnn.char_vocabulary': 'dictionary'"
+                f"{source}: a word embedding needs 'char_cnn.char_vocabulary': 'dictionary'"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -281,10 +192,58 @@ class BiLMOptions:
         return count + 2 * self.n_layers * per_cell
 
 
-def _optional_clip(value: Any, key: str, source: str) -> float | None:
-    """bilm-tf and AllenNLP only clip when the value is truthy."""
-    if value is None or value is False:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{source}: '{key}' must be a number or null, got {value!r}")
-    return float(value) if value else None
+def _read_field(options: dict[str, Any], key: str, kind: Any, default: Any, source: str) -> Any:
+    """The value of `key` ("section.name", "section.object.name") checked as its `kind` says
+    (FIELDS); absent or null: `default`."""
+    *parents, name = key.split(".")
+    holder = options
+    for depth, part in enumerate(parents):
+        holder = holder.get(part) or {}
+        if not isinstance(holder, dict):
+            where = ".".join(parents[: depth + 1])
+            raise ValueError(f"{source}: '{where}' must be an object, got {holder!r}")
+    value = holder.get(name)
+    if value is None:
+        if default is REQUIRED:
+            raise ValueError(f"{source}: missing required key '{key}'")
+        return default
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise ValueError(f"{source}: '{key}' is {value!r}; expected one of {kind}")
+        return value
+    if kind == "flag":
+        if value in (0, 1) and not isinstance(value, str):  # bools, and 0/1 as written
+            return bool(value)
+        raise ValueError(f"{source}: '{key}' must be true or false, got {value!r}")
+    if kind == "clip":  # bilm-tf and AllenNLP only clip when the value is truthy
+        if value is False:
+            return None
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            raise ValueError(f"{source}: '{key}' must be a number or null, got {value!r}")
+        return float(value) or None
+    if kind == "filters":
+        pairs = isinstance(value, (list, tuple)) and all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in value
+        )
+        if not pairs or not value:
+            raise ValueError(
+                f"{source}: '{key}' must be a list of [width, n_filters] pairs, got {value!r}"
+            )
+        filters = tuple((_integer(key, w, source), _integer(key, n, source)) for w, n in value)
+        for width, n in filters:
+            if not 1 <= width <= MAX_CHARS_PER_TOKEN or n < 1:
+                raise ValueError(f"{source}: bad filter [{width}, {n}] in '{key}'")
+        return filters
+    value = _integer(key, value, source)
+    if value < kind:
+        raise ValueError(f"{source}: '{key}' must be at least {kind}, got {value}")
+    return value
+
+
+def _integer(key: str, value: Any, source: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{source}: '{key}' must be an integer, got {value!r}")
+    return value
