@@ -23,9 +23,8 @@ from thinc.types import Floats3d
 from ..bilm import BiLM, BiLMOptions
 from ..bilm.cache import BoundedCache
 from ..description.chars import batches_by_padded_tokens
-from .bilm_wrapper import PendingBiLM, bilm_layer, install_bilm
+from .bilm_wrapper import install_bilm
 
-STORE_DTYPES = ("float32", "float16")
 # The architecture keys of spacy_elmo.ElmoModel.v1 (fields of BiLMOptions) and the options.json
 # keys they set.
 ARCHITECTURE_KEYS = {
@@ -63,62 +62,6 @@ class UnitRule:
 
     split_sentences: bool
     sentence_punct: Optional[Tuple[str, ...]]
-
-
-def elmo_model(
-    architecture: Dict[str, Any],
-    *,
-    max_tokens: int,
-    batch_tokens: int,
-    frozen: bool,
-    grad_factor: float,
-    cache_tokens: int,
-    cache_mb: Optional[float],
-    store_dtype: str,
-) -> Model[List[Doc], List[Floats3d]]:
-    """Thinc model mapping docs to one (L + 1, n_tokens, 2P) array each.
-
-    `architecture` has the ARCHITECTURE_KEYS; a value of None is taken from the weights.
-    The defaults of the other arguments are those of `spacy_elmo.ElmoModel.v1`.
-    """
-    if store_dtype not in STORE_DTYPES:
-        raise ValueError(f"store_dtype must be one of {STORE_DTYPES}, got {store_dtype!r}")
-    if max_tokens < 1 or batch_tokens < max_tokens + 2:
-        raise ValueError(
-            f"need max_tokens >= 1 and batch_tokens >= max_tokens + 2, got max_tokens="
-            f"{max_tokens}, batch_tokens={batch_tokens}"
-        )
-    if cache_tokens < 0:
-        raise ValueError(f"cache_tokens must be non-negative, got {cache_tokens}")
-    if cache_mb is not None and cache_mb < 0:
-        raise ValueError(f"cache_mb must be non-negative or null, got {cache_mb}")
-    configured = {k: v for k, v in architecture.items() if v is not None}
-    if len(configured) == len(ARCHITECTURE_KEYS):
-        options = options_from_architecture(configured, source="[components.elmo.model]")
-        bilm = BiLM(options)
-        dims = {"nO": options.output_dim, "n_layers": options.n_layers + 1}
-    else:  # the dims that the config gives are known already
-        bilm = PendingBiLM()
-        projection_dim, n_layers = configured.get("projection_dim"), configured.get("n_layers")
-        dims = {
-            "nO": None if projection_dim is None else 2 * projection_dim,
-            "n_layers": None if n_layers is None else n_layers + 1,
-        }
-    max_bytes = None if cache_mb is None else int(cache_mb * 2**20)
-    return Model(
-        "elmo",
-        forward,
-        init=ensure_weights,
-        layers=[bilm_layer(bilm)],
-        dims=dims,
-        attrs={
-            "architecture": configured,  # what the config gave; the rest comes from the weights
-            "settings": RunSettings(max_tokens, batch_tokens, frozen, grad_factor, store_dtype),
-            "weights_loaded": False,
-            # a training unit's words -> its layers; the size of an entry is its tokens
-            "cache": BoundedCache(cache_tokens if frozen else 0, max_bytes, size=len),
-        },
-    )
 
 
 def options_from_architecture(architecture: Dict[str, Any], source: str) -> BiLMOptions:
@@ -265,7 +208,9 @@ def _run_bilm(
     settings: RunSettings = model.attrs["settings"]
     bilm_ids = get_bilm(model)  # its token -> id mapping (UTF-8 bytes, or a model's dictionaries)
     backprops = []
-    for batch in batches_by_tokens(units, settings.batch_tokens):
+    longest_first = sorted(units, key=len, reverse=True)
+    # a batch's padded size (rows x (longest + 2)) stays within batch_tokens
+    for batch in batches_by_padded_tokens(longest_first, settings.batch_tokens):
         char_ids = model.ops.asarray(bilm_ids.batch_to_ids([unit.words for unit in batch]).numpy())
         if fine_tune:
             layers, backprop_batch = layer.begin_update(char_ids)
@@ -289,6 +234,9 @@ class Unit:
     doc: int
     positions: Sequence[int]
     words: Tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.words)
 
 
 def doc_units(
@@ -349,9 +297,3 @@ def rule_sentences(doc: Doc, punct_chars: Optional[List[str]] = None) -> List[Sp
 def _punct_set(punct_chars: Optional[Tuple[str, ...]]) -> frozenset:
     """The sentence-final characters, as `Sentencizer(punct_chars=...)` takes them."""
     return frozenset(punct_chars or Sentencizer.default_punct_chars)
-
-
-def batches_by_tokens(units: List[Unit], batch_tokens: int) -> List[List[Unit]]:
-    """Longest first; a batch's padded size (rows x (longest + 2)) stays within batch_tokens."""
-    ordered = sorted(units, key=lambda unit: -len(unit.words))
-    return list(batches_by_padded_tokens(ordered, batch_tokens, length=lambda u: len(u.words)))

@@ -10,13 +10,19 @@ from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
+from ..bilm import BiLM
+from ..bilm.cache import BoundedCache
+from ..layers.bilm_wrapper import PendingBiLM, bilm_layer
 from ..layers.elmo_model import (
     ARCHITECTURE_KEYS,
+    RunSettings,
     UnitRule,
     architecture_of,
-    elmo_model,
+    ensure_weights,
     get_bilm,
+    options_from_architecture,
 )
+from ..layers.elmo_model import forward as elmo_forward
 from ..layers.leading_columns import leading_columns
 from ..layers.listener import ElmoLayersListener
 from ..layers.own_dropout import own_dropout
@@ -27,6 +33,7 @@ LISTENER = "spacy_elmo.ElmoListener.v1"
 TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
 TOK2VEC_V2 = "spacy_elmo.ElmoTok2Vec.v2"
 MIX = "spacy_elmo.ElmoMix.v1"
+STORE_DTYPES = ("float32", "float16")
 
 
 def architecture_defaults(function: Callable[..., Any]) -> Dict[str, Any]:
@@ -70,6 +77,17 @@ def ElmoModel(
     How docs are cut into sentences (`split_sentences`, `sentence_punct`) is a setting of the
     model's holder: the `elmo` component, or the `spacy_elmo.ElmoMix.v1` replacing a listener.
     """
+    if store_dtype not in STORE_DTYPES:
+        raise ValueError(f"store_dtype must be one of {STORE_DTYPES}, got {store_dtype!r}")
+    if max_tokens < 1 or batch_tokens < max_tokens + 2:
+        raise ValueError(
+            f"need max_tokens >= 1 and batch_tokens >= max_tokens + 2, got max_tokens="
+            f"{max_tokens}, batch_tokens={batch_tokens}"
+        )
+    if cache_tokens < 0:
+        raise ValueError(f"cache_tokens must be non-negative, got {cache_tokens}")
+    if cache_mb is not None and cache_mb < 0:
+        raise ValueError(f"cache_mb must be non-negative or null, got {cache_mb}")
     architecture = {
         "char_embedding_dim": char_embedding_dim,
         "filters": filters,
@@ -82,18 +100,31 @@ def ElmoModel(
         "proj_clip": proj_clip,
         "use_skip_connections": use_skip_connections,
     }
-    model = elmo_model(
-        architecture,
-        max_tokens=max_tokens,
-        batch_tokens=batch_tokens,
-        frozen=frozen,
-        grad_factor=grad_factor,
-        cache_tokens=cache_tokens,
-        cache_mb=cache_mb,
-        store_dtype=store_dtype,
+    configured = {key: value for key, value in architecture.items() if value is not None}
+    if len(configured) == len(ARCHITECTURE_KEYS):
+        bilm = BiLM(options_from_architecture(configured, source="[components.elmo.model]"))
+    else:  # the architecture comes from the weights (`set_weights`)
+        bilm = PendingBiLM()
+    max_bytes = None if cache_mb is None else int(cache_mb * 2**20)
+    return Model(
+        "elmo",
+        elmo_forward,
+        init=ensure_weights,
+        layers=[bilm_layer(bilm)],
+        # the dims that the config gives are known already
+        dims={
+            "nO": None if projection_dim is None else 2 * projection_dim,
+            "n_layers": None if n_layers is None else n_layers + 1,
+        },
+        attrs={
+            "architecture": configured,  # what the config gave; the rest comes from the weights
+            "settings": RunSettings(max_tokens, batch_tokens, frozen, grad_factor, store_dtype),
+            "weights_loaded": False,
+            # a training unit's words -> its layers; the size of an entry is its tokens
+            "cache": BoundedCache(cache_tokens if frozen else 0, max_bytes, size=len),
+            "replace_listener": _replace_listener,
+        },
     )
-    model.attrs["replace_listener"] = _replace_listener
-    return model
 
 
 def set_unit_rule(model: Model, *, split_sentences: bool, sentence_punct: Optional[List[str]]):

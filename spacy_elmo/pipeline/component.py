@@ -150,11 +150,9 @@ class Elmo(TrainablePipe):
         set_unit_rule(
             model, split_sentences=cfg["split_sentences"], sentence_punct=cfg["sentence_punct"]
         )
-        self._mix_coefficients: Optional[numpy.ndarray] = None
         self._thread_counts: Dict[tuple, int] = {}  # `_threads`
         if model.maybe_get_dim("n_layers") is not None:
-            n_layers = model.get_dim("n_layers")
-            self._mix_coefficients = mix_coefficients(cfg["mix_weights"], cfg["gamma"], n_layers)
+            self.mix_coefficients()  # mix_weights checked now where the biLM is known
 
     # ------------------------------------------------------------------ the biLM
     def _bilm_as_configured(self) -> None:
@@ -175,15 +173,10 @@ class Elmo(TrainablePipe):
             self._thread_counts[key] = bilm_threads(self.cfg["threads"], training=training)
         return self._thread_counts[key]
 
-    @property
     def mix_coefficients(self) -> numpy.ndarray:
         """c = gamma * s of `doc._.elmo` (known once the biLM's number of layers is)."""
         n_layers = self.model.get_dim("n_layers")
-        if self._mix_coefficients is None or len(self._mix_coefficients) != n_layers:
-            self._mix_coefficients = mix_coefficients(
-                self.cfg["mix_weights"], self.cfg["gamma"], n_layers
-            )
-        return self._mix_coefficients
+        return mix_coefficients(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)
 
     # ------------------------------------------------------------------ listeners
     @property
@@ -238,9 +231,9 @@ class Elmo(TrainablePipe):
             return self.model.predict(list(docs))
 
     def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
-        coefficients = self.model.ops.asarray(self.mix_coefficients)
+        coefficients = self.mix_coefficients()
         for doc, doc_layers in zip(docs, layers):
-            doc._.elmo_mix_coefficients = self.mix_coefficients.tolist()
+            doc._.elmo_mix_coefficients = coefficients.tolist()
             doc._.elmo_layers = doc_layers  # checked against the coefficients and the doc
             if self.cfg["set_tensor"]:
                 doc.tensor = mix_layers(doc_layers, coefficients)
@@ -319,9 +312,7 @@ class Elmo(TrainablePipe):
         for listener in self.listeners:
             set_listener_dims(listener, width, n_layers)
         self._check_listeners()
-        self._mix_coefficients = mix_coefficients(
-            self.cfg["mix_weights"], self.cfg["gamma"], n_layers
-        )
+        self.mix_coefficients()  # mix_weights checked against the biLM
         if nlp is None:
             return
         record_architecture(nlp, self.name, self.model, self.listening_components)
