@@ -22,7 +22,6 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 
 from ..util.extras import install_hint
 from ..util.signals import deferred
-from .reaper import descendants, end_processes, start_reaper, stop_reaper
 
 # A killed worker is restarted (each time: an overnight run may lose many), and the shard it was
 # running is retried this many times (a shard that kills every worker it meets then fails).
@@ -143,6 +142,8 @@ def run_tasks(
     from tqdm import tqdm
 
     ray = require_ray()
+    from .reaper import RunProcesses
+
     stats = RunStats()
     start = time.perf_counter()
     address = cluster.address or os.environ.get("RAY_ADDRESS") or None
@@ -158,16 +159,14 @@ def run_tasks(
 
         check_ray_address(address)  # ray.init waits without end when nothing answers there
         init = {"address": address}
-    before = descendants()  # the driver's processes from before: not the run's to end
-    started: dict[int, int] = {}
-    reaper = None
+    processes = RunProcesses()
     ray_ended = threading.Event()
     try:
         with _ray_lines_dropped(), deferred():  # a signal is acted on once Ray has started
             if address is None:
-                reaper = start_reaper()
+                processes.watch()
             _start_ray(ray, ray_ended, **init)
-        started.update(_new(before, reaper))
+        processes.note()
         resources = ray.cluster_resources()
         node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         # a worker's threads are on one node: never more than the largest node has
@@ -187,7 +186,7 @@ def run_tasks(
         for info in _gather(ray, [a.setup.remote() for a in actors]):
             stats.workers.add(info["worker"])
             stats.nodes.add(info["node"])
-        started.update(_new(before, reaper))  # the workers
+        processes.note()  # the workers
         stats.startup_seconds = time.perf_counter() - start
         bar = tqdm(
             total=sum(task.lines for task in tasks),
@@ -201,7 +200,7 @@ def run_tasks(
             _drive(ray, actors, tasks, on_done, stats, bar)
         stats.run_seconds = time.perf_counter() - start - stats.startup_seconds
     finally:
-        _end_ray(ray, before, started, reaper)
+        _end_ray(ray, processes)
         ray_ended.set()
     return stats
 
@@ -304,26 +303,15 @@ def _start_ray(ray, ended: threading.Event, **init: Any) -> None:
         ) from None
 
 
-def _new(before: dict[int, int], reaper) -> dict[int, int]:
-    """The processes below this one that the run started (pid -> start time)."""
-    found = descendants()
-    return {
-        pid: start
-        for pid, start in found.items()
-        if before.get(pid) != start and (reaper is None or pid != reaper.pid)
-    }
-
-
-def _end_ray(ray, before: dict[int, int], started: dict[int, int], reaper) -> None:
+def _end_ray(ray, processes) -> None:
     """Disconnect from Ray (ending a local instance), then end what is left of the processes
     the run started, then the watchdog; a signal meanwhile waits until they are gone."""
     with deferred(), _ray_lines_dropped():
-        started.update(_new(before, reaper))
+        processes.note()
         try:
             ray.shutdown()
         finally:
-            end_processes(started)
-            stop_reaper(reaper)
+            processes.end()
 
 
 @contextmanager

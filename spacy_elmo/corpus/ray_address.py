@@ -1,5 +1,5 @@
 """Is a Ray cluster there? `ray.init(address=...)` waits without end when nothing answers, so a
-TCP connection and an HTTP/2 (gRPC) handshake check `--address` first, within a time limit.
+TCP connection and a gRPC handshake check `--address` first, within a time limit.
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ from typing import Optional
 
 TIMEOUT_VARIABLE = "SPACY_ELMO_RAY_CONNECT_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0
-# An HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113 §3.4, §6.5).
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
-_SETTINGS = 4
 RAY_CLIENT_PORT = 10001  # Ray's default for `ray://host`
 
 
@@ -42,30 +39,25 @@ def check_ray_address(address: str, timeout: Optional[float] = None) -> None:
     host, port = endpoint
     deadline = time.monotonic() + timeout
     hint = f"is a Ray cluster running there (`ray start --head`)? ({TIMEOUT_VARIABLE}={timeout:g}s)"
-    try:
-        connection = socket.create_connection((host, port), timeout=timeout)
+    try:  # a refused connection is said at once, where gRPC would try again until the timeout
+        socket.create_connection((host, port), timeout=timeout).close()
     except OSError as error:
         reason = "no answer" if isinstance(error, socket.timeout) else error.strerror or error
         raise ValueError(f"cannot join the Ray cluster at {address}: {reason}; {hint}") from None
-    with connection:
-        if os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true"):
-            return  # a TLS cluster: the handshake below is not the first thing it expects
+    if os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true"):
+        return  # a TLS cluster: a plain gRPC channel cannot tell
+    import grpc
+
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    with grpc.insecure_channel(target) as channel:
         try:
-            connection.settimeout(max(0.001, deadline - time.monotonic()))
-            connection.sendall(_PREFACE)
-            header = connection.makefile("rb").read(9)  # a frame header: 9 bytes
-        except OSError as error:
-            header = b""
-            if not isinstance(error, socket.timeout):
-                raise ValueError(
-                    f"cannot join the Ray cluster at {address}: {error.strerror or error}; {hint}"
-                ) from None
-    if len(header) < 9 or header[3] != _SETTINGS:
-        what = "nothing" if not header else "something that is not gRPC"
-        raise ValueError(
-            f"cannot join the Ray cluster at {address}: {host}:{port} accepts connections but "
-            f"{what} answered a gRPC handshake within {timeout:g}s; {hint}"
-        )
+            ready = grpc.channel_ready_future(channel)
+            ready.result(timeout=max(0.001, deadline - time.monotonic()))
+        except grpc.FutureTimeoutError:
+            raise ValueError(
+                f"cannot join the Ray cluster at {address}: {host}:{port} accepts connections "
+                f"but nothing answered a gRPC handshake within {timeout:g}s; {hint}"
+            ) from None
 
 
 def _resolve(address: str) -> str:

@@ -1,6 +1,7 @@
-"""The processes a corpus run started, ended with it however it ends (Linux: /proc): a watchdog
-notes the driver's new descendants every half second and kills them once the driver is gone
-(its pipe closes), even after a SIGKILL.
+"""The processes a corpus run started, ended with it however it ends: a watchdog notes the
+driver's new descendants every half second and kills them once the driver is gone (its pipe
+closes), even after a SIGKILL. A process is known by its pid and start time (psutil.Process),
+so a reused pid is never killed.
 
     python reaper.py DRIVER_PID   (stdin: a pipe from the driver; "+" on stdout when ready)
 """
@@ -13,102 +14,83 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Optional
+from contextlib import suppress
+from typing import Iterable, Optional
+
+import psutil
 
 POLL_SECONDS = 0.5
 END_WAIT_SECONDS = 10.0  # how long `end_processes` waits for the processes it killed
 
 
-def start_reaper() -> Optional[subprocess.Popen]:
-    """Start the watchdog for this process (None where there is no /proc to watch)."""
-    if not Path("/proc/self/stat").exists():
-        return None
-    reaper = subprocess.Popen(
-        # the file itself, not the module: importing spacy_elmo would take seconds
-        [sys.executable, "-S", __file__, str(os.getpid())],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        start_new_session=True,  # not in the driver's process group: Ctrl-C does not reach it
-    )
-    reaper.stdout.read(1)  # it has noted the processes from before: Ray may start now
-    return reaper
+class RunProcesses:
+    """The processes that a run starts below this one: noted as they appear, ended with it."""
+
+    def __init__(self) -> None:
+        self.before = descendants()  # from before the run: not its to end
+        self.started: set[psutil.Process] = set()
+        self.reaper: Optional[subprocess.Popen] = None
+
+    def watch(self) -> None:
+        """Start the watchdog, which ends them even when this process is SIGKILLed."""
+        self.reaper = subprocess.Popen(
+            # the file itself, not the module: importing spacy_elmo would take seconds
+            [sys.executable, __file__, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # not in the driver's process group: Ctrl-C misses it
+        )
+        self.reaper.stdout.read(1)  # it has noted the processes from before: Ray may start now
+        self.before.add(psutil.Process(self.reaper.pid))
+
+    def note(self) -> None:
+        self.started |= descendants() - self.before
+
+    def end(self) -> None:
+        """End what is left of them, then the watchdog."""
+        end_processes(self.started)
+        if self.reaper is not None:
+            self.reaper.stdin.close()
+            try:
+                self.reaper.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                self.reaper.kill()
 
 
-def stop_reaper(reaper: Optional[subprocess.Popen]) -> None:
-    """The driver is done: the watchdog ends what is left of its processes, and exits."""
-    if reaper is not None:
-        reaper.stdin.close()
-        try:
-            reaper.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            reaper.kill()
-
-
-def _stat(pid: int) -> Optional[tuple[str, int, int]]:
-    """(state letter, parent pid, start time) of a process, None if it is gone."""
+def descendants(root: Optional[int] = None) -> set[psutil.Process]:
+    """Every process below `root` (default: this one), but this one."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[1]), int(fields[19])
+        found = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return set()
+    return {process for process in found if process.pid != os.getpid()}
 
 
-def descendants(root: Optional[int] = None) -> dict[int, int]:
-    """pid -> start time of every process below `root` (default: this one); empty where there
-    is no /proc to read."""
-    root = os.getpid() if root is None else root
-    children: dict[int, list[tuple[int, int]]] = {}
-    for entry in os.listdir("/proc") if Path("/proc/self/stat").exists() else []:
-        stat = _stat(int(entry)) if entry.isdigit() else None
-        if stat is not None:
-            children.setdefault(stat[1], []).append((int(entry), stat[2]))
-    found, todo = {}, [root]
-    while todo:
-        for child, start in children.get(todo.pop(), []):
-            if child not in found and child != os.getpid():
-                found[child] = start
-                todo.append(child)
-    return found
-
-
-def _running(pid: int, start: int) -> bool:
-    """Whether the process `pid` that started at `start` (not a reused pid) still runs."""
-    stat = _stat(pid)
-    return stat is not None and stat[2] == start and stat[0] not in ("Z", "X")
-
-
-def end_processes(processes: dict[int, int], wait: float = END_WAIT_SECONDS) -> list[int]:
-    """SIGKILL each of `processes` (pid -> start time) still running and wait, at most `wait`
-    seconds, until each is gone (this process's own children are reaped); the pids left."""
-    left = {pid: start for pid, start in processes.items() if _running(pid, start)}
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+def end_processes(processes: Iterable[psutil.Process], wait: float = END_WAIT_SECONDS) -> None:
+    """SIGKILL each of `processes` still running and wait, at most `wait` seconds, until each is
+    gone (this process's own children are reaped; another's zombie counts as gone)."""
+    left = list(processes)
+    for process in left:
+        with suppress(psutil.Error):
+            process.kill()  # not a reused pid: psutil checks the start time
     deadline = time.monotonic() + wait
     while left and time.monotonic() < deadline:
-        for pid in list(left):
-            try:
-                os.waitpid(pid, os.WNOHANG)  # ours: reaped; another's: ChildProcessError
-            except ChildProcessError:
-                pass
-            if not _running(pid, left[pid]):
-                del left[pid]
-        time.sleep(0.02)
-    return sorted(left)
+        left = [p for p in psutil.wait_procs(left, timeout=0.02)[1] if _alive(p)]
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def watch(driver: int) -> None:
     earlier = descendants(driver)  # the driver's children from before: not the run's to end
     os.write(sys.stdout.fileno(), b"+")
-    seen: dict[int, int] = {}
-    while _stat(driver) is not None:
-        for pid, start in descendants(driver).items():
-            if earlier.get(pid) != start:
-                seen.setdefault(pid, start)
+    seen: set[psutil.Process] = set()
+    while psutil.pid_exists(driver):
+        seen |= descendants(driver) - earlier
         ready, _, _ = select.select([sys.stdin], [], [], POLL_SECONDS)
         if ready and not os.read(sys.stdin.fileno(), 1024):
             break  # the pipe closed: the driver is done or dead

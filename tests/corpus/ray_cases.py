@@ -98,7 +98,7 @@ def wait_gone(before: dict[int, str], seconds: float = 20.0) -> dict[int, str]:
     the module cluster's (below this process; a dead driver's orphans are not)."""
     deadline = time.monotonic() + seconds
     while True:
-        ours = descendants()
+        ours = {process.pid for process in descendants()}
         left = {
             pid: args
             for pid, args in ray_processes().items()
