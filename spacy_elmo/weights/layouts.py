@@ -95,8 +95,9 @@ def hdf5_datasets(hdf5: Any) -> dict[str, Any]:
     return found
 
 
-def _read_datasets(weight_file: Path, options_source: str, options: BiLMOptions) -> dict:
-    """Read and check every dataset; ValueError naming the file and dataset on any problem."""
+def read_datasets(weight_file: Path, options: BiLMOptions, described_by: str) -> dict:
+    """Every dataset of a bilm-tf weights file for `options` (`described_by` names them), read
+    and checked; ValueError naming the file and dataset on any problem."""
     import h5py
 
     if not weight_file.exists():
@@ -113,7 +114,7 @@ def _read_datasets(weight_file: Path, options_source: str, options: BiLMOptions)
                     f"an ELMo weights file?"
                 )
             shapes = {name: dataset.shape for name, dataset in found.items()}
-            check_shapes(shapes, expected, source, options_source, "dataset")
+            check_shapes(shapes, expected, source, described_by, "dataset")
             for name in expected:
                 try:
                     array = found[name][...]  # as stored: checked before the cast to float32
@@ -138,7 +139,7 @@ def read_allennlp(
     """Options and a state dict for `BiLM` from bilm-tf/AllenNLP files."""
     options_file, weight_file = Path(options_file), Path(weight_file)
     options = BiLMOptions.from_file(options_file)
-    arrays = _read_datasets(weight_file, f"options file {options_file}", options)
+    arrays = read_datasets(weight_file, options, f"options file {options_file}")
     # Each dataset is converted and dropped in turn: loading holds the weights once, plus one
     # tensor being converted.
     state: dict[str, torch.Tensor] = {}

@@ -247,30 +247,10 @@ def _weights_problem(model: PublishedModel, path: Path) -> Optional[str]:
     with path.open("rb") as handle:
         if handle.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
             return "did not send an HDF5 file (a proxy's or server's page?)"
-    import h5py
+    from .layouts import read_datasets
 
-    from .layouts import check_weights, expected_datasets, hdf5_datasets
-
-    expected = expected_datasets(model.architecture)
-    whole = f"is not a whole weights file of the published '{model.name}'"
     try:
-        # locking=False: the download holds its own lock (flock) on the part being checked
-        with h5py.File(path, "r", locking=False) as hdf5:
-            found = hdf5_datasets(hdf5)
-            missing = [name for name in expected if name not in found]
-            if missing:
-                return f"{whole}: it has no dataset {', '.join(missing[:3])}"
-            unexpected = sorted(set(found) - set(expected))
-            if unexpected:
-                return f"{whole}: it has datasets {', '.join(unexpected[:3])} that it has not"
-            for name, shape in expected.items():
-                dataset = found[name]
-                if tuple(dataset.shape) != shape:
-                    return f"{whole}: dataset {name} has shape {tuple(dataset.shape)}, not {shape}"
-                check_weights({name: dataset[...]}, f"dataset {name}", "dataset")
-    except ValueError as error:  # a dtype that is not weights, NaN or inf
-        return f"{whole}: {error}"
-    except (OSError, KeyError, RuntimeError, TypeError) as error:  # cut, corrupted
-        reason = " ".join(str(error).split()) or type(error).__name__
-        return f"{whole}: it cannot be read as HDF5 ({reason}); the transfer was cut or garbled"
+        read_datasets(path, model.architecture, f"the published '{model.name}'")
+    except ValueError as error:  # cut or garbled: another architecture, a dtype, NaN or inf
+        return f"is not a whole weights file of the published '{model.name}': {error}"
     return None

@@ -475,7 +475,7 @@ def test_a_content_length_smaller_than_the_file_is_refused(mirror, fixture_files
 def test_garbage_after_an_hdf5_signature_is_refused(mirror, fixture_files):
     garbage = numpy.random.default_rng(3).bytes(len(fixture_files["weights"]) - 8)
     mirror.files[weights_path(mirror)] = published.HDF5_SIGNATURE + garbage
-    with pytest.raises(DownloadError, match=r"cannot be read as HDF5 .*; the download was deleted"):
+    with pytest.raises(DownloadError, match=r"cannot read .* as HDF5 .*; the download was deleted"):
         download("small", progress=False)
     assert_nothing_installed()
 
@@ -483,9 +483,9 @@ def test_garbage_after_an_hdf5_signature_is_refused(mirror, fixture_files):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ("missing", r"has no dataset CNN_high_0/W_carry"),
-        ("shape", r"dataset CNN_proj/b_proj has shape \(64,\), not \(128,\)"),
-        ("extra", r"has datasets CNN_high_1/b_carry that it has not"),
+        ("missing", r"has no dataset 'CNN_high_0/W_carry'"),
+        ("shape", r"dataset 'CNN_proj/b_proj' has shape \(64,\) but .*'small' implies \(128,\)"),
+        ("extra", r"has datasets that .*'small' does not describe: CNN_high_1/b_carry"),
         ("integers", r"'CNN/b_cnn_0' has integer dtype int32"),
         ("nan", r"'char_embed' contains NaN or inf"),
     ],
