@@ -95,8 +95,8 @@ class BiLMOptions:
             name: _read_field(options, key, kind, default, source)
             for name, (key, kind, default) in FIELDS.items()
         }
-        max_chars = options["char_cnn"].get("max_characters_per_token", MAX_CHARS_PER_TOKEN)
-        if max_chars != MAX_CHARS_PER_TOKEN:
+        max_chars = options["char_cnn"].get("max_characters_per_token")
+        if max_chars not in (None, MAX_CHARS_PER_TOKEN):
             raise ValueError(
                 f"{source}: 'char_cnn.max_characters_per_token' is {max_chars}; ELMo's "
                 f"character mapping has exactly {MAX_CHARS_PER_TOKEN} slots"

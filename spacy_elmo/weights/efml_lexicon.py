@@ -29,13 +29,12 @@ WORD_SPECIALS = (OOV, PAD)  # `<bos>`/`<eos>` fall back to `<oov>` as in their c
 class EfmlLexicon:
     """Tokens to the ids of an ELMoForManyLangs model (their `read_list` + `create_one_batch`).
 
-    A row is `max_chars` char ids, then the word id when the model has a word embedding; every
-    id is the dictionary id + 1, so that 0 means "no token" as in ELMo's `batch_to_ids`.
+    A row is 50 char ids, then the word id when the model has a word embedding; every id is
+    the dictionary id + 1, so that 0 means "no token" as in ELMo's `batch_to_ids`.
     """
 
     chars: dict[str, int]
     words: dict[str, int] | None = None
-    max_chars: int = MAX_CHARS_PER_TOKEN
     _rows: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -46,8 +45,6 @@ class EfmlLexicon:
             missing = [s for s in WORD_SPECIALS if s not in self.words]
             if missing:
                 raise ValueError(f"the word dictionary has no {', '.join(missing)}")
-        if self.max_chars < 3:
-            raise ValueError(f"max_characters_per_token must be at least 3, got {self.max_chars}")
 
     @property
     def padding_id(self) -> int:
@@ -68,7 +65,7 @@ class EfmlLexicon:
         if known is not None:
             return known
         chars = self.chars
-        cut = token[: self.max_chars - 2]  # code points, not bytes (their read_list)
+        cut = token[: MAX_CHARS_PER_TOKEN - 2]  # code points, not bytes (their read_list)
         # Their create_one_batch reads `bow_id, eow_id` from '<eow>', '<bow>': in this order.
         begin, end = chars[EOW], chars[BOW]
         if cut in (BOS, EOS):
@@ -77,7 +74,7 @@ class EfmlLexicon:
             oov = chars[OOV]
             inner = [chars.get(c, oov) for c in cut]
         row = [begin, *inner, end]
-        row += [chars[PAD]] * (self.max_chars - len(row))
+        row += [chars[PAD]] * (MAX_CHARS_PER_TOKEN - len(row))
         if self.words is not None:
             row.append(self.words.get(cut, self.words[OOV]))
         # From a list: a tuple grown from a generator passes 512 bytes on its way and stays a
@@ -91,7 +88,7 @@ class EfmlLexicon:
         """Ids of a batch, (batch, max_tokens, a row), without `<bos>`/`<eos>`; 0 = no token."""
         sentences = check_sentences(sentences)
         width = max((len(s) for s in sentences), default=0)
-        row_width = self.max_chars + (self.words is not None)
+        row_width = MAX_CHARS_PER_TOKEN + (self.words is not None)
         ids = torch.zeros((len(sentences), width, row_width), dtype=torch.long)
         for i, sentence in enumerate(sentences):
             if sentence:
@@ -124,7 +121,7 @@ class EfmlLexicon:
         data = {
             "format": LEXICON_FORMAT,
             "version": 1,
-            "max_characters_per_token": self.max_chars,
+            "max_characters_per_token": MAX_CHARS_PER_TOKEN,
             "chars": self.chars,
             "words": self.words,
         }
@@ -153,7 +150,7 @@ class EfmlLexicon:
             ):
                 raise ValueError(f"{source}: '{name}' must be an object of token: integer id")
         try:
-            return cls(chars, words, int(data.get("max_characters_per_token", 50)))
+            return cls(chars, words)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
 

@@ -13,7 +13,6 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..description.chars import MAX_CHARS_PER_TOKEN
 from ..description.options import BiLMOptions
 from ..util.json_files import MissingFileError, read_json
 from .efml_lexicon import EfmlLexicon, read_dictionary
@@ -249,14 +248,6 @@ def architecture_options(
                 f"{source}: {key} '{section.get('name')}' is not supported; spacy-elmo reads "
                 f'{what} ("name": "{name}") of the published models'
             )
-    if not embedder.get("char_dim"):
-        raise ValueError(f"{source}: 'token_embedder.char_dim' is 0; a char CNN is required")
-    max_chars = embedder.get("max_characters_per_token", MAX_CHARS_PER_TOKEN)
-    if max_chars != MAX_CHARS_PER_TOKEN:
-        raise ValueError(
-            f"{source}: 'token_embedder.max_characters_per_token' is {max_chars}; spacy-elmo "
-            f"reads models with {MAX_CHARS_PER_TOKEN} (all published ones)"
-        )
     word_dim = embedder.get("word_dim", 0) or 0
     options = {
         "char_cnn": {
@@ -266,7 +257,7 @@ def architecture_options(
             "filters": embedder.get("filters"),
             "n_highway": embedder.get("n_highway", 0),
             "activation": embedder.get("activation", "relu"),
-            "max_characters_per_token": max_chars,
+            "max_characters_per_token": embedder.get("max_characters_per_token"),
         },
         "lstm": {
             "dim": encoder.get("dim"),
@@ -304,7 +295,8 @@ def read_elmoformanylangs(
     word_dim = embedder.get("word_dim", 0) if isinstance(embedder, dict) else 0
     embedder_file = model_dir / TOKEN_EMBEDDER_WEIGHTS
     states = {name: load_state_dict(model_dir / name) for name in WEIGHTS_FILES}
-    # The table sizes are the weights' (as their EmbeddingLayer, len(dictionary) rows).
+    # The table sizes are the weights' (as their EmbeddingLayer, len(dictionary) rows); every id
+    # of a dictionary is checked against them as it is read.
     rows, dictionaries = {"word": 0}, {"word": None}
     tables = [("char", CHAR_DICTIONARY, "character")]
     if word_dim:
@@ -323,9 +315,8 @@ def read_elmoformanylangs(
         architecture, rows["char"], rows["word"], f"architecture {source}"
     )
     try:
-        lexicon = EfmlLexicon(dictionaries["char"], dictionaries["word"], MAX_CHARS_PER_TOKEN)
+        lexicon = EfmlLexicon(dictionaries["char"], dictionaries["word"])
     except ValueError as err:
         raise ValueError(f"ELMoForManyLangs model {model_dir}: {err}") from None
-    lexicon.check_sizes(options, f"ELMoForManyLangs model {model_dir}")
     state = convert_state_dicts(options, model_dir, states)
     return options, state, lexicon
