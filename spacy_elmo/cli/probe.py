@@ -42,7 +42,7 @@ def probe(
 ) -> None:
     """Linear POS and 1-NN WSD probes per biLM layer, next to their context-free baselines."""
     from ..bilm import BiLM
-    from ..probes import ProbeSettings, check_assets, parse_tasks, run_probes, write_report
+    from ..probes import check_assets, parse_tasks, run_probes, write_report
     from ..util.threads import use_threads
     from ..weights.sources import resolve_source
 
@@ -50,21 +50,22 @@ def probe(
     started = time.perf_counter()
     device = opt.device(gpu_id)
     source = resolve_source(model if options is None else None, options, weights)
-    settings = ProbeSettings(
-        tasks=parse_tasks(tasks),
-        brown_sentences=brown_sentences,
-        batch_size=batch_size,
-        seed=seed,
-        model=source.name,
-    )
     if output.exists() and not output.is_dir():
         raise ValueError(f"output {output} is a file; name a folder for the reports")
-    paths = check_assets(assets, settings.tasks)  # names each missing file, where to get it
+    paths = check_assets(assets, parse_tasks(tasks))  # names each missing file, where to get it
     for name in REPORT_FILES:  # every report is checked before the probes run
         opt.check_new_output(output / name, force, source.files())
     use_threads(threads, "--threads")
     bilm = BiLM.from_source(source).to(device)
-    result = run_probes(bilm, paths, settings, log=(lambda _: None) if quiet else typer.echo)
+    result = run_probes(
+        bilm,
+        paths,
+        model=source.name,
+        brown_sentences=brown_sentences,
+        batch_size=batch_size,
+        seed=seed,
+        log=(lambda _: None) if quiet else typer.echo,
+    )
     result["seconds"] = round(time.perf_counter() - started, 1)
     written = write_report(result, output)
     typer.echo(Path(written[1]).read_text(encoding="utf-8"))

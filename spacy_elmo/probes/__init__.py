@@ -5,12 +5,11 @@ its context-free baseline, on data read from an asset folder (`data.PROBE_DATA`)
 
 from .data import PROBE_DATA, TASKS, check_assets, missing_files
 from .report import write_report
-from .runner import ProbeSettings, parse_tasks, run_probes
+from .runner import parse_tasks, run_probes
 
 __all__ = [
     "PROBE_DATA",
     "TASKS",
-    "ProbeSettings",
     "check_assets",
     "missing_files",
     "parse_tasks",

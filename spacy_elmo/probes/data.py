@@ -165,8 +165,7 @@ def read_brown(folder: Path) -> list[TaggedSentence]:
 
 def sample_sentences(sentences: Sequence, n: int, seed: int) -> list:
     """`n` sentences drawn without replacement in a seeded random order (all if n >= len)."""
-    rng = random.Random(seed)
-    return [sentences[i] for i in rng.sample(range(len(sentences)), min(n, len(sentences)))]
+    return random.Random(seed).sample(list(sentences), min(n, len(sentences)))
 
 
 def split_train_test(items: Sequence, fraction: float = 0.8) -> tuple[list, list]:

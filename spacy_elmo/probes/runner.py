@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .data import TASKS, read_brown, read_tagged_lines, sample_sentences, split_train_test
 from .tasks import pos_probe, wsd_probe
 from .wordnet import split_sense_instances, wordnet_instances
-
-
-@dataclass
-class ProbeSettings:
-    """Which probes to run and how; `model` names the biLM in the report."""
-
-    tasks: tuple[str, ...] = TASKS
-    brown_sentences: int = 5000
-    batch_size: int = 64
-    steps: int = 100  # L-BFGS iterations of the linear probe
-    seed: int = 0
-    model: str = "bundled"
 
 
 def parse_tasks(text: str) -> tuple[str, ...]:
@@ -31,34 +18,40 @@ def parse_tasks(text: str) -> tuple[str, ...]:
     return tasks
 
 
-def run_probes(bilm, paths: dict[str, Path], settings: ProbeSettings, log=print) -> dict:
-    """Run the chosen probes on the data at `paths` (`check_assets`'s); the result as written
-    to probe.json."""
-    result: dict = {"model": settings.model, "pos": {}, "notes": {}}
-    pos_options = dict(batch_size=settings.batch_size, steps=settings.steps)
-    if "pos-wsj" in settings.tasks:
+def run_probes(
+    bilm,
+    paths: dict[str, Path],
+    *,
+    model: str = "bundled",
+    brown_sentences: int = 5000,
+    batch_size: int = 64,
+    seed: int = 0,
+    log=print,
+) -> dict:
+    """Run the probes of `paths` (`check_assets`'s: task -> its data) on `bilm`, named `model`
+    in the report; the result as written to probe.json."""
+    result: dict = {"model": model, "pos": {}, "notes": {}}
+    if "pos-wsj" in paths:
         train, test = split_train_test(read_tagged_lines(paths["pos-wsj"]))
         log(f"pos-wsj: {len(train)} train / {len(test)} test lines")
-        result["pos"]["wsj"] = pos_probe(bilm, train, test, **pos_options)
+        result["pos"]["wsj"] = pos_probe(bilm, train, test, batch_size=batch_size)
         result["notes"]["pos-wsj"] = "first 80% of the sample's lines train, last 20% test"
-    if "pos-brown" in settings.tasks:
-        sentences = sample_sentences(
-            read_brown(paths["pos-brown"]), settings.brown_sentences, settings.seed
-        )
+    if "pos-brown" in paths:
+        sentences = sample_sentences(read_brown(paths["pos-brown"]), brown_sentences, seed)
         train, test = split_train_test(sentences)
         log(f"pos-brown: {len(train)} train / {len(test)} test sentences")
-        result["pos"]["brown"] = pos_probe(bilm, train, test, **pos_options)
+        result["pos"]["brown"] = pos_probe(bilm, train, test, batch_size=batch_size)
         result["notes"]["pos-brown"] = (
-            f"{len(sentences)} sentences sampled with seed {settings.seed}, split 80/20; "
+            f"{len(sentences)} sentences sampled with seed {seed}, split 80/20; "
             "tags reduced to base tags (-tl/-hl/-nc dropped, fw-* -> fw, contraction a+b -> a). "
             "Brown is part of the bundled biLM's pretraining text (tags stripped): the Brown "
             "probe tests on sentences the biLM has read."
         )
-    if "wsd" in settings.tasks:
+    if "wsd" in paths:
         instances, sense_order = wordnet_instances(paths["wsd"])
         train, test = split_sense_instances(instances)
         log(f"wsd: {len(train)} train / {len(test)} test instances")
-        result["wsd"] = wsd_probe(bilm, train, test, sense_order, batch_size=settings.batch_size)
+        result["wsd"] = wsd_probe(bilm, train, test, sense_order, batch_size=batch_size)
         result["notes"]["wsd"] = (
             "WordNet 3.0 example sentences, target: the first token that is an inflection of a "
             "single-word lemma of the synset; per sense, every second instance (file order) is "

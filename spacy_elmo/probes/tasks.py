@@ -100,7 +100,6 @@ def pos_probe(
     test: Sequence[TaggedSentence],
     *,
     batch_size: int = 64,
-    steps: int = 100,
 ) -> dict:
     """Per-layer accuracy of a linear tagger on frozen vectors, and the most-frequent-tag one."""
     tagset = sorted({t for _, tags in train for t in tags})
@@ -111,7 +110,7 @@ def pos_probe(
     test_x = token_features(bilm, [w for w, _ in test], batch_size)
     layers = []
     for layer in range(train_x.shape[0]):
-        predict = train_linear_probe(train_x[layer], train_y, len(tagset), steps=steps)
+        predict = train_linear_probe(train_x[layer], train_y, len(tagset))
         layers.append(float((predict(test_x[layer]) == test_y).mean()))
     return {
         "layers": layers,
