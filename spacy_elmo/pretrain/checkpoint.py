@@ -46,12 +46,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     state = read_torch_file(path, "checkpoint")
     if not isinstance(state, dict):
         raise ValueError(f"checkpoint {path} is not a spacy-elmo checkpoint (not a dict)")
-    if state.get("format", FORMAT_NAME) != FORMAT_NAME:
-        raise ValueError(f"checkpoint {path} has format {state['format']!r}, not {FORMAT_NAME}")
-    if state.get("version", FORMAT_VERSION) != FORMAT_VERSION:
+    found = (state.get("format", FORMAT_NAME), state.get("version", FORMAT_VERSION))
+    if found != (FORMAT_NAME, FORMAT_VERSION):
         raise ValueError(
-            f"checkpoint {path} has version {state['version']!r}; this spacy-elmo reads "
-            f"version {FORMAT_VERSION}"
+            f"checkpoint {path} has format {found[0]!r} version {found[1]!r}; this spacy-elmo "
+            f"reads {FORMAT_NAME} version {FORMAT_VERSION}"
         )
     for key, types in REQUIRED.items():
         if key not in state:

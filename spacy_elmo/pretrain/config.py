@@ -16,6 +16,12 @@ from .presets import preset
 DEFAULT_MAX_STEPS = 10000
 
 
+def _within(default: Any, low: float, exclusive: bool = False, high: Optional[float] = None) -> Any:
+    """A numeric setting: its default, and the range its values lie in (> `low` when
+    `exclusive`, else >= `low`; < `high`); None is allowed when it is the default."""
+    return field(default=default, metadata={"bounds": (low, exclusive, high)})
+
+
 @dataclass
 class PretrainConfig:
     """Everything that defines a pretraining run (saved in every checkpoint)."""
@@ -25,46 +31,49 @@ class PretrainConfig:
     preset: str = "bundled"
     options: Optional[dict[str, Any]] = None  # bilm-tf options; overrides `preset`
     dev: list[str] = field(default_factory=list)  # else every `dev_every`-th sentence
-    dev_every: int = 100
-    max_dev_sentences: int = 2000
+    dev_every: int = _within(100, 1)
+    max_dev_sentences: int = _within(2000, 1)
     lang: str = "en"  # the language whose tokenizer reads raw text
     pipeline: Optional[str] = None  # a spaCy pipeline (name or path) that reads it instead
     pretokenized: bool = False
-    vocab_size: int = 50000
-    min_count: int = 3
-    max_sentence_tokens: int = 50
-    batch_tokens: int = 2048
-    max_steps: Optional[int] = None  # None: DEFAULT_MAX_STEPS, or the checkpoint's on resume
-    learning_rate: float = 2e-3
-    warmup_steps: int = 200
-    dropout: float = 0.1
-    clip_norm: float = 10.0
-    eval_every: int = 500
-    checkpoint_every: int = 200
-    log_every: int = 20
-    seed: int = 0
-    gpu_id: int = -1
+    vocab_size: int = _within(50000, 4)
+    min_count: int = _within(3, 1)
+    max_sentence_tokens: int = _within(50, 1)
+    batch_tokens: int = _within(2048, 1)
+    # None: DEFAULT_MAX_STEPS, or the checkpoint's on resume
+    max_steps: Optional[int] = _within(None, 1)
+    learning_rate: float = _within(2e-3, 0, exclusive=True)
+    warmup_steps: int = _within(200, 0)
+    dropout: float = _within(0.1, 0, high=1)
+    clip_norm: float = _within(10.0, 0, exclusive=True)
+    eval_every: int = _within(500, 1)
+    checkpoint_every: int = _within(200, 1)
+    log_every: int = _within(20, 1)
+    seed: int = _within(0, 0)
+    gpu_id: int = _within(-1, -1)
     mixed_precision: bool = False
     init_from: Optional[str] = None
     export_allennlp: bool = False
-    max_memory_gb: Optional[float] = None
-    threads: Optional[int] = None
+    max_memory_gb: Optional[float] = _within(None, 0, exclusive=True)
+    threads: Optional[int] = _within(None, 1)
     static_vectors: Optional[str] = None  # spaCy pipeline whose vectors are auxiliary targets
-    vectors_weight: float = 1.0  # weight of each of the two cosine losses (distill.py)
+    vectors_weight: float = _within(1.0, 0)  # weight of each of the two cosine losses (distill.py)
 
     def __post_init__(self) -> None:
         """Raise ValueError naming the setting whose value cannot work."""
-        for name, (kind, low, exclusive, high, optional) in _BOUNDS.items():
-            value = getattr(self, name)
-            if value is None and optional:
+        for setting in fields(self):
+            value = getattr(self, setting.name)
+            if "bounds" not in setting.metadata or (value is None and setting.default is None):
                 continue
+            low, exclusive, high = setting.metadata["bounds"]
+            kind = int if "int" in setting.type else (int, float)  # the annotation, as a string
             ok = isinstance(value, kind) and not isinstance(value, bool)
             ok = ok and math.isfinite(value) and (value > low if exclusive else value >= low)
             ok = ok and (high is None or value < high)
             if not ok:
                 what = "an integer" if kind is int else "a number"
                 bounds = f"{'>' if exclusive else '>='} {low}" + (f" and < {high}" if high else "")
-                raise ValueError(f"{name} must be {what} {bounds}, got {value!r}")
+                raise ValueError(f"{setting.name} must be {what} {bounds}, got {value!r}")
         for name in ("inputs", "dev"):
             value = getattr(self, name)
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -78,28 +87,6 @@ class PretrainConfig:
             raise ValueError(f"pipeline must be a string or None, got {self.pipeline!r}")
 
 
-# setting -> (type, lower bound, whether it is exclusive, exclusive upper bound, None allowed)
-_BOUNDS: dict[str, tuple[Any, float, bool, Optional[float], bool]] = {
-    "dev_every": (int, 1, False, None, False),
-    "max_dev_sentences": (int, 1, False, None, False),
-    "vocab_size": (int, 4, False, None, False),
-    "min_count": (int, 1, False, None, False),
-    "max_sentence_tokens": (int, 1, False, None, False),
-    "batch_tokens": (int, 1, False, None, False),
-    "max_steps": (int, 1, False, None, True),
-    "warmup_steps": (int, 0, False, None, False),
-    "eval_every": (int, 1, False, None, False),
-    "checkpoint_every": (int, 1, False, None, False),
-    "log_every": (int, 1, False, None, False),
-    "seed": (int, 0, False, None, False),
-    "gpu_id": (int, -1, False, None, False),
-    "threads": (int, 1, False, None, True),
-    "learning_rate": ((int, float), 0, True, None, False),
-    "dropout": ((int, float), 0, False, 1, False),
-    "clip_norm": ((int, float), 0, True, None, False),
-    "vectors_weight": ((int, float), 0, False, None, False),
-    "max_memory_gb": ((int, float), 0, True, None, True),
-}
 # Where a run happens, not what it computes: a resumed run takes the values given, and
 # model/pretrain.json's "ran_with" lists them by the step each part of the run started at.
 PLACEMENT = ("threads", "gpu_id", "max_memory_gb")

@@ -189,6 +189,13 @@ def pretokenized_splitter(lines: Iterable[str]) -> Iterator[list[str]]:
             yield tokens
 
 
+def sentence_splitter(
+    pretokenized: bool, lang: str, pipeline: Optional[str]
+) -> Callable[[Iterable[str]], Iterator[list[str]]]:
+    """Whitespace tokens a line (`pretokenized`), else `spacy_sentence_splitter`'s sentences."""
+    return pretokenized_splitter if pretokenized else spacy_sentence_splitter(lang, pipeline)
+
+
 def cut_sentences(sentences: Iterable[list[str]], max_tokens: int) -> Iterator[list[str]]:
     """`sentences`, each longer one cut into pieces of `max_tokens` tokens (the last shorter)."""
     for tokens in sentences:
@@ -327,11 +334,7 @@ def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
     train, dev = work / TRAIN, work / DEV
     if train.exists() and dev.exists():
         return train, dev
-    splitter = (
-        pretokenized_splitter
-        if config.pretokenized
-        else spacy_sentence_splitter(config.lang, config.pipeline)
-    )
+    splitter = sentence_splitter(config.pretokenized, config.lang, config.pipeline)
     files = iter_input_files(config.inputs)
     if not files:
         raise ValueError(f"no usable text files in {', '.join(config.inputs)}")

@@ -10,34 +10,8 @@ import torch
 from ..bilm import batch_to_ids
 from ..description.chars import batches_by_padded_tokens
 from ..weights.sources import BiLMSource, resolve_source
-from .corpus import (
-    cut_sentences,
-    iter_input_files,
-    iter_lines,
-    pretokenized_splitter,
-    spacy_sentence_splitter,
-)
-from .objective import (
-    LanguageModel,
-    directional_perplexities,
-    load_init_model,
-    target_tensor,
-)
-from .vocab import Vocab
-
-
-def load_language_model(model: str | Path | BiLMSource) -> tuple[LanguageModel, Vocab]:
-    """The biLM with its softmax and vocabulary: the bundled biLM or one `spacy-elmo pretrain`
-    wrote, named as `weights.sources` takes it."""
-    source = model if isinstance(model, BiLMSource) else resolve_source(model)
-    bilm, vocab, head = load_init_model(source)
-    if vocab is None or head is None:
-        raise ValueError(
-            f"{source.describe()} has no softmax (lm_head.safetensors and vocab.txt): "
-            "perplexity needs the bundled biLM or one written by `spacy-elmo pretrain` "
-            "(bilm-tf/AllenNLP and ELMoForManyLangs files hold none)"
-        )
-    return LanguageModel(bilm, head, dropout=0.0).eval(), vocab
+from .corpus import cut_sentences, iter_input_files, iter_lines, sentence_splitter
+from .objective import LanguageModel, directional_perplexities, load_init_model, target_tensor
 
 
 @torch.no_grad()
@@ -53,8 +27,16 @@ def perplexity(
     """Forward, backward and average perplexity over every sentence of `inputs`, with what
     decides whether two compare: the vocabulary's size, the tokens scored, the share of them
     out of the vocabulary (scored as <UNK>)."""
-    model, vocab = load_language_model(model)
-    splitter = pretokenized_splitter if pretokenized else spacy_sentence_splitter(lang, pipeline)
+    source = model if isinstance(model, BiLMSource) else resolve_source(model)
+    bilm, vocab, head = load_init_model(source)
+    if vocab is None or head is None:
+        raise ValueError(
+            f"{source.describe()} has no softmax (lm_head.safetensors and vocab.txt): "
+            "perplexity needs the bundled biLM or one written by `spacy-elmo pretrain` "
+            "(bilm-tf/AllenNLP and ELMoForManyLangs files hold none)"
+        )
+    language_model = LanguageModel(bilm, head, dropout=0.0).eval()
+    splitter = sentence_splitter(pretokenized, lang, pipeline)
     # Held-out text is refused, not skipped, where it is not text: a perplexity is of text.
     lines = iter_lines(iter_input_files(inputs, refuse_binary=True), not_text="refuse")
     sentences = cut_sentences(splitter(lines), max_sentence_tokens)
@@ -64,7 +46,7 @@ def perplexity(
         n_sentences += len(batch)
         ids, targets = batch_to_ids(batch), target_tensor(batch, vocab)
         n_oov += int((targets == vocab.unk).sum().item())
-        sums.add_(model(ids, targets).double())
+        sums.add_(language_model(ids, targets).double())
     if n_sentences == 0:
         raise ValueError(f"no sentences in {', '.join(str(p) for p in inputs)}")
     # A model this bad (a mean NLL past 709 nats) has an infinite perplexity, not an error.

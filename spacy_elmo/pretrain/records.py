@@ -116,11 +116,9 @@ def read_skipped(path: Path) -> dict[str, Any]:
     """The count of input lines skipped as not text (corpus/skipped.json), if recorded."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return {"skipped_lines": int(record["skipped_lines"])}
+    except (OSError, ValueError, KeyError, TypeError):
         return {}
-    if not isinstance(record, dict) or not isinstance(record.get("skipped_lines"), int):
-        return {}
-    return {"skipped_lines": record["skipped_lines"]}
 
 
 def write_outputs(
