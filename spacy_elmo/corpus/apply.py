@@ -14,9 +14,9 @@ from typing import Any, Iterator, Optional
 from ..util.files import atomic_path, files_sha256
 from .embed_file import LineRange, read_lines
 from .engine import Cluster, check_positive
+from .manifest import write_output
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
-from .temporary import write_output
 
 APPLY_SUFFIXES = (".jsonl", ".txt", ".spacy")
 DEFAULT_SHARD_DOCS = 2000

@@ -11,9 +11,9 @@ from ..util.files import atomic_path
 from .apply import import_code, pipeline_files
 from .embed_file import MAX_TOKENS, dataset_options, write_sentence_to_index
 from .engine import Cluster, check_positive
+from .manifest import write_output
 from .plan import check_apart, plan_inputs
 from .runner import CorpusResult, run_corpus
-from .temporary import write_output
 
 DEFAULT_SHARD_LINES = 2000
 

@@ -1,5 +1,7 @@
-"""OUTPUT_DIR/manifest.jsonl: one JSON line per finished output, appended when it is whole; a
-re-run skips an output recorded with the same input, model and options whose file is unchanged.
+"""OUTPUT_DIR's own files. manifest.jsonl: one JSON line per finished output, appended when it
+is whole; a re-run skips an output recorded with the same input, model and options whose file
+is unchanged. Temporary files, `.NAME.spacy-elmo-tmp-XXXXXXXX`, named so that a run removes
+only its own: a name of this family for a file NAME that the run itself writes there.
 """
 
 from __future__ import annotations
@@ -8,12 +10,14 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import time
 import warnings
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Collection, Iterator, Optional
 
+from ..util.files import atomic_path, file_sha256, fsync_directory
 from .plan import InputFile, printable
 
 MANIFEST_NAME = "manifest.jsonl"
@@ -99,9 +103,6 @@ def record_line(record: dict[str, Any]) -> str:
 
 def compact_manifest(output_dir: Path, records: dict[str, dict[str, Any]]) -> None:
     """Rewrite the manifest with only the latest record of each output (atomically)."""
-    from ..util.files import atomic_path
-    from .temporary import staged
-
     if records or (output_dir / MANIFEST_NAME).exists():
         text = "".join(record_line(r) for r in records.values())
         with staged(output_dir / MANIFEST_NAME) as stage, atomic_path(stage) as tmp:
@@ -180,3 +181,64 @@ def work_key(input_sha256: str, model: dict[str, Any], options: dict[str, Any]) 
     """A short name for (input, model, options): the parts of one output share it."""
     text = json.dumps([input_sha256, model.get("sha256"), options], sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+MARK = ".spacy-elmo-tmp-"
+# `.NAME<MARK>XXXXXXXX` (the staged file) or `..NAME<MARK>XXXXXXXX.YYYYYYYY.tmp` (mkstemp's
+# temporary file of atomic_path, 8 characters of [a-z0-9_]; `.probe`: check_output's probe).
+_OWNED = re.compile(
+    r"^\.(?P<inner>\.)?(?P<name>.+)"
+    + re.escape(MARK)
+    + r"[0-9a-f]{8}(?(inner)\.[a-z0-9_]{8}\.(?:tmp|probe))$",
+    re.DOTALL,
+)
+
+
+def owned_name(filename: str) -> Optional[str]:
+    """NAME when `filename` is a corpus run's temporary file for NAME, else None."""
+    match = _OWNED.match(filename)
+    return match.group("name") if match else None
+
+
+@contextmanager
+def staged(path: Path, install: bool = True) -> Iterator[Path]:
+    """A temporary name next to `path` for the block to write whole; with `install` it is then
+    renamed over `path` (a part), else left for the driver (an output, installed once recorded).
+    An error in the block removes it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stage = path.parent / f".{path.name}{MARK}{secrets.token_hex(4)}"
+    try:
+        yield stage
+        if install:
+            os.replace(stage, path)
+    except BaseException:
+        stage.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def write_output(payload: dict, write: Callable[[Path], int]) -> dict:
+    """A shard's output written by `write(stage)` (which returns its lines) under a `staged` name;
+    the worker's report: the lines, and for an output left for the driver, its stage and sha256."""
+    install = payload["kind"] == "part"
+    with staged(Path(payload["output"]), install) as stage:
+        lines = write(stage)
+    if install:
+        return {"lines": lines}
+    return {"lines": lines, "staged": str(stage), "sha256": file_sha256(stage)}
+
+
+def remove_owned(folder: Path, names: Optional[Collection[str]] = None) -> None:
+    """Remove the run's temporary files in `folder` (not below it) for the file names `names`
+    (None: for any name, in a folder that is the run's own, a folder of parts)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no such folder (yet), or not one
+        return
+    for entry in entries:
+        name = owned_name(entry.name)
+        if name is None or (names is not None and name not in names):
+            continue
+        if entry.is_file(follow_symlinks=False):
+            Path(entry.path).unlink(missing_ok=True)

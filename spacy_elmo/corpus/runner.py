@@ -26,10 +26,10 @@ from .manifest import (
     is_done,
     make_record,
     read_manifest,
+    remove_owned,
     work_key,
 )
 from .plan import InputFile, printable
-from .temporary import remove_owned
 
 LOCK_NAME = ".spacy-elmo.lock"
 PARTS_MARK = ".parts-"
@@ -199,7 +199,7 @@ def _check_replaceable(output_dir: Path, inputs: list[InputFile], records: dict)
 
 
 def _remove_temporary_files(output_dir: Path, inputs: list[InputFile]) -> None:
-    """Remove the temporary files (temporary.py) made, by this run or an interrupted one, for the
+    """Remove the temporary files (manifest.py) made, by this run or an interrupted one, for the
     files this run writes: its outputs, their parts and the manifest."""
     names: dict[Path, set[str]] = {output_dir: {MANIFEST_NAME}}
     for item in inputs:

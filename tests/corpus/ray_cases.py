@@ -28,11 +28,10 @@ from spacy_elmo import BiLM
 from spacy_elmo.corpus import Cluster, apply_corpus, embed_corpus
 from spacy_elmo.corpus.embed import EmbedJob
 from spacy_elmo.corpus.embed_file import embed_file
-from spacy_elmo.corpus.manifest import MANIFEST_NAME, read_manifest
+from spacy_elmo.corpus.manifest import MANIFEST_NAME, MARK, read_manifest
 from spacy_elmo.corpus.plan import plan_inputs
 from spacy_elmo.corpus.reaper import descendants
 from spacy_elmo.corpus.runner import CorpusRunError, run_corpus
-from spacy_elmo.corpus.temporary import MARK
 from spacy_elmo.util.files import file_sha256
 
 REPO = Path(__file__).resolve().parent.parent.parent

@@ -27,11 +27,11 @@ from spacy_elmo.corpus.manifest import (
     ManifestWarning,
     append_record,
     make_record,
+    owned_name,
     read_manifest,
 )
 from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
 from spacy_elmo.corpus.runner import LOCK_NAME
-from spacy_elmo.corpus.temporary import owned_name
 
 from ..pipeline.pipeline_util import save_tiny_bilm
 
