@@ -36,6 +36,7 @@ FIELDS: dict[str, tuple[str, Any, Any]] = {
     "word_embedding_dim": ("char_cnn.word_embedding.dim", 0, 0),
     "n_words": ("char_cnn.word_embedding.n_words", 0, 0),
 }
+DICTIONARY_FIELDS = ("char_vocabulary", "word_embedding_dim", "n_words")
 
 
 @dataclass(frozen=True)
@@ -141,37 +142,22 @@ class BiLMOptions:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """The options.json dictionary (bilm-tf keys)."""
-        options: dict[str, Any] = copy.deepcopy(
-            {k: v for k, v in self.extra.items() if k not in ("char_cnn", "lstm")}
-        )
-        options["lstm"] = {
-            **copy.deepcopy(self.extra.get("lstm", {})),
-            "dim": self.lstm_dim,
-            "projection_dim": self.projection_dim,
-            "n_layers": self.n_layers,
-            "use_skip_connections": self.use_skip_connections,
-        }
-        for key in ("cell_clip", "proj_clip"):
-            if getattr(self, key) is not None:
-                options["lstm"][key] = getattr(self, key)
+        """The options.json dictionary: every field under its key (FIELDS), but a clip of None
+        and the ELMoForManyLangs keys (unknown to bilm-tf) at their defaults."""
+        options = copy.deepcopy(self.extra)
         options["char_cnn"] = {
-            **copy.deepcopy(self.extra.get("char_cnn", {})),
-            "embedding": {"dim": self.char_embedding_dim},
-            "filters": [list(f) for f in self.filters],
-            "n_highway": self.n_highway,
-            "activation": self.activation,
-            "n_characters": N_CHARACTERS,
+            **options.get("char_cnn", {}),
             "max_characters_per_token": MAX_CHARS_PER_TOKEN,
         }
-        if self.char_vocabulary == "dictionary":
-            options["char_cnn"]["char_vocabulary"] = self.char_vocabulary
-            options["char_cnn"]["n_characters"] = self.n_characters
-            if self.word_embedding_dim:
-                options["char_cnn"]["word_embedding"] = {
-                    "dim": self.word_embedding_dim,
-                    "n_words": self.n_words,
-                }
+        for name, (key, _, default) in FIELDS.items():
+            value = getattr(self, name)
+            if value is None or (name in DICTIONARY_FIELDS and value == default):
+                continue
+            *parents, last = key.split(".")
+            holder = options
+            for part in parents:
+                holder = holder.setdefault(part, {})
+            holder[last] = [list(pair) for pair in value] if name == "filters" else value
         return options
 
     @classmethod
