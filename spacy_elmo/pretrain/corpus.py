@@ -121,18 +121,12 @@ def _byte_name(char: str) -> str:
 def _read_lines(path: Path, max_chars: int) -> Iterator[tuple[int, str]]:
     """(line number, line or piece of a long line), undecodable bytes as surrogates."""
     with path.open("r", encoding="utf-8-sig", errors="surrogateescape") as handle:
-        number = 0
-        for piece in iter(lambda: handle.readline(max_chars + 1), ""):
-            number += 1
+        for number, piece in enumerate(iter(lambda: handle.readline(max_chars + 1), ""), 1):
             if piece.endswith("\n") or len(piece) <= max_chars:
                 yield number, piece  # the whole line
                 continue
-            logger.warning(
-                "%s, line %d: longer than %d characters; split at whitespace",
-                path,
-                number,
-                max_chars,
-            )
+            message = "%s, line %d: longer than %d characters; split at whitespace"
+            logger.warning(message, path, number, max_chars)
             text = piece
             while True:  # the rest of the long line, never more than 2 * max_chars held
                 piece = handle.readline(max_chars)

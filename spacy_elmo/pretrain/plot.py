@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-DEFAULT_TITLE = "biLM pretraining"
 
-
-def plot_metrics(metrics: Path, output: Path, title: str = DEFAULT_TITLE) -> None:
+def plot_metrics(metrics: Path, output: Path, title: str = "biLM pretraining") -> None:
     """Train and held-out perplexity against training tokens, from a run's metrics.jsonl, under
     `title`: say which run or pretraining stage it shows."""
     import matplotlib
