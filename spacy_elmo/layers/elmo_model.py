@@ -43,25 +43,20 @@ ARCHITECTURE_KEYS = {
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How an `elmo_model` runs: the ElmoModel.v1 config values, held in `attrs["settings"]`.
-    Thinc saves no attribute that msgpack cannot write, so a saved model carries none of them
-    and the config is their one owner (overrides at `spacy.load` hold)."""
+    """How the model runs, in `attrs["settings"]`: the ElmoModel.v1 config values, and how docs
+    without sentence boundaries are cut (`doc_units`), which the model's one owner sets (the
+    `elmo` component, or the inline ElmoMix.v1 that replaces a listener:
+    `architectures.set_unit_rule`). Thinc saves no attribute that msgpack cannot write, so a
+    saved model carries none of them and the config is their one owner (overrides at
+    `spacy.load` hold)."""
 
     max_tokens: int
     batch_tokens: int
     frozen: bool
     grad_factor: float
     store_dtype: str
-
-
-@dataclass(frozen=True)
-class UnitRule:
-    """How the model cuts docs without sentence boundaries (`doc_units`), in
-    `attrs["unit_rule"]`: set by the model's one owner (the `elmo` component, or the inline
-    ElmoMix.v1 that replaces a listener: `architectures.set_unit_rule`), never saved."""
-
-    split_sentences: bool
-    sentence_punct: Optional[Tuple[str, ...]]
+    split_sentences: Optional[bool] = None  # None: not set by an owner yet
+    sentence_punct: Optional[Tuple[str, ...]] = None
 
 
 def options_from_architecture(architecture: Dict[str, Any], source: str) -> BiLMOptions:
@@ -180,17 +175,17 @@ def forward(
 
 def model_units(model: Model, docs: List[Doc]) -> List[Unit]:
     """The biLM's input units of `docs` (`doc_units`) by the model's settings."""
-    rule: Optional[UnitRule] = model.attrs.get("unit_rule")
-    if rule is None:
+    settings: RunSettings = model.attrs["settings"]
+    if settings.split_sentences is None:
         raise ValueError(
             "the elmo model has no sentence rule: its owner sets one (the elmo component, an "
             "ElmoMix.v1; for the model alone: architectures.set_unit_rule(model, ...))"
         )
-    max_tokens = model.attrs["settings"].max_tokens
+    split, punct = settings.split_sentences, settings.sentence_punct
     return [
         unit
         for index, doc in enumerate(docs)
-        for unit in doc_units(doc, index, max_tokens, rule.split_sentences, rule.sentence_punct)
+        for unit in doc_units(doc, index, settings.max_tokens, split, punct)
     ]
 
 

@@ -51,21 +51,6 @@ class ElmoLayersListener(Model):
         self._backprop = backprop
         self.attrs["initializing"] = False
 
-    def verify_inputs(self, docs: List[Doc]) -> bool:
-        if self._batch_id is None and self._outputs is None:
-            raise ValueError(
-                "the elmo listener got no outputs from its upstream component: add the "
-                f"'{self.upstream_name}' component before this one, or list it in "
-                "[training] annotating_components when it is frozen"
-            )
-        batch_id = self.get_batch_id(docs)
-        if batch_id != self._batch_id:
-            raise ValueError(
-                f"elmo listener: mismatched batch ids ({batch_id} != {self._batch_id}); the "
-                "upstream component was updated on a different batch"
-            )
-        return True
-
 
 class ElmoListenerWarning(UserWarning):
     """An elmo listener ran without the layers of its upstream component."""
@@ -99,7 +84,12 @@ def listener_forward(
         elif not is_train and any(_layers_of(doc) is None for doc in docs):
             model.feed_upstream(docs, False)
     if is_train and model._batch_id is not None:
-        model.verify_inputs(docs)
+        batch_id = model.get_batch_id(docs)
+        if batch_id != model._batch_id:
+            raise ValueError(
+                f"elmo listener: mismatched batch ids ({batch_id} != {model._batch_id}); the "
+                "upstream component was updated on a different batch"
+            )
         outputs, upstream_backprop = model._outputs, model._backprop
 
         def backprop(d_outputs: List[Floats3d]) -> List[Doc]:

@@ -3,6 +3,7 @@ and `record_architecture`, which fills the config values left null from the load
 
 import functools
 import inspect
+from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from spacy.tokens import Doc
@@ -16,7 +17,6 @@ from ..layers.bilm_wrapper import PendingBiLM, bilm_layer
 from ..layers.elmo_model import (
     ARCHITECTURE_KEYS,
     RunSettings,
-    UnitRule,
     architecture_of,
     ensure_weights,
     get_bilm,
@@ -128,10 +128,8 @@ def ElmoModel(
 
 
 def set_unit_rule(model: Model, *, split_sentences: bool, sentence_punct: Optional[List[str]]):
-    """Set how `model` (an ElmoModel.v1) cuts docs without sentence boundaries (`UnitRule`),
+    """Set how `model` (an ElmoModel.v1) cuts docs without sentence boundaries (`RunSettings`),
     and the rule an inline ElmoMix.v1 replacing a listener of it copies."""
-    if not isinstance(split_sentences, bool):
-        raise TypeError(f"split_sentences must be true or false, got {split_sentences!r}")
     if sentence_punct is not None and (
         isinstance(sentence_punct, str) or not all(isinstance(p, str) and p for p in sentence_punct)
     ):
@@ -139,7 +137,9 @@ def set_unit_rule(model: Model, *, split_sentences: bool, sentence_punct: Option
             f"sentence_punct must be null or a list of non-empty strings, got {sentence_punct!r}"
         )
     punct = None if sentence_punct is None else tuple(sentence_punct)
-    model.attrs["unit_rule"] = UnitRule(split_sentences, punct)
+    model.attrs["settings"] = replace(
+        model.attrs["settings"], split_sentences=split_sentences, sentence_punct=punct
+    )
     model.attrs["replace_listener_cfg"] = functools.partial(
         _replace_listener_cfg, split_sentences=split_sentences, sentence_punct=sentence_punct
     )

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 import numpy
 import torch
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
+from spacy.pipeline import Tok2Vec, TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
@@ -117,8 +117,9 @@ def make_elmo(
     )
 
 
-class Elmo(TrainablePipe):
-    """Runs the biLM over each doc's sentences and shares its layers with listeners."""
+class Elmo(Tok2Vec):
+    """Runs the biLM over each doc's sentences and shares its layers with listeners (spaCy's
+    `Tok2Vec` protocol: its listener map, with `ElmoLayersListener`s in it)."""
 
     def __init__(self, vocab: Vocab, model: Model, name: str = "elmo", **settings: Any) -> None:
         """`settings`: those of the `elmo` factory (`make_elmo`); the others take their
@@ -129,10 +130,6 @@ class Elmo(TrainablePipe):
         cfg = {**SETTINGS, **settings}
         install_extensions()
         check_quantize(cfg["quantize"], f"quantize of the '{name}' component")
-        if not isinstance(cfg["overlap"], bool):
-            raise TypeError(
-                f"overlap of the '{name}' component must be true or false, got {cfg['overlap']!r}"
-            )
         thread_count(cfg["threads"], f"threads of the '{name}' component")  # checked, not applied
         vector_layer = cfg["vector_layer"]
         check_vector_layer(vector_layer, f"vector_layer of the '{name}' component")
@@ -179,32 +176,14 @@ class Elmo(TrainablePipe):
         return mix_coefficients(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)
 
     # ------------------------------------------------------------------ listeners
-    @property
-    def listeners(self) -> List[ElmoLayersListener]:
-        return [m for c in self.listening_components for m in self.listener_map[c]]
-
-    @property
-    def listening_components(self) -> List[str]:
-        return list(self.listener_map.keys())
-
     def add_listener(self, listener: ElmoLayersListener, component_name: str) -> None:
-        self.listener_map.setdefault(component_name, [])
-        if listener not in self.listener_map[component_name]:
-            self.listener_map[component_name].append(listener)
+        super().add_listener(listener, component_name)
         width, n_layers = self.model.maybe_get_dim("nO"), self.model.maybe_get_dim("n_layers")
         if width is not None and n_layers is not None:  # the biLM is known: fill open dims
             set_listener_dims(listener, width, n_layers)
         # spaCy links components again once all are initialized: from then on, docs without
         # layers at inference are worth a warning.
         listener.attrs["initializing"] = False
-
-    def remove_listener(self, listener: ElmoLayersListener, component_name: str) -> bool:
-        if listener in self.listener_map.get(component_name, []):
-            self.listener_map[component_name].remove(listener)
-            if not self.listener_map[component_name]:
-                del self.listener_map[component_name]
-            return True
-        return False
 
     def find_listeners(self, component) -> None:
         names = ("*", self.name)
@@ -289,9 +268,6 @@ class Elmo(TrainablePipe):
             self.listeners[-1].receive(batch_id, layers, backprop)
         return losses
 
-    def get_loss(self, examples, scores) -> None:
-        pass
-
     def initialize(
         self,
         get_examples: Callable[[], Iterable[Example]],
@@ -350,31 +326,25 @@ class Elmo(TrainablePipe):
                         "config (or set width and n_layers to null to take them from the biLM)"
                     )
 
+    # The settings stay those of the config this component was built with: spaCy would read
+    # the saved `cfg` over them, and `spacy.load(path, config=...)` overrides must hold. Layers
+    # cached from the weights before are dropped.
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        cfg = dict(self.cfg)
-        result = super().from_bytes(bytes_data, exclude=exclude)
-        self._after_loading(cfg)
+        result = super().from_bytes(bytes_data, exclude=(*exclude, "cfg"))
+        self.model.attrs["cache"].clear()
         return result
 
     def from_disk(self, path, *, exclude=tuple()):
-        cfg = dict(self.cfg)
         try:
-            result = super().from_disk(path, exclude=exclude)
+            result = super().from_disk(path, exclude=(*exclude, "cfg"))
         except (ValueError, OSError, KeyError, TypeError) as err:
             raise ValueError(
                 f"the '{self.name}' component's files in {path} cannot be read ({err}); the "
                 f"pipeline directory may be truncated or damaged (its weights are in "
                 f"{Path(path) / 'model'})"
             ) from err
-        self._after_loading(cfg)
-        return result
-
-    def _after_loading(self, cfg: Dict[str, Any]) -> None:
-        """The settings stay those of the config this component was built with (spaCy's
-        `from_disk` reads the saved `cfg` over them; `spacy.load(path, config=...)` overrides
-        must hold), and layers cached from the weights before are dropped."""
-        self.cfg = cfg
         self.model.attrs["cache"].clear()
+        return result
 
 
 def feed_listeners_of(elmo: Elmo, component: str) -> bool:

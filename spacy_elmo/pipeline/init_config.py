@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import spacy
 from spacy.language import Language
@@ -79,31 +79,26 @@ class ElmoSource:
             return "published"
         return self.bilm.kind
 
-    def weights_config(self) -> Optional[Dict[str, Any]]:
-        """The `[initialize.components.elmo.weights]` block (None: the bundled default)."""
-        if self.kind in ("saved", "run"):
-            return {"@misc": "spacy_elmo.SavedBiLM.v1", "path": "${paths.elmo_model}"}
-        if self.kind == "elmoformanylangs":
-            return {"@misc": "spacy_elmo.ElmoForManyLangsWeights.v1", "path": "${paths.elmo_model}"}
+    def weights_and_paths(self) -> Tuple[Optional[Dict[str, Any]], Dict[str, str]]:
+        """The `[initialize.components.elmo.weights]` block (None: the bundled default) and
+        the `[paths]` it reads."""
+        bilm = self.bilm
+        if self.kind == "bundled":
+            return None, {}
         if self.kind == "published":  # downloaded at `initialize` where it is not cached
-            return {"@misc": "spacy_elmo.PublishedWeights.v1", "name": self.bilm.name}
+            return {"@misc": "spacy_elmo.PublishedWeights.v1", "name": bilm.name}, {}
         if self.kind == "allennlp":
-            return {
+            weights = {
                 "@misc": "spacy_elmo.AllenNLPWeights.v1",
                 "options_file": "${paths.elmo_options}",
                 "weights_file": "${paths.elmo_weights}",
             }
-        return None
-
-    def paths(self) -> Dict[str, str]:
-        if self.kind in ("saved", "run", "elmoformanylangs"):
-            return {"elmo_model": str(self.bilm.path)}
-        if self.kind == "allennlp":
-            return {
-                "elmo_options": str(self.bilm.options_file),
-                "elmo_weights": str(self.bilm.weights_file),
-            }
-        return {}
+            paths = {"elmo_options": str(bilm.options_file), "elmo_weights": str(bilm.weights_file)}
+            return weights, paths
+        loader = "spacy_elmo.SavedBiLM.v1"  # a saved biLM or a pretraining run
+        if self.kind == "elmoformanylangs":
+            loader = "spacy_elmo.ElmoForManyLangsWeights.v1"
+        return {"@misc": loader, "path": "${paths.elmo_model}"}, {"elmo_model": str(bilm.path)}
 
     def describe(self) -> str:
         o = self.options
@@ -145,7 +140,8 @@ def elmo_training_config(
         )
     if len(set(components)) != len(components):
         raise ValueError(f"a component is named twice in {components}")
-    paths: Dict[str, Any] = {"train": None, "dev": None, "vectors": vectors, **source.paths()}
+    weights, weights_paths = source.weights_and_paths()
+    paths: Dict[str, Any] = {"train": None, "dev": None, "vectors": vectors, **weights_paths}
     config: Dict[str, Any] = {
         "paths": paths,
         "system": {"gpu_allocator": "pytorch" if gpu else None, "seed": 0},
@@ -173,7 +169,6 @@ def elmo_training_config(
     config["components"]["elmo"]["vector_hooks"] = (
         vectors is None if vector_hooks is None else vector_hooks
     )
-    weights = source.weights_config()
     if weights is not None:
         config["initialize"]["components"]["elmo"] = {"weights": weights}
     return fill(Config(config))

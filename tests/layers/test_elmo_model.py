@@ -62,7 +62,7 @@ def test_the_run_settings_are_not_saved_with_the_model(bilm_dir, monkeypatch):
         3,
         "float16",
     )
-    assert other.attrs["unit_rule"].sentence_punct == (";",)
+    assert other.attrs["settings"].sentence_punct == (";",)
     assert other.attrs["weights_loaded"]
 
 

@@ -100,7 +100,7 @@ def test_split_sentences_is_on_by_default_and_a_component_setting(bilm_dir, bilm
     # what a user writes, with nothing else
     blank = spacy.blank("en")
     blank.add_pipe("elmo", config={"split_sentences": False, "sentence_punct": [";"]})
-    rule = blank.get_pipe("elmo").model.attrs["unit_rule"]
+    rule = blank.get_pipe("elmo").model.attrs["settings"]
     assert (rule.split_sentences, rule.sentence_punct) == (False, (";",))
 
 
@@ -154,7 +154,7 @@ def test_replace_listeners_copies_the_components_rule(bilm_dir, tmp_path):
     loaded.remove_pipe("ner")
     loaded.remove_pipe("elmo")
     (inline_elmo,) = [m for m in loaded.get_pipe("tagger").model.walk() if m.name == "elmo"]
-    assert inline_elmo.attrs["unit_rule"].split_sentences is False
+    assert inline_elmo.attrs["settings"].split_sentences is False
     assert [t.tag_ for t in loaded(TEXT)] == before
 
 
