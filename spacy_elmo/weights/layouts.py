@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy
 import torch
@@ -81,20 +81,6 @@ def expected_datasets(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def hdf5_datasets(hdf5: Any) -> dict[str, Any]:
-    """Every dataset of an open h5py file, by its path in the file."""
-    import h5py
-
-    found = {}
-
-    def add(name: str, node: Any) -> None:
-        if isinstance(node, h5py.Dataset):
-            found[name] = node
-
-    hdf5.visititems(add)
-    return found
-
-
 def read_datasets(weight_file: Path, options: BiLMOptions, described_by: str) -> dict:
     """Every dataset of a bilm-tf weights file for `options` (`described_by` names them), read
     and checked; ValueError naming the file and dataset on any problem."""
@@ -107,7 +93,9 @@ def read_datasets(weight_file: Path, options: BiLMOptions, described_by: str) ->
     arrays = {}
     try:
         with h5py.File(weight_file, "r") as hdf5:
-            found = hdf5_datasets(hdf5)
+            names: list[str] = []  # of every group and dataset in the file
+            hdf5.visit(names.append)
+            found = {name: hdf5[name] for name in names if isinstance(hdf5[name], h5py.Dataset)}
             if not set(found) & set(expected):
                 raise ValueError(
                     f"{source} has no dataset 'char_embed' nor any other of bilm-tf's: is this "

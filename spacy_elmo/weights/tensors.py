@@ -78,20 +78,6 @@ DTYPE_KINDS = {
 Weights = Union[torch.Tensor, numpy.ndarray]
 
 
-def check_dtype(key: str, dtype: Any, source: str, what: str = "tensor") -> None:
-    """ValueError unless `dtype` (numpy or torch) is one of WEIGHT_DTYPES."""
-    # A numpy dtype by its name: '>f4' (a big-endian file's float32) is float32.
-    name = dtype.name if isinstance(dtype, numpy.dtype) else str(dtype).removeprefix("torch.")
-    if name in WEIGHT_DTYPES:
-        return
-    kinds = DTYPE_KINDS.items()
-    kind = next((kind for start, kind in kinds if name.startswith(start)), "non-numeric")
-    raise ValueError(
-        f"{source}: {what} '{key}' has {kind} dtype {name}; ELMo weights are real numbers "
-        f"stored as {', '.join(WEIGHT_DTYPES)}"
-    )
-
-
 def check_shapes(
     found: Mapping[str, tuple[int, ...]],
     expected: Mapping[str, tuple[int, ...]],
@@ -119,7 +105,16 @@ def check_weights(state: Mapping[str, Weights], source: str, what: str = "tensor
     """Raise ValueError naming the first tensor (or array) of `state` that is not weights: a
     dtype not in WEIGHT_DTYPES, a NaN or infinity, or a float64 value past float32's range."""
     for key, value in state.items():
-        check_dtype(key, value.dtype, source, what)
+        # A numpy dtype by its name: '>f4' (a big-endian file's float32) is float32.
+        dtype = value.dtype
+        name = dtype.name if isinstance(dtype, numpy.dtype) else str(dtype).removeprefix("torch.")
+        if name not in WEIGHT_DTYPES:
+            kinds = DTYPE_KINDS.items()
+            kind = next((kind for start, kind in kinds if name.startswith(start)), "non-numeric")
+            raise ValueError(
+                f"{source}: {what} '{key}' has {kind} dtype {name}; ELMo weights are real "
+                f"numbers stored as {', '.join(WEIGHT_DTYPES)}"
+            )
         if isinstance(value, numpy.ndarray):  # in native byte order (a big-endian file's swapped)
             value = torch.from_numpy(numpy.ascontiguousarray(value, value.dtype.newbyteorder("=")))
         finite = torch.isfinite(value)
