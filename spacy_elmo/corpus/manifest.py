@@ -13,15 +13,14 @@ import re
 import secrets
 import time
 import warnings
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterator, Optional
+from typing import Any, Callable, Collection, Optional
 
 from ..util.files import atomic_path, file_sha256, fsync_directory
 from .plan import InputFile, printable
 
 MANIFEST_NAME = "manifest.jsonl"
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ManifestWarning(UserWarning):
@@ -94,25 +93,26 @@ def _parse_record(raw: bytes) -> tuple[Optional[dict[str, Any]], Optional[str]]:
     return record, None
 
 
-def record_line(record: dict[str, Any]) -> str:
-    """The manifest line of `record`, UTF-8 text: the bytes of a file name that is not UTF-8
+def record_line(record: dict[str, Any]) -> bytes:
+    """The manifest line of `record`, UTF-8: the bytes of a file name that is not UTF-8
     (surrogate escapes) as JSON escapes (`\\udcff` for byte 0xff), which read back the same."""
-    text = json.dumps(record, ensure_ascii=False)
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
+    return json.dumps(record, ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\n"
 
 
 def compact_manifest(output_dir: Path, records: dict[str, dict[str, Any]]) -> None:
     """Rewrite the manifest with only the latest record of each output (atomically)."""
-    if records or (output_dir / MANIFEST_NAME).exists():
-        text = "".join(record_line(r) for r in records.values())
-        with staged(output_dir / MANIFEST_NAME) as stage, atomic_path(stage) as tmp:
-            tmp.write_bytes(text.encode("utf-8"))
+    manifest = output_dir / MANIFEST_NAME
+    if records or manifest.exists():
+        stage = stage_name(manifest)
+        with atomic_path(stage) as tmp:
+            tmp.write_bytes(b"".join(record_line(r) for r in records.values()))
+        install(stage, manifest)
 
 
 def append_record(output_dir: Path, record: dict[str, Any]) -> None:
     """Append one record and make it durable; a write or sync that fails (a full disk, a signal)
     cuts the manifest back to where it was."""
-    data = record_line(record).encode("utf-8")
+    data = record_line(record)
     fd = os.open(output_dir / MANIFEST_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         start = os.lseek(fd, 0, os.SEEK_END)
@@ -200,33 +200,28 @@ def owned_name(filename: str) -> Optional[str]:
     return match.group("name") if match else None
 
 
-@contextmanager
-def staged(path: Path, install: bool = True) -> Iterator[Path]:
-    """A temporary name next to `path` for the block to write whole; with `install` it is then
-    renamed over `path` (a part), else left for the driver (an output, installed once recorded).
-    An error in the block removes it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stage = path.parent / f".{path.name}{MARK}{secrets.token_hex(4)}"
-    try:
-        yield stage
-        if install:
-            os.replace(stage, path)
-    except BaseException:
-        stage.unlink(missing_ok=True)
-        raise
+def stage_name(path: Path) -> Path:
+    """A temporary name beside `path`, of the family that `owned_name` knows."""
+    return path.parent / f".{path.name}{MARK}{secrets.token_hex(4)}"
+
+
+def install(stage: Path, path: Path) -> None:
+    """Rename the whole file `stage` over `path`, durably."""
+    os.replace(stage, path)
     fsync_directory(path.parent)
 
 
 def write_output(payload: dict, write: Callable[[Path], int]) -> dict:
-    """A shard's output written by `write(stage)` (which returns its lines) under a `staged` name;
-    the worker's report: the lines, and for an output left for the driver, its stage and sha256."""
-    install = payload["kind"] == "part"
-    with staged(Path(payload["output"]), install) as stage:
-        lines = write(stage)
-    if install:
-        return {"lines": lines}
-    return {"lines": lines, "staged": str(stage), "sha256": file_sha256(stage)}
+    """A shard's output written whole by `write(stage)` (which returns its lines) under a stage
+    name, then installed (a part) or left for the driver to install once recorded (an output);
+    the worker's report: the lines, and for an output, its stage and sha256."""
+    output = Path(payload["output"])
+    stage = stage_name(output)
+    lines = write(stage)
+    if payload["kind"] != "part":
+        return {"lines": lines, "staged": str(stage), "sha256": file_sha256(stage)}
+    install(stage, output)
+    return {"lines": lines}
 
 
 def remove_owned(folder: Path, names: Optional[Collection[str]] = None) -> None:

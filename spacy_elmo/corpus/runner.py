@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..util.files import LockHeld, fsync_directory, lock_file
+from ..util.files import LockHeld, lock_file
 from .engine import Cluster, Job, RunStats, Task, run_tasks
 from .manifest import (
     MANIFEST_NAME,
     ManifestWarning,
     append_record,
     compact_manifest,
+    install,
     is_done,
     make_record,
     read_manifest,
@@ -131,8 +132,7 @@ def run_corpus(
                 output_dir, item, outcome["lines"], model, options, outcome["sha256"], stage
             )
             append_record(output_dir, record)  # recorded, then installed
-            os.replace(stage, output)
-            fsync_directory(output.parent)
+            install(stage, output)
             result.written.append(item.output_rel.as_posix())
             if task.payload["kind"] == "join":
                 _remove_parts(Path(task.payload["parts"][0]).parent)
