@@ -66,14 +66,8 @@ class LanguageModel(nn.Module):
         backward_nll = self.head.nll(
             top_backward[:, 1:][backward_valid], backward_targets[backward_valid]
         )
-        sums = torch.stack(
-            [
-                forward_nll,
-                forward_valid.sum().to(forward_nll.dtype),
-                backward_nll,
-                backward_valid.sum().to(backward_nll.dtype),
-            ]
-        )
+        counts = torch.stack([forward_valid.sum(), backward_valid.sum()]).to(forward_nll.dtype)
+        sums = torch.stack([forward_nll, counts[0], backward_nll, counts[1]])
         if self.distill is None or vector_rows is None:
             return sums
         distances = self.distill.losses(
