@@ -51,43 +51,21 @@ from .architectures import (
 from .extensions import check_vector_layer, install_extensions, mix_layers, set_vector_hooks
 from .overlap import overlap_applies, overlapped_pipe
 
-# The registered function's defaults: the architecture null, taken from the weights.
-DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
-# The component's settings, beside its model, and their defaults.
-SETTINGS = {
-    "mix_weights": None,
-    "gamma": 1.0,
-    "set_tensor": False,
-    "split_sentences": True,
-    "sentence_punct": None,
-    "vector_hooks": False,
-    "vector_layer": "top",
-    "quantize": None,
-    "overlap": True,
-    "threads": None,
-}
-DEFAULT_CONFIG = {"model": DEFAULT_MODEL, **SETTINGS}
 
-
-@Language.factory(
-    "elmo",
-    default_config=DEFAULT_CONFIG,
-    assigns=["doc._.elmo_layers", "doc._.elmo_mix_coefficients"],
-)
 def make_elmo(
     nlp: Language,
     name: str,
     model: Model[List[Doc], List[Floats3d]],
-    mix_weights: Optional[List[float]],
-    gamma: float,
-    set_tensor: bool,
-    split_sentences: bool,
-    sentence_punct: Optional[List[str]],
-    vector_hooks: bool,
-    vector_layer: str,
-    quantize: Optional[str],
-    overlap: bool,
-    threads: Optional[int],
+    mix_weights: Optional[List[float]] = None,
+    gamma: float = 1.0,
+    set_tensor: bool = False,
+    split_sentences: bool = True,
+    sentence_punct: Optional[List[str]] = None,
+    vector_hooks: bool = False,
+    vector_layer: str = "top",
+    quantize: Optional[str] = None,
+    overlap: bool = True,
+    threads: Optional[int] = None,
 ) -> "Elmo":
     """ELMo layers for every token, and this component's own mix of them, `doc._.elmo` =
     sum_j c_j h_j with c = gamma * s: `mix_weights` are the layer weights before s normalises
@@ -115,6 +93,18 @@ def make_elmo(
         overlap=overlap,
         threads=threads,
     )
+
+
+# The defaults of the registered functions: the component's settings beside its model, and the
+# model's architecture null, taken from the weights.
+SETTINGS = architecture_defaults(make_elmo)
+DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
+Language.factory(
+    "elmo",
+    default_config={"model": DEFAULT_MODEL, **SETTINGS},
+    assigns=["doc._.elmo_layers", "doc._.elmo_mix_coefficients"],
+    func=make_elmo,
+)
 
 
 class Elmo(Tok2Vec):
@@ -284,10 +274,7 @@ class Elmo(Tok2Vec):
             set_weights(self.model, weights(), source)
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
         self.model.initialize(X=doc_sample)
-        width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
-        for listener in self.listeners:
-            set_listener_dims(listener, width, n_layers)
-        self._check_listeners()
+        self._fit_listeners()
         self.mix_coefficients()  # mix_weights checked against the biLM
         if nlp is None:
             return
@@ -313,10 +300,13 @@ class Elmo(Tok2Vec):
                 stacklevel=2,
             )
 
-    def _check_listeners(self) -> None:
+    def _fit_listeners(self) -> None:
+        """Give the listeners the biLM's width and layers where they left them open; raise
+        where they were given others."""
         width, n_layers = self.model.get_dim("nO"), self.model.get_dim("n_layers")
         for component, listeners in self.listener_map.items():
             for listener in listeners:
+                set_listener_dims(listener, width, n_layers)
                 got = listener.get_dim("nO"), listener.get_dim("n_layers")
                 if got != (width, n_layers):
                     raise ValueError(
