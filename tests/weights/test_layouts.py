@@ -201,6 +201,13 @@ def test_big_endian_weights_are_read_as_their_values(tmp_path, model_files):
         ({"char_cnn__max_characters_per_token": 40}, "max_characters_per_token"),
         ({"char_cnn__filters": "wide"}, "filters"),
         ({"lstm__projection_dim": 48}, "larger than"),
+        ({"lstm__n_layers": 0}, r"'lstm\.n_layers' must be at least 1, got 0"),
+        ({"char_cnn__n_highway": -1}, r"'char_cnn\.n_highway' must be at least 0, got -1"),
+        ({"char_cnn__filters": [[0, 4]]}, r"bad filter \[0, 4\]"),
+        ({"char_cnn__embedding": 4}, r"'char_cnn\.embedding' must be an object, got 4"),
+        ({"lstm__cell_clip": [3]}, r"'lstm\.cell_clip' must be a number or null, got \[3\]"),
+        ({"char_cnn__n_characters": 300}, r"'char_cnn\.n_characters' is 300; expected 262"),
+        ({"char_cnn__word_embedding": {"dim": 4, "n_words": 9}}, "needs 'char_cnn.char_vocab"),
     ],
 )
 def test_bad_options(tmp_path, model_files, change, message):
