@@ -293,11 +293,7 @@ def _lines_between(path: Path, start: int, end: int) -> Iterator[bytes]:
 
 
 def iter_batches(
-    path: Path,
-    seed: int,
-    batch_tokens: int,
-    chunk_sentences: int = 20000,
-    max_sentences: int = 512,
+    path: Path, seed: int, batch_tokens: int, chunk_sentences: int = 20000, max_sentences: int = 512
 ) -> Iterator[tuple[int, list[list[str]]]]:
     """An endless, deterministic stream of (epoch, batch) over the tokenised file: each chunk
     shuffled by (seed, epoch, chunk), sorted by length, cut into batches of at most

@@ -31,11 +31,7 @@ class LanguageModel(nn.Module):
     """biLM + shared softmax: summed NLL of the forward and backward LMs."""
 
     def __init__(
-        self,
-        bilm: BiLM,
-        head: LMHead,
-        dropout: float,
-        distill: Optional[DistillationHeads] = None,
+        self, bilm: BiLM, head: LMHead, dropout: float, distill: Optional[DistillationHeads] = None
     ) -> None:
         super().__init__()
         self.bilm = bilm

@@ -95,11 +95,7 @@ def most_frequent_tag_accuracy(
 
 
 def pos_probe(
-    bilm,
-    train: Sequence[TaggedSentence],
-    test: Sequence[TaggedSentence],
-    *,
-    batch_size: int = 64,
+    bilm, train: Sequence[TaggedSentence], test: Sequence[TaggedSentence], *, batch_size: int = 64
 ) -> dict:
     """Per-layer accuracy of a linear tagger on frozen vectors, and the most-frequent-tag one."""
     tagset = sorted({t for _, tags in train for t in tags})
