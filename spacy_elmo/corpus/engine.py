@@ -142,7 +142,7 @@ def run_tasks(
     from tqdm import tqdm
 
     ray = require_ray()
-    from .reaper import RunProcesses
+    from .reaper import start_reaper, stop_reaper  # psutil: the [ray] extra
 
     stats = RunStats()
     start = time.perf_counter()
@@ -159,14 +159,12 @@ def run_tasks(
 
         check_ray_address(address)  # ray.init waits without end when nothing answers there
         init = {"address": address}
-    processes = RunProcesses()
+    reaper = None
     ray_ended = threading.Event()
     try:
         with _ray_lines_dropped(), deferred():  # a signal is acted on once Ray has started
-            if address is None:
-                processes.watch()
+            reaper = start_reaper()
             _start_ray(ray, ray_ended, **init)
-        processes.note()
         resources = ray.cluster_resources()
         node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         # a worker's threads are on one node: never more than the largest node has
@@ -186,7 +184,6 @@ def run_tasks(
         for info in _gather(ray, [a.setup.remote() for a in actors]):
             stats.workers.add(info["worker"])
             stats.nodes.add(info["node"])
-        processes.note()  # the workers
         stats.startup_seconds = time.perf_counter() - start
         bar = tqdm(
             total=sum(task.lines for task in tasks),
@@ -200,7 +197,13 @@ def run_tasks(
             _drive(ray, actors, tasks, on_done, stats, bar)
         stats.run_seconds = time.perf_counter() - start - stats.startup_seconds
     finally:
-        _end_ray(ray, processes)
+        # Disconnect from Ray (ending a local instance), then the watchdog ends what is left of
+        # the processes the run started; a signal meanwhile waits until they are gone.
+        with deferred(), _ray_lines_dropped():
+            try:
+                ray.shutdown()
+            finally:
+                stop_reaper(reaper)
         ray_ended.set()
     return stats
 
@@ -301,17 +304,6 @@ def _start_ray(ray, ended: threading.Event, **init: Any) -> None:
         raise ValueError(
             f"cannot join the Ray cluster at {init['address']}: {_first_line(error)}"
         ) from None
-
-
-def _end_ray(ray, processes) -> None:
-    """Disconnect from Ray (ending a local instance), then end what is left of the processes
-    the run started, then the watchdog; a signal meanwhile waits until they are gone."""
-    with deferred(), _ray_lines_dropped():
-        processes.note()
-        try:
-            ray.shutdown()
-        finally:
-            processes.end()
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """The processes a corpus run started, ended with it however it ends: a watchdog notes the
-driver's new descendants every half second and kills them once the driver is gone (its pipe
+driver's new descendants every half second and kills them once the driver is done (its pipe
 closes), even after a SIGKILL. A process is known by its pid and start time (psutil.Process),
 so a reused pid is never killed.
 
@@ -23,38 +23,29 @@ POLL_SECONDS = 0.5
 END_WAIT_SECONDS = 10.0  # how long `end_processes` waits for the processes it killed
 
 
-class RunProcesses:
-    """The processes that a run starts below this one: noted as they appear, ended with it."""
+def start_reaper() -> subprocess.Popen:
+    """Start the watchdog of this process: what starts below it from now on is ended when
+    `stop_reaper` is called or this process dies."""
+    reaper = subprocess.Popen(
+        # the file itself, not the module: importing spacy_elmo would take seconds
+        [sys.executable, __file__, str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,  # not in the driver's process group: Ctrl-C does not reach it
+    )
+    reaper.stdout.read(1)  # it has noted the processes from before: Ray may start now
+    return reaper
 
-    def __init__(self) -> None:
-        self.before = descendants()  # from before the run: not its to end
-        self.started: set[psutil.Process] = set()
-        self.reaper: Optional[subprocess.Popen] = None
 
-    def watch(self) -> None:
-        """Start the watchdog, which ends them even when this process is SIGKILLed."""
-        self.reaper = subprocess.Popen(
-            # the file itself, not the module: importing spacy_elmo would take seconds
-            [sys.executable, __file__, str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,  # not in the driver's process group: Ctrl-C misses it
-        )
-        self.reaper.stdout.read(1)  # it has noted the processes from before: Ray may start now
-        self.before.add(psutil.Process(self.reaper.pid))
-
-    def note(self) -> None:
-        self.started |= descendants() - self.before
-
-    def end(self) -> None:
-        """End what is left of them, then the watchdog."""
-        end_processes(self.started)
-        if self.reaper is not None:
-            self.reaper.stdin.close()
-            try:
-                self.reaper.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                self.reaper.kill()
+def stop_reaper(reaper: Optional[subprocess.Popen]) -> None:
+    """The run is done: the watchdog ends what is left of its processes, waits until they are
+    gone, and exits."""
+    if reaper is not None:
+        reaper.stdin.close()
+        try:
+            reaper.wait(timeout=END_WAIT_SECONDS + 20)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            reaper.kill()
 
 
 def descendants(root: Optional[int] = None) -> set[psutil.Process]:
@@ -66,14 +57,14 @@ def descendants(root: Optional[int] = None) -> set[psutil.Process]:
     return {process for process in found if process.pid != os.getpid()}
 
 
-def end_processes(processes: Iterable[psutil.Process], wait: float = END_WAIT_SECONDS) -> None:
-    """SIGKILL each of `processes` still running and wait, at most `wait` seconds, until each is
-    gone (this process's own children are reaped; another's zombie counts as gone)."""
+def end_processes(processes: Iterable[psutil.Process]) -> None:
+    """SIGKILL each of `processes` still running and wait, at most END_WAIT_SECONDS, until each
+    is gone (a zombie counts as gone: its parent reaps it)."""
     left = list(processes)
     for process in left:
         with suppress(psutil.Error):
             process.kill()  # not a reused pid: psutil checks the start time
-    deadline = time.monotonic() + wait
+    deadline = time.monotonic() + END_WAIT_SECONDS
     while left and time.monotonic() < deadline:
         left = [p for p in psutil.wait_procs(left, timeout=0.02)[1] if _alive(p)]
 
@@ -94,7 +85,7 @@ def watch(driver: int) -> None:
         ready, _, _ = select.select([sys.stdin], [], [], POLL_SECONDS)
         if ready and not os.read(sys.stdin.fileno(), 1024):
             break  # the pipe closed: the driver is done or dead
-    end_processes(seen, wait=0)
+    end_processes(seen)
 
 
 if __name__ == "__main__":
