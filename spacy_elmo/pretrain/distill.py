@@ -19,10 +19,6 @@ class StaticVectors:
     """Unit-normalised rows of a spaCy vectors table and a word -> row lookup."""
 
     def __init__(self, table: numpy.ndarray, rows: dict[str, int]) -> None:
-        if table.ndim != 2 or table.shape[0] == 0:
-            raise ValueError(
-                f"static vectors: expected a non-empty (rows, dim) table, got {table.shape}"
-            )
         if not numpy.isfinite(table).all():
             raise ValueError("static vectors: the table holds NaN or infinite values")
         norms = numpy.linalg.norm(table, axis=1, keepdims=True)

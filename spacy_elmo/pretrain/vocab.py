@@ -51,8 +51,6 @@ class Vocab:
 
     @classmethod
     def from_file(cls, path: Path) -> Vocab:
-        if not Path(path).exists():
-            raise FileNotFoundError(f"vocabulary file {path} does not exist")
         try:
             words = Path(path).read_text(encoding="utf-8").split("\n")
             return cls([w for w in words if w])
