@@ -39,7 +39,6 @@ from ..bilm import BiLM
 from ..bilm.quantize import check_quantize, set_quantize
 from ..layers.elmo_model import ensure_weights, get_bilm, set_weights
 from ..layers.listener import ElmoLayersListener, set_listener_dims
-from ..layers.scalar_mix import check_one_per_layer
 from ..util.threads import bilm_threads, thread_count, torch_threads
 from .architectures import (
     MODEL,
@@ -366,7 +365,12 @@ def mix_coefficients(
     (default equal)."""
     if mix_weights is None:
         mix_weights = [1.0] * n_layers
-    check_one_per_layer("mix_weights", mix_weights, n_layers, "the biLM")
+    # scalar_mix.check_one_per_layer, written here so that a batch does not leave this file
+    if len(mix_weights) != n_layers:
+        raise ValueError(
+            f"mix_weights has {len(mix_weights)} values {list(mix_weights)} but the biLM has "
+            f"{n_layers} layers"
+        )
     array = numpy.asarray(mix_weights, dtype="float64")
     if (array < 0).any() or array.sum() <= 0:
         raise ValueError(f"mix_weights must be non-negative and not all 0, got {list(mix_weights)}")
