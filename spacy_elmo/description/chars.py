@@ -92,7 +92,10 @@ def batch_to_ids(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
     ids = numpy.zeros((len(sentences), width, MAX_CHARS_PER_TOKEN), dtype=numpy.int64)
     tokens = [token for sentence in sentences for token in sentence]
     if tokens:
-        ids[_token_positions(sentences)] = _rows(tokens)
+        lengths = [len(sentence) for sentence in sentences]
+        sentence = numpy.repeat(numpy.arange(len(sentences)), lengths)  # of every token, in order
+        position = numpy.concatenate([numpy.arange(n) for n in lengths])
+        ids[sentence, position] = _rows(tokens)
     return torch.from_numpy(ids)
 
 
@@ -113,14 +116,6 @@ def _rows(tokens: list[str]) -> numpy.ndarray:
         if special is not None:
             rows[index] = special
     return rows
-
-
-def _token_positions(sentences: list[list[str]]) -> tuple[numpy.ndarray, numpy.ndarray]:
-    """The (sentence, position) of every token, in order."""
-    lengths = [len(sentence) for sentence in sentences]
-    sentence = numpy.repeat(numpy.arange(len(sentences)), lengths)
-    position = numpy.concatenate([numpy.arange(n) for n in lengths])
-    return sentence, position
 
 
 # ---------------------------------------------------------------------- batches
