@@ -57,18 +57,6 @@ def usable_cpus(root: Path = CGROUP_ROOT) -> tuple[int, str]:
     return cpus, source
 
 
-def oversubscription(threads: int, cpus: int, source: str, what: str = "--threads") -> str | None:
-    """The warning for `threads` torch threads on `cpus` usable CPUs, or None if they fit;
-    `what` is the option that sets the count."""
-    if threads <= cpus:
-        return None
-    return (
-        f"torch runs {threads} CPU threads, but this process can run only {cpus} at once "
-        f"({source}); ELMo then runs many times slower than with {cpus}. Call "
-        f"torch.set_num_threads({cpus}) (or give {what} {cpus}); see {ADVICE}"
-    )
-
-
 def thread_count(threads: int | None, what: str = "--threads") -> int:
     """The torch CPU threads for a setting (`what` names it; not a positive integer: ValueError).
 
@@ -89,9 +77,14 @@ def thread_count(threads: int | None, what: str = "--threads") -> int:
 
         return min(torch.get_num_threads(), usable_cpus(CGROUP_ROOT)[0])
     if threads > 1 and not _warned:  # one thread always fits: no need to look at the CPUs
-        message = oversubscription(threads, *usable_cpus(CGROUP_ROOT), what)
-        if message is not None:
+        cpus, source = usable_cpus(CGROUP_ROOT)
+        if threads > cpus:
             _warned = True
+            message = (
+                f"torch runs {threads} CPU threads, but this process can run only {cpus} at "
+                f"once ({source}); ELMo then runs many times slower than with {cpus}. Call "
+                f"torch.set_num_threads({cpus}) (or give {what} {cpus}); see {ADVICE}"
+            )
             warnings.warn(message, ThreadsWarning, stacklevel=3)
     return threads
 
