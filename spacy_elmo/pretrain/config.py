@@ -66,7 +66,8 @@ class PretrainConfig:
             if "bounds" not in setting.metadata or (value is None and setting.default is None):
                 continue
             low, exclusive, high = setting.metadata["bounds"]
-            kind = int if "int" in setting.type else (int, float)  # the annotation, as a string
+            # the annotation, a string (postponed annotations): an integer setting, else a number
+            kind = int if setting.type in ("int", "Optional[int]") else (int, float)
             ok = isinstance(value, kind) and not isinstance(value, bool)
             ok = ok and math.isfinite(value) and (value > low if exclusive else value >= low)
             ok = ok and (high is None or value < high)
