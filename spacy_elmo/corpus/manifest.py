@@ -227,13 +227,17 @@ def write_output(payload: dict, write: Callable[[Path], int]) -> dict:
 def remove_owned(folder: Path, names: Optional[Collection[str]] = None) -> None:
     """Remove the run's temporary files in `folder` (not below it) for the file names `names`
     (None: for any name, in a folder that is the run's own, a folder of parts)."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:  # no such folder (yet), or not one
-        return
-    for entry in entries:
+    for entry in folder_entries(folder):
         name = owned_name(entry.name)
         if name is None or (names is not None and name not in names):
             continue
         if entry.is_file(follow_symlinks=False):
             Path(entry.path).unlink(missing_ok=True)
+
+
+def folder_entries(folder: Path) -> list[os.DirEntry]:
+    """The entries of `folder`; none where there is no such folder (yet), or not one."""
+    try:
+        return list(os.scandir(folder))
+    except OSError:
+        return []

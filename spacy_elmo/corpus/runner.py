@@ -23,6 +23,7 @@ from .manifest import (
     ManifestWarning,
     append_record,
     compact_manifest,
+    folder_entries,
     install,
     is_done,
     make_record,
@@ -34,6 +35,8 @@ from .plan import InputFile, printable
 
 LOCK_NAME = ".spacy-elmo.lock"
 PARTS_MARK = ".parts-"
+# A folder of parts beside output NAME: .NAME<PARTS_MARK>KEY, KEY the output's `work_key`.
+PARTS_FOLDER = re.compile(r"^\.(?P<name>.+)" + re.escape(PARTS_MARK) + "[0-9a-f]{16}$", re.DOTALL)
 # A part's name in its folder: FIRST-COUNT<suffix> (FIRST: the range's first line, 0-based).
 PART_NAME = re.compile(r"^[0-9]{12}-[0-9]+\.[a-z0-9]+$")
 
@@ -79,19 +82,16 @@ def run_corpus(
         _check_replaceable(output_dir, inputs, read_manifest(output_dir))
     with output_lock(output_dir, command):
         records = read_manifest(output_dir)  # before anything is written: it may be refused
-        _remove_temporary_files(output_dir, inputs)
+        parts_dirs = {item: _parts_dir(output_dir, item, model, options) for item in inputs}
+        _remove_temporary_files(output_dir, inputs, set(parts_dirs.values()))
         compact_manifest(output_dir, records)
         tasks: list[Task] = []
         remaining_parts: dict[Path, int] = {}
         joins: dict[Path, Task] = {}
         by_output: dict[Path, InputFile] = {}
         for item in inputs:
-            key = work_key(item.sha256, model, options)
             output = output_dir / item.output_rel
-            parts_dir = output.parent / f".{output.name}{PARTS_MARK}{key}"
-            for stale in _parts_folders(output.parent, output.name):  # of another input or model
-                if stale != parts_dir:
-                    _remove_parts(stale)
+            parts_dir = parts_dirs[item]
             if is_done(
                 records.get(item.output_rel.as_posix()), output_dir, item.sha256, model, options
             ):
@@ -143,7 +143,7 @@ def run_corpus(
         finally:
             # A worker ended with the run (Ctrl-C, SIGTERM, an error) never finishes the file it
             # was writing: remove it while this run still holds the folder's lock.
-            _remove_temporary_files(output_dir, inputs)
+            _remove_temporary_files(output_dir, inputs, set(parts_dirs.values()))
         result.lines = result.stats.lines
         result.failures = result.stats.failures
     if result.failures:
@@ -198,40 +198,34 @@ def _check_replaceable(output_dir: Path, inputs: list[InputFile], records: dict)
             )
 
 
-def _remove_temporary_files(output_dir: Path, inputs: list[InputFile]) -> None:
+def _parts_dir(output_dir: Path, item: InputFile, model: dict, options: dict) -> Path:
+    output = output_dir / item.output_rel
+    return output.parent / f".{output.name}{PARTS_MARK}{work_key(item.sha256, model, options)}"
+
+
+def _remove_temporary_files(output_dir: Path, inputs: list[InputFile], parts: set[Path]) -> None:
     """Remove the temporary files (manifest.py) made, by this run or an interrupted one, for the
-    files this run writes: its outputs, their parts and the manifest."""
+    files this run writes (its outputs, the manifest; in its folders of parts `parts`, any), and
+    its outputs' other folders of parts (of another input, model or options)."""
     names: dict[Path, set[str]] = {output_dir: {MANIFEST_NAME}}
     for item in inputs:
         output = output_dir / item.output_rel
         names.setdefault(output.parent, set()).add(output.name)
     for folder, wanted in names.items():
         remove_owned(folder, wanted)
-        for name in wanted:
-            for parts in _parts_folders(folder, name):
-                remove_owned(parts)  # a folder of parts is the run's own: any name in it
-
-
-def _parts_folders(folder: Path, name: str) -> list[Path]:
-    """The folders of parts of output `name` in `folder` (any key)."""
-    pattern = re.compile(re.escape(f".{name}{PARTS_MARK}") + r"[0-9a-f]{16}$")
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return []
-    return [
-        Path(e.path) for e in entries if pattern.match(e.name) and e.is_dir(follow_symlinks=False)
-    ]
+        for entry in folder_entries(folder):
+            found = PARTS_FOLDER.match(entry.name)
+            if found and found["name"] in wanted and entry.is_dir(follow_symlinks=False):
+                if Path(entry.path) in parts:
+                    remove_owned(Path(entry.path))  # a folder of parts is the run's own
+                else:
+                    _remove_parts(Path(entry.path))
 
 
 def _remove_parts(folder: Path) -> None:
     """Remove the parts and temporary files of a folder of parts, and the folder if it empties."""
     remove_owned(folder)
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    for entry in entries:
+    for entry in folder_entries(folder):
         if PART_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
             Path(entry.path).unlink(missing_ok=True)
     try:
