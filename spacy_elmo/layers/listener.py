@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Callable, List, Optional, Tuple
 
+from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats3d
@@ -40,9 +41,7 @@ class ElmoLayersListener(Model):
         # lets a tool run the upstream first (`spacy-elmo debug-model`). Never saved.
         self.feed_upstream: Optional[Callable[[List[Doc], bool], None]] = None
 
-    @classmethod
-    def get_batch_id(cls, docs: List[Doc]) -> int:
-        return sum(sum(token.orth for token in doc) for doc in docs)
+    get_batch_id = Tok2VecListener.get_batch_id  # spaCy's listeners' id of a batch of docs
 
     def receive(self, batch_id: int, outputs: List[Floats3d], backprop: Callable) -> None:
         """Store the upstream's outputs (and how to backprop into it) for the next forward."""

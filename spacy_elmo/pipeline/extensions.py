@@ -174,11 +174,10 @@ def _mix(obj: Union[Token, Span, Doc]):
 def install_extensions() -> None:
     """Register the extensions and the msgpack encoder of GPU arrays once (idempotent, also in
     worker processes); the `elmo` component does it when it is built."""
-    if not Doc.has_extension("elmo_vector_layer"):
-        Doc.set_extension("elmo_vector_layer", default=None)
     if not Doc.has_extension("elmo_layers"):
         Doc.set_extension("elmo_layers", getter=_layers, setter=_set_layers)
         Doc.set_extension("elmo_mix_coefficients", default=None)
+        Doc.set_extension("elmo_vector_layer", default=None)
         Doc.set_extension("elmo", getter=_mix)
         Span.set_extension("elmo_layers", getter=_layers)
         Span.set_extension("elmo", getter=_mix)
