@@ -1,4 +1,5 @@
-"""Docs -> biLM layers: the Thinc model of the `elmo` component.
+"""Docs -> biLM layers: the forward pass and weights of the `elmo` component's Thinc model (built
+by `spacy_elmo.ElmoModel.v1`, `pipeline/architectures.py`).
 
 Each doc is cut into units (its sentences, or with `split_sentences` those of spaCy's rule-based
 sentencizer, in windows of at most `max_tokens`, whitespace left out), run through the biLM in

@@ -137,8 +137,8 @@ class Elmo(Tok2Vec):
             model, split_sentences=cfg["split_sentences"], sentence_punct=cfg["sentence_punct"]
         )
         self._thread_counts: Dict[tuple, int] = {}  # `_threads`
-        if model.maybe_get_dim("n_layers") is not None:
-            self.mix_coefficients()  # mix_weights checked now where the biLM is known
+        if model.maybe_get_dim("n_layers") is not None:  # mix_weights checked where it is known
+            mix_coefficients(cfg["mix_weights"], cfg["gamma"], model.get_dim("n_layers"))
 
     # ------------------------------------------------------------------ the biLM
     def _bilm_as_configured(self) -> None:
@@ -159,8 +159,10 @@ class Elmo(Tok2Vec):
             self._thread_counts[key] = bilm_threads(self.cfg["threads"], training=training)
         return self._thread_counts[key]
 
+    @property
     def mix_coefficients(self) -> numpy.ndarray:
-        """c = gamma * s of `doc._.elmo` (known once the biLM's number of layers is)."""
+        """c = gamma * s of `doc._.elmo`, from the config (known once the biLM's number of
+        layers is)."""
         n_layers = self.model.get_dim("n_layers")
         return mix_coefficients(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)
 
@@ -199,7 +201,7 @@ class Elmo(Tok2Vec):
             return self.model.predict(list(docs))
 
     def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
-        coefficients = self.mix_coefficients()
+        coefficients = self.mix_coefficients
         for doc, doc_layers in zip(docs, layers):
             doc._.elmo_mix_coefficients = coefficients.tolist()
             doc._.elmo_layers = doc_layers  # checked against the coefficients and the doc
@@ -274,7 +276,8 @@ class Elmo(Tok2Vec):
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
         self.model.initialize(X=doc_sample)
         self._fit_listeners()
-        self.mix_coefficients()  # mix_weights checked against the biLM
+        n_layers = self.model.get_dim("n_layers")
+        mix_coefficients(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)  # checked
         if nlp is None:
             return
         record_architecture(nlp, self.name, self.model, self.listening_components)
