@@ -59,14 +59,14 @@ def descendants(root: Optional[int] = None) -> set[psutil.Process]:
 
 def end_processes(processes: Iterable[psutil.Process]) -> None:
     """SIGKILL each of `processes` still running and wait, at most END_WAIT_SECONDS, until each
-    is gone (a zombie counts as gone: its parent reaps it)."""
+    is gone (a zombie counts as gone: its parent, the driver, reaps it)."""
     left = list(processes)
     for process in left:
         with suppress(psutil.Error):
             process.kill()  # not a reused pid: psutil checks the start time
     deadline = time.monotonic() + END_WAIT_SECONDS
-    while left and time.monotonic() < deadline:
-        left = [p for p in psutil.wait_procs(left, timeout=0.02)[1] if _alive(p)]
+    while any(_alive(process) for process in left) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -80,11 +80,12 @@ def watch(driver: int) -> None:
     earlier = descendants(driver)  # the driver's children from before: not the run's to end
     os.write(sys.stdout.fileno(), b"+")
     seen: set[psutil.Process] = set()
-    while psutil.pid_exists(driver):
-        seen |= descendants(driver) - earlier
+    while True:
         ready, _, _ = select.select([sys.stdin], [], [], POLL_SECONDS)
-        if ready and not os.read(sys.stdin.fileno(), 1024):
-            break  # the pipe closed: the driver is done or dead
+        closed = bool(ready) and not os.read(sys.stdin.fileno(), 1024)  # the driver is done
+        seen |= descendants(driver) - earlier  # once more when it is done: the latest
+        if closed or not psutil.pid_exists(driver):
+            break
     end_processes(seen)
 
 
