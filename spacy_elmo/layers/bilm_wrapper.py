@@ -25,7 +25,8 @@ from ..weights.tensors import check_weights
 
 
 class PendingBiLM(torch.nn.Module):
-    """Stands in for a biLM whose architecture comes from weights that are not loaded yet."""
+    """Stands in for a biLM whose architecture comes from weights that are not loaded yet (the
+    elmo model runs only once they are: `elmo_model.forward`)."""
 
     options = None
     lexicon = None
@@ -34,12 +35,6 @@ class PendingBiLM(torch.nn.Module):
         super().__init__()
         self.stateful = False
         self.token_cache_size = TOKEN_CACHE_SIZE
-
-    def forward(self, char_ids: torch.Tensor):
-        raise ValueError(
-            "the elmo model has no weights yet (its architecture comes from the weights): "
-            "initialize the pipeline first"
-        )
 
 
 def bilm_layer(bilm: torch.nn.Module) -> Model[Ints3d, Floats4d]:
