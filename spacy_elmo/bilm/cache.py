@@ -1,10 +1,6 @@
-"""A least-recently-used map bounded in size and in bytes.
-
-`BoundedCache` keeps one value object per key: the frozen layers of the `elmo` component's
-training units (`layers/elmo_model.py`; the size of an entry is its number of tokens). An
-entry's bytes are its value's (`.nbytes`: numpy, cupy and torch arrays) plus its key's: the
-characters of a string, the length of a bytes key, the sum over a tuple's items; a long key is
-not kept alive for free. (The biLM's token cache, rows of one tensor, is `tokens.TokenCache`.)
+"""A least-recently-used map bounded in size and in bytes: the frozen layers of the `elmo`
+component's training units (`layers/elmo_model.py`). The biLM's token cache, rows of one
+tensor, is `tokens.TokenCache`.
 """
 
 from __future__ import annotations
@@ -21,18 +17,11 @@ def one(key: Any) -> int:
     return 1
 
 
-def key_bytes(key: Any) -> int:
-    """The characters of a string, the bytes of a bytes key, the sum over a tuple's items."""
-    if isinstance(key, (str, bytes)):
-        return len(key)
-    if isinstance(key, tuple):
-        return sum(key_bytes(part) for part in key)
-    raise TypeError(f"a cache key is a str, bytes or a tuple of them, got {type(key).__name__}")
-
-
 def entry_bytes(key: Any, value: Any) -> int:
-    """The memory an entry keeps alive: its value's bytes and its key's."""
-    return int(value.nbytes) + key_bytes(key)
+    """The memory an entry keeps alive: its value's bytes (`.nbytes`: numpy, cupy and torch
+    arrays) and its key's: the length of a string or bytes, summed over a tuple's items."""
+    key_bytes = sum(map(len, key)) if isinstance(key, tuple) else len(key)
+    return int(value.nbytes) + key_bytes
 
 
 def check_bounds(max_size: int, max_bytes: Optional[int]) -> None:
@@ -89,17 +78,19 @@ class BoundedCache(Generic[K, V]):
         if key in self.entries:
             return
         size, nbytes = self.size_of(key), entry_bytes(key, value)
-        if size > self.max_size or (self.max_bytes is not None and nbytes > self.max_bytes):
+        if not self._within(size, nbytes):
             return
         self.entries[key] = value
         self.size += size
         self.nbytes += nbytes
-        while self.size > self.max_size or (
-            self.max_bytes is not None and self.nbytes > self.max_bytes
-        ):
+        while not self._within(self.size, self.nbytes):
             old_key, old_value = self.entries.popitem(last=False)
             self.size -= self.size_of(old_key)
             self.nbytes -= entry_bytes(old_key, old_value)
+
+    def _within(self, size: int, nbytes: int) -> bool:
+        """Whether entries of this total size and bytes fit in both bounds."""
+        return size <= self.max_size and (self.max_bytes is None or nbytes <= self.max_bytes)
 
     def clear(self) -> None:
         self.entries.clear()

@@ -18,7 +18,6 @@ class LMHead(nn.Module):
 
     def __init__(self, dim: int, vocab_size: int, cutoffs: tuple[int, ...] = DEFAULT_CUTOFFS):
         super().__init__()
-        self.dim = dim
         self.vocab_size = vocab_size
         self.cutoffs = tuple(c for c in cutoffs if c < vocab_size - 1)
         if self.cutoffs:

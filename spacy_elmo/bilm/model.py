@@ -202,15 +202,14 @@ class BiLM(BiLMFiles, nn.Module):
     def _states_in(self, batch: int) -> tuple[list[State], list[State]]:
         """Each direction's initial (h, c) per layer, one row per sentence: zeros, or in stateful
         mode the states carried into those rows (§8)."""
-        dtype = self.char_cnn.char_embedding.weight.dtype
-        device = self.char_cnn.char_embedding.weight.device
+        weight = self.char_cnn.char_embedding.weight  # the biLM's dtype and device
         directions = []
         for direction, stack in zip(DIRECTIONS, (self.forward_lstm, self.backward_lstm)):
             carried = self._carried_states.get(direction) if self.stateful else None
             states = []
             for index, cell in enumerate(stack.layers):
-                h = torch.zeros(batch, cell.hidden_dim, device=device, dtype=dtype)
-                c = torch.zeros(batch, cell.cell_dim, device=device, dtype=dtype)
+                h = weight.new_zeros(batch, cell.hidden_dim)
+                c = weight.new_zeros(batch, cell.cell_dim)
                 if carried is not None:
                     stored_h, stored_c = carried[index]
                     rows = min(batch, stored_h.shape[0])
@@ -235,10 +234,9 @@ class BiLM(BiLMFiles, nn.Module):
                 if order is not None:
                     h, c = h[order], c[order]
                 h, c = h.detach(), c.detach()
-                if carried is not None and carried[index][0].shape[0] > h.shape[0]:
-                    old_h, old_c = carried[index]
-                    h = torch.cat([h, old_h[h.shape[0] :]])
-                    c = torch.cat([c, old_c[c.shape[0] :]])
+                if carried is not None:  # the rows beyond this batch, if any
+                    h = torch.cat([h, carried[index][0][len(h) :]])
+                    c = torch.cat([c, carried[index][1][len(c) :]])
                 updated.append((h, c))
             self._carried_states[direction] = updated
 
@@ -284,11 +282,6 @@ class BiLM(BiLMFiles, nn.Module):
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if self.lexicon is not None:
-            to_ids = self.lexicon.batch_to_ids
-        else:
-            self._check_byte_model()
-            to_ids = batch_to_ids
         sentences = check_sentences(sentences)
         order = list(range(len(sentences)))
         if not self.stateful:  # longest first; a stable sort keeps equal lengths in order
@@ -296,10 +289,9 @@ class BiLM(BiLMFiles, nn.Module):
         results: list[numpy.ndarray | None] = [None] * len(sentences)
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
-                batch = list(map(sentences.__getitem__, order[start : start + batch_size]))
                 indices = order[start : start + batch_size]
-                layers = self(to_ids(batch)).layers
-                layers = layers.float().cpu().numpy()
+                char_ids = self.batch_to_ids([sentences[index] for index in indices])
+                layers = self(char_ids).layers.float().cpu().numpy()
                 for row, index in enumerate(indices):
                     n = len(sentences[index])
                     results[index] = numpy.ascontiguousarray(layers[:, row, :n])
@@ -325,12 +317,8 @@ class BiLM(BiLMFiles, nn.Module):
         component's process) to take the new weights."""
         self.weights_generation += 1
         self.token_cache.clear()
-        if self.quantize is not None:  # the quantized copies of the weights made anew
-            from .quantize import set_quantize
-
-            mode = self.quantize
-            set_quantize(self, None)
-            set_quantize(self, mode)
+        if self.bf16_layers is not None:  # the bfloat16 copies of the weights made anew
+            self.bf16_layers = [lstm.Bf16Layer() for _ in self.bf16_layers]
 
     def __setstate__(self, state: dict) -> None:
         """After copy and pickle: the weights laid out again (`lstm.lay_out`: copying

@@ -9,6 +9,7 @@ bfloat16 instructions (AVX-512 BF16 or AMX): 1.07x the float32 pipeline at NER F
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Optional, TypeVar
 
@@ -19,22 +20,13 @@ from .lstm import Bf16Layer
 
 BiLMModule = TypeVar("BiLMModule", bound=nn.Module)  # a `model.BiLM`
 
-# The settings of `quantize` (the `elmo` component's, `set_quantize`'s): "none" (or None) is
-# float32, the default.
-QUANTIZE_MODES = ("none", "bf16")
-
 
 def check_quantize(value: Optional[str], where: str = "quantize") -> Optional[str]:
-    """The mode named by `value`: None for float32 (None or "none") or "bf16"; ValueError for
-    anything else."""
-    if value is None or value == "none":
-        return None
-    if value == "bf16":
-        return value
-    raise ValueError(
-        f"{where} must be one of {', '.join(repr(m) for m in QUANTIZE_MODES)} or null, "
-        f"got {value!r}"
-    )
+    """The mode named by a `quantize` setting (the `elmo` component's, `set_quantize`'s): None
+    for float32, the default (None or "none"), or "bf16"; ValueError for anything else."""
+    if value not in (None, "none", "bf16"):
+        raise ValueError(f"{where} must be one of 'none', 'bf16' or null, got {value!r}")
+    return None if value == "none" else value
 
 
 def quantize_from_flags(bf16: bool, gpu: bool, gpu_flag: str) -> Optional[str]:
@@ -69,15 +61,12 @@ class Bf16SpeedWarning(RuntimeWarning):
     """bfloat16 was switched on where torch has no fast kernel for its products."""
 
 
-_warned_slow: set = set()
-
-
+@functools.cache
 def _warn_if_slow_here() -> None:
     """Warn once per process where oneDNN has no bfloat16 instructions (AVX-512 BF16 or AMX)
     and emulates them (docs/performance.md, "bfloat16 on the CPU")."""
-    if "bf16" in _warned_slow or bf16_is_native():
+    if bf16_is_native():
         return
-    _warned_slow.add("bf16")
     warnings.warn(
         "quantize='bf16' on a CPU without bfloat16 instructions (AVX-512 BF16 or AMX): "
         "oneDNN emulates them there, and the biLM runs slower than in float32. Keep float32 "

@@ -245,11 +245,7 @@ class RowCache:
         refreshed. Each new key takes a free row, or the least recently used key's."""
         if not keys:
             return
-        if len(keys) != vectors.shape[0]:
-            raise ValueError(f"{len(keys)} keys for {vectors.shape[0]} rows")
         key_length = len(keys[0])
-        if any(len(key) != key_length for key in keys):
-            raise ValueError("the keys of a RowCache all have one length")
         rows = self.rows
         if (
             rows is None

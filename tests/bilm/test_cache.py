@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo.bilm.cache import BoundedCache, entry_bytes, key_bytes, one
+from spacy_elmo.bilm.cache import BoundedCache, entry_bytes, one
 from spacy_elmo.bilm.tokens import RowCache
 
 
@@ -125,13 +125,12 @@ def test_empty_copy_keeps_the_bounds_and_sizes():
 
 
 def test_entry_bytes_of_arrays_tensors_and_keys():
-    assert key_bytes("river") == 5 and key_bytes(b"\x01\x02\x03") == 3
-    assert key_bytes(("river", "bank")) == 9 and key_bytes(()) == 0
+    nothing = np.zeros(0)
+    assert entry_bytes("river", nothing) == 5 and entry_bytes(b"\x01\x02\x03", nothing) == 3
+    assert entry_bytes(("river", "bank"), nothing) == 9 and entry_bytes((), nothing) == 0
     assert entry_bytes(("ab",), np.zeros((3, 2), dtype="float32")) == 24 + 2
     assert entry_bytes(b"12345", torch.zeros(7, dtype=torch.float32)) == 28 + 5
     assert entry_bytes(b"", torch.zeros(7, dtype=torch.float16)) == 14
-    with pytest.raises(TypeError, match="got int"):
-        key_bytes(3)
 
 
 def test_bounds_must_not_be_negative():
@@ -198,12 +197,7 @@ def test_row_cache_rows_stay_one_tensor_and_reads_are_copies():
     assert cache.get([row_key(1)])[1].tolist() == [[1.0, 1.0]]
 
 
-def test_row_cache_keys_and_rows_must_match():
-    cache = RowCache(3)
-    with pytest.raises(ValueError, match="2 keys for 1 rows"):
-        cache.put([b"ab", b"cd"], torch.zeros(1, 2))
-    with pytest.raises(ValueError, match="one length"):
-        cache.put([b"ab", b"cde"], torch.zeros(2, 2))
+def test_row_cache_bounds():
     with pytest.raises(ValueError, match="max_size=-1"):
         RowCache(-1)
     nothing = RowCache(5, max_bytes=8)  # not even one row of 8 bytes and its key fits

@@ -232,7 +232,7 @@ def test_bf16_warns_once_where_the_cpu_has_no_bfloat16_instructions(
     from spacy_elmo.bilm import quantize
 
     monkeypatch.setattr(quantize, "bf16_is_native", lambda: native)
-    monkeypatch.setattr(quantize, "_warned_slow", set())
+    quantize._warn_if_slow_here.cache_clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):  # a second biLM: no second warning
