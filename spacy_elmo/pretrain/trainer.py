@@ -9,10 +9,9 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, replace
-from functools import cached_property
 from itertools import islice
 from pathlib import Path
-from typing import Any, Collection, Iterator, Optional
+from typing import Any, Collection, Optional
 
 import torch
 from torch import nn
@@ -37,7 +36,7 @@ from .config import (
     resumed_config,
     warmup_longer_than_run,
 )
-from .corpus import DEV, SKIPPED, TRAIN, iter_batches, prepare_corpus, read_sentences, spread_sample
+from .corpus import DEV, SKIPPED, TRAIN, iter_batches, prepare_corpus, spread_sample
 from .distributed import Ranks
 from .divergence import (
     DIVERGED,
@@ -76,13 +75,13 @@ class Pretrainer:
         explicit: Optional[Collection[str]] = None,
     ) -> None:
         self.work = Path(config.output)
+        self.checkpoint_path = self.work / CHECKPOINT
         self.ranks = ranks = Ranks()
-        checkpoint = load_checkpoint(self.work / CHECKPOINT) if resume else None
-        diverged = False
+        checkpoint = load_checkpoint(self.checkpoint_path) if resume else None
+        diverged = checkpoint is not None and (self.work / DIVERGED).exists()
         if checkpoint is not None:
-            diverged = (self.work / DIVERGED).exists()
             config, changed = resumed_config(
-                checkpoint["config"], config, self.work / CHECKPOINT, explicit, diverged
+                checkpoint["config"], config, self.checkpoint_path, explicit, diverged
             )
             if ranks.is_main:
                 log_resume(checkpoint["step"], changed)
@@ -94,24 +93,28 @@ class Pretrainer:
         self.device = torch.device(f"cuda:{gpu}" if config.gpu_id >= 0 else "cpu")
         ranks.start(self.device)
         torch.manual_seed(config.seed)
-        short_run = warmup_longer_than_run(config)
-        if short_run is not None and self.ranks.is_main:
-            logger.warning(short_run)
-
-        if self.ranks.is_main:
+        if ranks.is_main:
+            short_run = warmup_longer_than_run(config)
+            if short_run is not None:
+                logger.warning(short_run)
             prepare_corpus(config, self.work)
-        self.ranks.barrier()  # the corpus cache is there for every rank
+        ranks.barrier()  # the corpus cache is there for every rank
         self.train_path, self.dev_path = self.work / TRAIN, self.work / DEV
-        if self.ranks.is_main and next(read_sentences(self.dev_path), None) is None:
-            raise ValueError(f"the held-out file {self.dev_path} has no sentences")
+        # The main rank evaluates: at most `max_dev_sentences`, evenly spaced, sorted by length
+        self.dev_sentences: list[list[str]] = []
+        if ranks.is_main:
+            self.dev_sentences = sorted(
+                spread_sample(self.dev_path, config.max_dev_sentences), key=len
+            )
+            if not self.dev_sentences:
+                raise ValueError(f"the held-out file {self.dev_path} has no sentences")
 
         self.model, self.vocab, self.static_vectors = build_language_model(
-            config, self.work, self.train_path, checkpoint, self.device, self.ranks.is_main
+            config, self.work, self.train_path, checkpoint, self.device, ranks.is_main
         )
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        self.step = 0
-        self.tokens_seen = 0
+        self.step = self.tokens_seen = 0
         self.train_seconds = 0.0
         self.checkpoint_step: Optional[int] = None
         if checkpoint is not None:
@@ -121,19 +124,19 @@ class Pretrainer:
                 self.optimizer,
                 self.scheduler,
                 self.device,
-                self.work / CHECKPOINT,
+                self.checkpoint_path,
             )
             self.step = self.checkpoint_step = checkpoint["step"]
             self.tokens_seen = checkpoint["tokens_seen"]
             self.train_seconds = float(checkpoint["train_seconds"])
             if diverged:  # the rates of the remedies given, if any
                 self._set_learning_rate()
-            if self.ranks.is_main:
+            if ranks.is_main:
                 truncate_metrics(self.work / METRICS, self.step)
         placement = {name: getattr(config, name) for name in PLACEMENT}
         self.ran_with = ran_with(checkpoint, self.step, {**placement, "threads": self.threads})
         self.train_module: nn.Module = self.model
-        if self.ranks.distributed:
+        if ranks.distributed:
             # The adaptive softmax leaves the tail clusters without a target in a batch unused:
             # their gradients differ in presence between ranks.
             self.train_module = nn.parallel.DistributedDataParallel(
@@ -162,12 +165,6 @@ class Pretrainer:
         return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, total - warmup))
 
     # ------------------------------------------------------------------ batches
-    def _my_batches(self) -> Iterator[tuple[int, list[list[str]]]]:
-        """This rank's batches from the global stream, after the ones already consumed."""
-        stream = iter_batches(self.train_path, self.config.seed, self.config.batch_tokens)
-        world = self.ranks.world
-        return islice(stream, self.step * world + self.ranks.rank, None, world)
-
     def _loss(
         self, sentences: list[list[str]], module: nn.Module, aux: bool = True
     ) -> torch.Tensor:
@@ -220,8 +217,14 @@ class Pretrainer:
     def _train_steps(self, bar, window: TrainWindow, timing: BudgetTiming) -> None:
         """Steps until `max_steps` or a stop signal on any rank."""
         config = self.config
-        batches = self._my_batches()
-        while self.step < config.max_steps and not self._should_stop():
+        world = self.ranks.world  # this rank's batches of the stream, after those consumed
+        stream = iter_batches(self.train_path, config.seed, config.batch_tokens)
+        batches = islice(stream, self.step * world + self.ranks.rank, None, world)
+        while self.step < config.max_steps:
+            # a stop signal on any rank: all stop at the same step
+            self.stop_signal = int(self.ranks.max(signals.pending() or 0)) or None
+            if self.stop_signal is not None:
+                break
             start = time.perf_counter()
             epoch, sentences = next(batches)
             self.model.train()
@@ -235,7 +238,7 @@ class Pretrainer:
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
-            n_tokens = sum(len(s) for s in sentences) * self.ranks.world
+            n_tokens = sum(len(s) for s in sentences) * world
             self.tokens_seen += n_tokens
             window.add(n_tokens, sums)
             self.train_seconds += time.perf_counter() - start
@@ -272,11 +275,6 @@ class Pretrainer:
             logger.info(line)
             bar.refresh()
 
-    def _should_stop(self) -> bool:
-        """Whether a stop signal came to any rank (all then stop at the same step)."""
-        self.stop_signal = int(self.ranks.max(signals.pending() or 0)) or None
-        return self.stop_signal is not None
-
     def _check(self, problem: Optional[str], step: Optional[int] = None) -> None:
         """TrainingDiverged, recorded beside the checkpoint, when `problem` (a value that is
         not finite, in words) holds on any rank; `step`: where (else the current step)."""
@@ -289,7 +287,7 @@ class Pretrainer:
             self.scheduler.get_last_lr()[0],
             self.checkpoint_step,
             self.checkpoint_ppl,
-            self.work / CHECKPOINT,
+            self.checkpoint_path,
             self.work / DIVERGED if self.ranks.is_main else None,
         )
 
@@ -304,7 +302,7 @@ class Pretrainer:
             return {}
         self.model.eval()
         sums = torch.zeros(4)
-        for batch in batches_by_padded_tokens(self._dev_sentences, self.config.batch_tokens):
+        for batch in batches_by_padded_tokens(self.dev_sentences, self.config.batch_tokens):
             sums += self._loss(batch, self.model, aux=False).cpu()
         forward, backward = directional_perplexities(sums)
         return {
@@ -313,18 +311,12 @@ class Pretrainer:
             "dev_ppl": (forward + backward) / 2,
         }
 
-    @cached_property
-    def _dev_sentences(self) -> list[list[str]]:
-        """At most `max_dev_sentences`, evenly spaced over the held-out file, sorted by length."""
-        return sorted(spread_sample(self.dev_path, self.config.max_dev_sentences), key=len)
-
     def save_checkpoint(self) -> None:
         """Write checkpoints/last.pt atomically (rank 0); TrainingDiverged for weights that
         are not finite, which leave the last checkpoint as it was."""
         self._check(weights_problem(self.model, self.optimizer))
         self.ranks.barrier()
         if self.ranks.is_main:
-            path = self.work / CHECKPOINT
             state = {
                 "config": asdict(self.config),
                 **training_state(self.model, self.optimizer, self.scheduler, self.device),
@@ -333,7 +325,7 @@ class Pretrainer:
                 "train_seconds": self.train_seconds,
                 "ran_with": self.ran_with,
             }
-            save_checkpoint(state, path)
+            save_checkpoint(state, self.checkpoint_path)
             (self.work / DIVERGED).unlink(missing_ok=True)  # this checkpoint has the settings
         self.checkpoint_step, self.checkpoint_ppl = self.step, self.last_train_ppl
         self.ranks.barrier()
@@ -343,8 +335,6 @@ class Pretrainer:
         summary: dict[str, Any] = {}
         if self.ranks.distributed:
             summary["rank_checksums"] = self.ranks.checksums(self.model)
-        # Checked before anything is written: no model from non-finite weights.
-        self._check(weights_problem(self.model, self.optimizer))
         final_eval = self.evaluate()
         self._check(held_out_problem(final_eval))
         if self.ranks.is_main:
