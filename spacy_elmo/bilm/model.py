@@ -28,7 +28,7 @@ from ..description.options import BiLMOptions
 from . import lstm, reference, tokens
 from .loading import BiLMFiles
 from .reference import CharCNN, LstmStack, State
-from .tokens import TOKEN_CACHE_SIZE, TokenCache
+from .tokens import TokenCache
 
 # The one speed switch: the engine (tokens.py, lstm.py), or the reference's forward pass.
 FAST_PATHS = os.environ.get("SPACY_ELMO_REFERENCE", "") in ("", "0")
@@ -62,18 +62,11 @@ class BiLM(BiLMFiles, nn.Module):
     into the same row of the next call, as AllenNLP and bilm-tf do (docs/MODEL.md §8).
     """
 
-    # "bf16" where the LSTM products run in bfloat16 (`quantize.set_quantize`), else None.
-    quantize: str | None = None
     # The bfloat16 kernels of each layer under `quantize.set_quantize`, else None.
     bf16_layers: list | None = None
 
     def __init__(
-        self,
-        options: BiLMOptions,
-        stateful: bool = False,
-        token_cache_size: int = TOKEN_CACHE_SIZE,
-        *,
-        initialise: bool = True,
+        self, options: BiLMOptions, stateful: bool = False, *, initialise: bool = True
     ) -> None:
         """`initialise=False` leaves the large parameters unwritten and not yet laid out for
         the batched step: for weights about to be replaced (loading, which lays them out once
@@ -85,7 +78,7 @@ class BiLM(BiLMFiles, nn.Module):
         self.backward_lstm = LstmStack(options)
         self.stateful = stateful
         # At inference the char-CNN vectors of the tokens seen last (`tokens.TokenCache`).
-        self.token_cache = TokenCache(token_cache_size)
+        self.token_cache = TokenCache()
         # Counts the writes into the weights that torch's version counters miss (`weights_changed`)
         self.weights_generation = 0
         self._carried_states: dict[str, list[State]] = {}
@@ -98,6 +91,12 @@ class BiLM(BiLMFiles, nn.Module):
         if initialise:  # random weights (`loading.BiLMFiles.reset_parameters`)
             lstm.lay_out((self.forward_lstm, self.backward_lstm))
             self.reset_parameters()
+
+    @property
+    def quantize(self) -> str | None:
+        """How the LSTM products run: "bf16" in bfloat16 (`quantize.set_quantize`), None in
+        float32; held by `bf16_layers`."""
+        return None if self.bf16_layers is None else "bf16"
 
     # ------------------------------------------------------------------ the forward pass
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:

@@ -53,7 +53,6 @@ def set_quantize(bilm: BiLMModule, mode: Optional[str]) -> BiLMModule:
             )
         _warn_if_slow_here()
     bilm.bf16_layers = [Bf16Layer() for _ in range(bilm.options.n_layers)] if mode else None
-    bilm.quantize = mode
     return bilm
 
 
