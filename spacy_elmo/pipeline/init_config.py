@@ -21,8 +21,7 @@ from thinc.api import Config
 
 from ..bilm import BiLMOptions
 from ..weights.sources import PUBLISHED_NAMES, BiLMSource, resolve_source
-from .architectures import LISTENER, TOK2VEC, TOK2VEC_V2, ElmoListener, architecture_defaults
-from .component import DEFAULT_MODEL, SETTINGS
+from .architectures import LISTENER, MODEL, TOK2VEC, TOK2VEC_V2
 
 # Every component's mix, as in configs/ner_tagger_elmo.cfg: the listener's defaults but for
 # these (layer norm: +0.8 NER F1 at 1,000 CoNLL sentences, README "Learning curves").
@@ -175,14 +174,12 @@ def elmo_training_config(
 
 
 def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, Any]:
-    """The factory's default config (architecture null: from the weights at `initialize`, then
-    written into the trained config), with the choices of `init-config`."""
-    block = copy.deepcopy({"factory": "elmo", **SETTINGS, "model": DEFAULT_MODEL})
-    block["model"]["frozen"] = not fine_tune
-    block["split_sentences"] = split_sentences
+    """The choices of `init-config`; `fill` adds the factory's defaults (the architecture null:
+    from the weights at `initialize`, then written into the trained config)."""
+    model = {"@architectures": MODEL, "frozen": not fine_tune}
     if gpu:
-        block["model"]["batch_tokens"] = GPU_BATCH_TOKENS
-    return block
+        model["batch_tokens"] = GPU_BATCH_TOKENS
+    return {"factory": "elmo", "model": model, "split_sentences": split_sentences}
 
 
 def _tok2vec_block(
@@ -198,11 +195,7 @@ def _tok2vec_block(
         }
     return {
         **architecture,
-        "elmo": {
-            "@architectures": LISTENER,
-            **architecture_defaults(ElmoListener),
-            **LISTENER_SETTINGS,
-        },
+        "elmo": {"@architectures": LISTENER, **LISTENER_SETTINGS},
         "embed": {
             "@architectures": "spacy.MultiHashEmbed.v2",
             "width": TOK2VEC_WIDTH,
