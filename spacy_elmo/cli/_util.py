@@ -277,7 +277,7 @@ def _as_given(context: typer.Context, name: str) -> str:
 def report(result: Any, output_dir: Path, unit: str = "sentences") -> None:
     """One line of `embed-corpus` and `apply`: what was written and skipped, and how fast
     (`unit`: what the inputs' lines are)."""
-    from ..corpus.plan import printable
+    from ..util.files import printable
 
     output_dir = printable(output_dir)  # a name that is not UTF-8: its bytes as \xNN
     stats = result.stats

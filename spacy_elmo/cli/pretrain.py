@@ -114,7 +114,7 @@ def pretrain(
     opt.device(gpu_id)  # no GPU: one clear error before any work
     check_apart(output, [*inputs, *(dev or [])])
     if init_from is not None and Path(init_from).exists():
-        check_apart(output, [init_from], "--init-from biLM")
+        check_apart(output, [init_from], "the --init-from biLM")
     opt.import_code(code)
     level = logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

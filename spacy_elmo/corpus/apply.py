@@ -11,11 +11,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..util.files import atomic_path, files_sha256
+from ..util.files import atomic_path, check_apart, files_sha256
 from .embed_file import LineRange, read_lines
 from .engine import Cluster, check_positive
 from .manifest import write_output
-from .plan import check_apart, plan_inputs
+from .plan import plan_inputs
 from .runner import CorpusResult, run_corpus
 
 APPLY_SUFFIXES = (".jsonl", ".txt", ".spacy")
@@ -106,7 +106,8 @@ def apply_corpus(
     check_positive(batch_size=batch_size)
     name, identity, folder, files = _pipeline(pipeline)
     output_dir = Path(output_dir)
-    check_apart(output_dir, "the pipeline", folder, files)
+    check_apart(output_dir, [folder] if folder else [], "the pipeline's folder")
+    check_apart(output_dir, files, "the pipeline's file")
     inputs = plan_inputs(input, output_dir, APPLY_SUFFIXES, ".spacy", shard_docs, text_key)
     code = None if code is None else str(Path(code).resolve())  # where every worker finds it
     job = ApplyJob(name, text_key, batch_size, gpu=cluster.gpus_per_worker > 0, code=code)

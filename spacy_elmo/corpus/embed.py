@@ -7,12 +7,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
-from ..util.files import atomic_path
+from ..util.files import atomic_path, check_apart
 from .apply import import_code, pipeline_files
 from .embed_file import MAX_TOKENS, dataset_options, write_sentence_to_index
 from .engine import Cluster, check_positive
 from .manifest import write_output
-from .plan import check_apart, plan_inputs
+from .plan import plan_inputs
 from .runner import CorpusResult, run_corpus
 
 DEFAULT_SHARD_LINES = 2000
@@ -147,10 +147,12 @@ def embed_corpus(
     quantize_from_flags(bf16, cluster.gpus_per_worker > 0, "--gpus-per-worker")
     output_dir = Path(output_dir)
     source = resolve_source(model if options_file is None else None, options_file, weights_file)
-    check_apart(output_dir, "the model", source.path, source.files())
+    check_apart(output_dir, [source.path] if source.path else [], "the model's folder")
+    check_apart(output_dir, source.files(), "the model's file")
     if pipeline is not None:
         pipeline, folder, files = pipeline_files(pipeline)  # workers load it by that name
-        check_apart(output_dir, "the pipeline", folder, files)
+        check_apart(output_dir, [folder] if folder else [], "the pipeline's folder")
+        check_apart(output_dir, files, "the pipeline's file")
     inputs = plan_inputs(input, output_dir, (".txt",), ".hdf5", shard_lines)
     identity = model_identity(source)
     job = EmbedJob(

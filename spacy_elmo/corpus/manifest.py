@@ -17,8 +17,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable, Collection, Optional
 
-from ..util.files import atomic_path, file_sha256, fsync_directory
-from .plan import InputFile, printable
+from ..util.files import atomic_path, file_sha256, fsync_directory, printable
+from .plan import InputFile
 
 MANIFEST_NAME = "manifest.jsonl"
 

@@ -12,9 +12,9 @@ import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
-from ..util.files import place
+from ..util.files import check_apart, printable
 from .embed_file import LineRange, decode_line
 from .engine import check_positive
 
@@ -155,19 +155,14 @@ def plan_inputs(
     check_positive(shard_lines=shard_lines)
     root, files = find_inputs(spec, suffixes)
     output_dir = Path(os.path.abspath(output_dir))
-    if Path(str(spec)).expanduser().is_dir() and place(output_dir, root) in ("is", "inside"):
-        raise ValueError(
-            f"output folder {printable(output_dir)} is inside the input folder {printable(root)}"
-        )
+    if Path(str(spec)).expanduser().is_dir():
+        check_apart(output_dir, [root], "the input folder")
     seen: dict[Path, Path] = {}
     outputs: dict[Path, Path] = {}
     inputs = []
     for path in files:
         real = path.resolve()
-        if place(path, output_dir) in ("is", "inside"):
-            raise ValueError(
-                f"input {printable(path)} is inside the output folder {printable(output_dir)}"
-            )
+        check_apart(output_dir, [path])
         if real in seen:
             raise ValueError(
                 f"input {printable(path)} is named twice: it is the same file as "
@@ -261,37 +256,6 @@ def _check_writable(output_dir: Path, output_rel: Path) -> None:
                 f"output {printable(target)} cannot be written: {printable(folder)} is a file, "
                 "not a folder"
             )
-
-
-def check_apart(
-    output_dir: Path, what: str, folder: Optional[Path] = None, files: Iterable[Path] = ()
-) -> None:
-    """Refuse an OUTPUT_DIR that is, is inside or contains `what`'s folder (the model's, the
-    pipeline's), or holds one of its files: outputs could overwrite them and would change the
-    fingerprint the manifest records. Folders are compared as `util.files.place` does."""
-    shown = printable(output_dir)
-    if folder is not None:
-        problem = {
-            "is": f"is {what}'s folder",
-            "inside": f"is inside {what}'s folder",
-            "contains": f"contains {what}'s folder",
-        }.get(place(output_dir, folder))
-        if problem is not None:
-            raise ValueError(
-                f"output folder {shown} {problem} {printable(folder)}: outputs written "
-                f"there would change or overwrite {what}; choose another output folder"
-            )
-    for file in files:
-        if place(file, output_dir) == "inside":
-            raise ValueError(
-                f"output folder {shown} holds {what}'s file {printable(file)}: outputs written "
-                f"there could overwrite it; choose another output folder"
-            )
-
-
-def printable(path: str | Path) -> str:
-    """A path for messages: a name that is not UTF-8 shows its bytes as \\xNN."""
-    return os.fsencode(os.fspath(path)).decode("utf-8", "backslashreplace")
 
 
 def _relative(path: Path, root: Path) -> Path:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..util.files import LockHeld, lock_file
+from ..util.files import LockHeld, lock_file, printable
 from .engine import Cluster, Job, RunStats, Task, run_tasks
 from .manifest import (
     MANIFEST_NAME,
@@ -31,7 +31,7 @@ from .manifest import (
     remove_owned,
     work_key,
 )
-from .plan import InputFile, printable
+from .plan import InputFile
 
 LOCK_NAME = ".spacy-elmo.lock"
 PARTS_MARK = ".parts-"

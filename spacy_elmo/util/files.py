@@ -56,16 +56,22 @@ def place(path: str | Path, other: str | Path) -> Optional[str]:
     return "contains" if path in other.parents else None
 
 
-def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "input") -> None:
+def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "the input") -> None:
     """ValueError when the output folder `output` is, is inside or contains one of `others`
-    (inputs that writing it would overwrite, or that would be read back as its own output)."""
+    (what writing it could overwrite, or what would be read back as its own output)."""
     for other in others:
         where = place(output, other)
         if where is not None:
             problem = {"is": "is", "inside": "is inside", "contains": "contains"}[where]
             raise ValueError(
-                f"output {output} {problem} the {what} {other}: choose another output folder"
+                f"output folder {printable(output)} {problem} {what} {printable(other)}: "
+                "choose another output folder"
             )
+
+
+def printable(path: str | Path) -> str:
+    """A path for messages: a name that is not UTF-8 shows its bytes as \\xNN."""
+    return os.fsencode(os.fspath(path)).decode("utf-8", "backslashreplace")
 
 
 def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:

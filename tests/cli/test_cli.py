@@ -190,5 +190,5 @@ def test_pretrain_refuses_a_run_directory_over_its_inputs(tmp_path, case):
         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stderr.startswith(f"error: output {output} {want}"), result.stderr
+    assert result.stderr.startswith(f"error: output folder {output} {want}"), result.stderr
     assert sorted(tmp_path.rglob("*")) == before

@@ -162,7 +162,7 @@ def _pair(tmp_path: Path, allennlp_fixture: Path) -> Path:
         ("contains", r"output folder .*models contains the model's folder .*bilm"),
         ("link", r"output folder .*link is the model's folder"),
         ("dotdot", r"output folder .*deep[/\\]\.\. is the model's folder"),
-        ("holds_pair", r"output folder .*pair holds the model's file .*options\.json"),
+        ("holds_pair", r"output folder .*pair contains the model's file .*options\.json"),
         ("run", r"output folder .*run contains the model's folder .*run[/\\]model"),
         ("tokenizer", r"output folder .*pipeline is the pipeline's folder"),
     ],
