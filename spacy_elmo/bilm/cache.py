@@ -63,9 +63,6 @@ class BoundedCache(Generic[K, V]):
     def __len__(self) -> int:
         return len(self.entries)
 
-    def __contains__(self, key: K) -> bool:
-        return key in self.entries
-
     def get(self, key: K) -> Optional[V]:
         """The value stored under `key` (now the most recently used), or None."""
         value = self.entries.get(key)

@@ -65,7 +65,7 @@ class BiLMFiles:
         model's dictionaries go to `lexicon.json`."""
         if self.lexicon is not None:
             self.lexicon.save(directory)
-        elif self.options.char_vocabulary != "bytes":
+        else:
             self._check_byte_model()
         write_saved(self.options, self.state_dict(), directory)
 

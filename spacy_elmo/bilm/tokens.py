@@ -203,7 +203,7 @@ class RowCache:
     replace it. Reads return copies. Not thread-safe: callers that share one lock around it.
     """
 
-    def __init__(self, max_size: int, max_bytes: Optional[int] = None) -> None:
+    def __init__(self, max_size: int, max_bytes: int) -> None:
         check_bounds(max_size, max_bytes)
         self.max_size = max_size
         self.max_bytes = max_bytes
@@ -276,10 +276,8 @@ class RowCache:
     def _allocate(self, like: torch.Tensor, key_length: int) -> torch.Tensor:
         """An empty cache with an (uninitialised) rows tensor for rows like `like`'s."""
         self.clear()
-        row_bytes = like[0].numel() * like.element_size() if like.shape[0] else 0
-        capacity = self.max_size
-        if self.max_bytes is not None:
-            capacity = min(capacity, self.max_bytes // max(1, row_bytes + key_length))
+        row_bytes = like[0].numel() * like.element_size()
+        capacity = min(self.max_size, self.max_bytes // (row_bytes + key_length))
         # A normal tensor even when allocated in inference mode, so that rows can be stored
         # from outside it too (under `torch.no_grad()`)
         with torch.inference_mode(False):
