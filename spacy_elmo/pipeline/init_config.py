@@ -9,13 +9,10 @@ with its defaults, as `spacy init fill-config` does.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-import spacy
-from spacy.language import Language
 from spacy.util import load_model_from_config
 from thinc.api import Config
 
@@ -44,12 +41,6 @@ COMPONENTS = (
     "textcat_multilabel",
 )
 ACCURACY_PRESET = {"parser": {"hidden_width": 128, "maxout_pieces": 3}}
-
-
-def _component_model(nlp: Language, factory: str, tok2vec: Dict[str, Any]) -> Dict[str, Any]:
-    """The model of `factory`'s default config in `nlp`, around `tok2vec`."""
-    model = copy.deepcopy(nlp.get_factory_meta(factory).default_config["model"])
-    return {**model, **ACCURACY_PRESET.get(factory, {}), "tok2vec": tok2vec}
 
 
 @dataclass
@@ -160,10 +151,10 @@ def elmo_training_config(
         "training": {"dev_corpus": "corpora.dev", "train_corpus": "corpora.train"},
         "initialize": {"vectors": "${paths.vectors}", "components": {}},
     }
-    blank = spacy.blank(lang)
     for name in components:
         tok2vec = _tok2vec_block(vectors is not None, elmo_at_output, elmo_dropout)
-        model = _component_model(blank, name, tok2vec)
+        # the rest of the model is its factory's default (`fill`)
+        model = {**ACCURACY_PRESET.get(name, {}), "tok2vec": tok2vec}
         config["components"][name] = {"factory": name, "model": model}
     config["components"]["elmo"]["vector_hooks"] = (
         vectors is None if vector_hooks is None else vector_hooks
