@@ -134,22 +134,13 @@ def elmo_training_config(
     paths: Dict[str, Any] = {"train": None, "dev": None, "vectors": vectors, **weights_paths}
     config: Dict[str, Any] = {
         "paths": paths,
-        "system": {"gpu_allocator": "pytorch" if gpu else None, "seed": 0},
+        "system": {"gpu_allocator": "pytorch" if gpu else None},
         "nlp": {"lang": lang, "pipeline": ["elmo", *components], "batch_size": 256},
         "components": {"elmo": _elmo_block(gpu, fine_tune, split_sentences)},
         "corpora": {
-            name: {
-                "@readers": "spacy.Corpus.v1",
-                "path": f"${{paths.{name}}}",
-                "max_length": 0,
-                "gold_preproc": False,
-                "limit": 0,
-                "augmenter": None,
-            }
+            name: {"@readers": "spacy.Corpus.v1", "path": f"${{paths.{name}}}"}
             for name in ("train", "dev")
         },
-        "training": {"dev_corpus": "corpora.dev", "train_corpus": "corpora.train"},
-        "initialize": {"vectors": "${paths.vectors}", "components": {}},
     }
     for name in components:
         tok2vec = _tok2vec_block(vectors is not None, elmo_at_output, elmo_dropout)
@@ -160,7 +151,7 @@ def elmo_training_config(
         vectors is None if vector_hooks is None else vector_hooks
     )
     if weights is not None:
-        config["initialize"]["components"]["elmo"] = {"weights": weights}
+        config["initialize"] = {"components": {"elmo": {"weights": weights}}}
     return fill(Config(config))
 
 
