@@ -168,8 +168,7 @@ class BiLM(BiLMFiles, nn.Module):
         vectors = self._token_vectors(with_boundaries, training)  # (batch, time + 2, P)
         stacks = (self.forward_lstm, self.backward_lstm)
         run = lstm.run(stacks, vectors, lengths, states, training, self.bf16_layers)
-        if self.stateful:
-            self._states_out(run.final_states, run.packing.unsorted_indices)
+        self._states_out(run.final_states, run.packing.unsorted_indices)
         return run
 
     def steps_release_gil(self) -> bool:
