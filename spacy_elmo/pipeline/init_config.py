@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from spacy.util import load_model_from_config
+from spacy.util import CONFIG_SECTION_ORDER, load_model_from_config
 from thinc.api import Config
 
 from ..bilm import BiLMOptions
@@ -198,8 +198,7 @@ def _tok2vec_block(
 def fill(config: Config) -> Config:
     """Every default spaCy and the factories add (what `spacy init fill-config` does)."""
     filled = load_model_from_config(config, auto_fill=True, validate=True).config
-    order = ["paths", "system", "nlp", "components", "corpora", "training", "pretraining"]
-    order += ["initialize"] + [key for key in filled if key not in order + ["initialize"]]
+    order = CONFIG_SECTION_ORDER + [key for key in filled if key not in CONFIG_SECTION_ORDER]
     return Config({key: filled[key] for key in order if key in filled})
 
 
