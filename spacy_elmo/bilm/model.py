@@ -270,6 +270,7 @@ class BiLM(BiLMFiles, nn.Module):
                 "BiLM.from_elmoformanylangs or BiLM.load, or call set_lexicon"
             )
 
+    @torch.inference_mode()
     def embed(
         self, sentences: Sequence[Sequence[str]], batch_size: int = 64
     ) -> list[numpy.ndarray]:
@@ -285,15 +286,14 @@ class BiLM(BiLMFiles, nn.Module):
         if not self.stateful:  # longest first; a stable sort keeps equal lengths in order
             order.sort(key=list(map(len, sentences)).__getitem__, reverse=True)
         results: list[numpy.ndarray | None] = [None] * len(sentences)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                indices = order[start : start + batch_size]
-                char_ids = self.batch_to_ids([sentences[index] for index in indices])
-                layers = self(char_ids).layers.float().cpu().numpy()
-                for row, index in enumerate(indices):
-                    n = len(sentences[index])
-                    results[index] = numpy.ascontiguousarray(layers[:, row, :n])
-                del layers  # not alive while the next batch runs
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            char_ids = self.batch_to_ids([sentences[index] for index in indices])
+            layers = self(char_ids).layers.float().cpu().numpy()
+            for row, index in enumerate(indices):
+                n = len(sentences[index])
+                results[index] = numpy.ascontiguousarray(layers[:, row, :n])
+            del layers  # not alive while the next batch runs
         return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ when the weights change
