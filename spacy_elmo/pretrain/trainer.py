@@ -93,21 +93,18 @@ class Pretrainer:
         self.device = torch.device(f"cuda:{gpu}" if config.gpu_id >= 0 else "cpu")
         ranks.start(self.device)
         torch.manual_seed(config.seed)
+        self.train_path, dev_path = self.work / TRAIN, self.work / DEV
+        self.dev_sentences: list[list[str]] = []  # the main rank evaluates
         if ranks.is_main:
             short_run = warmup_longer_than_run(config)
             if short_run is not None:
                 logger.warning(short_run)
             prepare_corpus(config, self.work)
-        ranks.barrier()  # the corpus cache is there for every rank
-        self.train_path, self.dev_path = self.work / TRAIN, self.work / DEV
-        # The main rank evaluates: at most `max_dev_sentences`, evenly spaced, sorted by length
-        self.dev_sentences: list[list[str]] = []
-        if ranks.is_main:
-            self.dev_sentences = sorted(
-                spread_sample(self.dev_path, config.max_dev_sentences), key=len
-            )
+            # at most `max_dev_sentences`, evenly spaced over the held-out file, sorted by length
+            self.dev_sentences = sorted(spread_sample(dev_path, config.max_dev_sentences), key=len)
             if not self.dev_sentences:
-                raise ValueError(f"the held-out file {self.dev_path} has no sentences")
+                raise ValueError(f"the held-out file {dev_path} has no sentences")
+        ranks.barrier()  # the corpus cache is there for every rank
 
         self.model, self.vocab, self.static_vectors = build_language_model(
             config, self.work, self.train_path, checkpoint, self.device, ranks.is_main
