@@ -40,17 +40,18 @@ from ..bilm.quantize import check_quantize, set_quantize
 from ..layers.elmo_model import ensure_weights, get_bilm, set_weights
 from ..layers.listener import ElmoLayersListener, set_listener_dims
 from ..util.threads import bilm_threads, thread_count, torch_threads
-from .architectures import (
-    MODEL,
-    ElmoModel,
-    architecture_defaults,
-    record_architecture,
-    set_unit_rule,
-)
+from .architectures import MODEL, architecture_defaults, record_architecture, set_unit_rule
 from .extensions import check_vector_layer, install_extensions, mix_layers, set_vector_hooks
 from .overlap import overlap_applies, overlapped_pipe
 
 
+# The factory's defaults are those of its signature, and its model's those of ElmoModel.v1's
+# (spaCy fills the config from them).
+@Language.factory(
+    "elmo",
+    default_config={"model": {"@architectures": MODEL}},
+    assigns=["doc._.elmo_layers", "doc._.elmo_mix_coefficients"],
+)
 def make_elmo(
     nlp: Language,
     name: str,
@@ -94,16 +95,7 @@ def make_elmo(
     )
 
 
-# The defaults of the registered functions: the component's settings beside its model, and the
-# model's architecture null, taken from the weights.
-SETTINGS = architecture_defaults(make_elmo)
-DEFAULT_MODEL = {"@architectures": MODEL, **architecture_defaults(ElmoModel)}
-Language.factory(
-    "elmo",
-    default_config={"model": DEFAULT_MODEL, **SETTINGS},
-    assigns=["doc._.elmo_layers", "doc._.elmo_mix_coefficients"],
-    func=make_elmo,
-)
+SETTINGS = architecture_defaults(make_elmo)  # the component's settings beside its model
 
 
 class Elmo(Tok2Vec):
