@@ -36,15 +36,6 @@ MIX = "spacy_elmo.ElmoMix.v1"
 STORE_DTYPES = ("float32", "float16")
 
 
-def architecture_defaults(function: Callable[..., Any]) -> Dict[str, Any]:
-    """The default of every argument of a registered function, as a config section."""
-    return {
-        name: parameter.default
-        for name, parameter in inspect.signature(function).parameters.items()
-        if parameter.default is not inspect.Parameter.empty
-    }
-
-
 @registry.architectures(MODEL)
 def ElmoModel(
     char_embedding_dim: Optional[int] = None,

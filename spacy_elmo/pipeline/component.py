@@ -18,6 +18,7 @@ sum). A downstream component's mix (`spacy_elmo.ElmoListener.v1`: a `spacy_elmo.
 layer) learns pre-softmax weights w, starting from `initial_weights`: s = softmax(w).
 """
 
+import inspect
 import os
 import warnings
 from contextlib import nullcontext
@@ -40,7 +41,7 @@ from ..bilm.quantize import check_quantize, set_quantize
 from ..layers.elmo_model import ensure_weights, get_bilm, set_weights
 from ..layers.listener import ElmoLayersListener, set_listener_dims
 from ..util.threads import bilm_threads, thread_count, torch_threads
-from .architectures import MODEL, architecture_defaults, record_architecture, set_unit_rule
+from .architectures import MODEL, record_architecture, set_unit_rule
 from .extensions import check_vector_layer, install_extensions, mix_layers, set_vector_hooks
 from .overlap import overlap_applies, overlapped_pipe
 
@@ -95,7 +96,12 @@ def make_elmo(
     )
 
 
-SETTINGS = architecture_defaults(make_elmo)  # the component's settings beside its model
+# The component's settings beside its model, with their defaults.
+SETTINGS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(make_elmo).parameters.items()
+    if parameter.default is not inspect.Parameter.empty
+}
 
 
 class Elmo(Tok2Vec):
