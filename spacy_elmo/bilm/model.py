@@ -168,7 +168,8 @@ class BiLM(BiLMFiles, nn.Module):
         vectors = self._token_vectors(with_boundaries, training)  # (batch, time + 2, P)
         stacks = (self.forward_lstm, self.backward_lstm)
         run = lstm.run(stacks, vectors, lengths, states, training, self.bf16_layers)
-        self._states_out(run.final_states, run.packing.unsorted_indices)
+        if self.stateful:  # a call only where there are states to keep
+            self._states_out(run.final_states, run.packing.unsorted_indices)
         return run
 
     def steps_release_gil(self) -> bool:
@@ -281,6 +282,9 @@ class BiLM(BiLMFiles, nn.Module):
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        to_ids = self.lexicon.batch_to_ids if self.lexicon is not None else batch_to_ids
+        if self.lexicon is None:
+            self._check_byte_model()
         sentences = check_sentences(sentences)
         order = list(range(len(sentences)))
         if not self.stateful:  # longest first; a stable sort keeps equal lengths in order
@@ -288,8 +292,8 @@ class BiLM(BiLMFiles, nn.Module):
         results: list[numpy.ndarray | None] = [None] * len(sentences)
         for start in range(0, len(order), batch_size):
             indices = order[start : start + batch_size]
-            char_ids = self.batch_to_ids([sentences[index] for index in indices])
-            layers = self(char_ids).layers.float().cpu().numpy()
+            batch = list(map(sentences.__getitem__, indices))  # no frame of ours between calls
+            layers = self(to_ids(batch)).layers.float().cpu().numpy()
             for row, index in enumerate(indices):
                 n = len(sentences[index])
                 results[index] = numpy.ascontiguousarray(layers[:, row, :n])
