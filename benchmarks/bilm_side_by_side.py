@@ -1,11 +1,12 @@
-"""The bundled biLM's speed in several checkouts of the package, side by side: each round runs
-every checkout once in a fresh process, alternating, and the table gives the fastest and the
-median round of each. A short run, so many rounds (the spread between rounds on a shared
-machine is larger than the differences it looks for).
+"""A biLM's speed (the bundled one unless --model names another) in several checkouts of the
+package, side by side: each round runs every checkout once in a fresh process, alternating,
+and the table gives the fastest and the median round of each. A short run, so many rounds (the
+spread between rounds on a shared machine is larger than the differences it looks for).
 
-    python -m benchmarks.bilm_side_by_side DIR DIR [DIR ...] [--rounds 6]
+    python -m benchmarks.bilm_side_by_side DIR DIR [DIR ...] [--rounds 6] [--model M]
 
-Each DIR is a checkout (e.g. `git worktree add --detach DIR COMMIT`). A round embeds 64
+Each DIR is a checkout (e.g. `git worktree add --detach DIR COMMIT`); M is what `BiLM.load`
+takes (default "bundled"; e.g. a folder of options.json and weights.hdf5). A round embeds 64
 sentences of 12 CoNLL-2003 test words one at a time (batch 1), then 256 sentences three times
 in batches of 32, on 2 threads, with the token-vector cache off.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 CONLL_TEST = Path(__file__).resolve().parents[1] / "assets" / "conll2003" / "test.txt"
 
 
-def one_round(checkout: Path, text: Path) -> dict[str, float]:
+def one_round(checkout: Path, text: Path, model: str) -> dict[str, float]:
     """Seconds of the checkout's package (on PYTHONPATH) for batch 1 and batch 32."""
     import torch
 
@@ -36,7 +37,7 @@ def one_round(checkout: Path, text: Path) -> dict[str, float]:
         raise SystemExit(f"imported {package}, not the package of {checkout}")
 
     torch.set_num_threads(2)
-    bilm = BiLM.load("bundled").eval()
+    bilm = BiLM.load(model).eval()
     bilm.token_cache_size = 0
     words = [line.split()[0] for line in text.read_text().splitlines() if line.strip()]
     sentences = [words[i : i + 12] for i in range(0, 64 * 12, 12)]
@@ -59,15 +60,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--round-in", type=Path, help=argparse.SUPPRESS)  # a worker
     parser.add_argument("--text", type=Path, default=CONLL_TEST)
+    parser.add_argument("--model", default="bundled")
     args = parser.parse_args()
     if args.round_in is not None:
-        print(json.dumps(one_round(args.round_in, args.text)))
+        print(json.dumps(one_round(args.round_in, args.text, args.model)))
         return
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for checkout in args.checkouts:
             command = [sys.executable, "-W", "ignore", __file__, *map(str, args.checkouts)]
             command += ["--round-in", str(checkout), "--text", str(args.text.resolve())]
+            command += ["--model", args.model]
             env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}  # its spacy_elmo
             output = subprocess.run(
                 command, check=True, capture_output=True, text=True, env=env
