@@ -40,6 +40,7 @@ from ..bilm import BiLM
 from ..bilm.quantize import check_quantize, set_quantize
 from ..layers.elmo_model import ensure_weights, get_bilm, set_weights
 from ..layers.listener import ElmoLayersListener, set_listener_dims
+from ..layers.scalar_mix import check_one_per_layer
 from ..util.threads import bilm_threads, thread_count, torch_threads
 from .architectures import MODEL, record_architecture, set_unit_rule
 from .extensions import check_vector_layer, install_extensions, mix_layers, set_vector_hooks
@@ -135,6 +136,7 @@ class Elmo(Tok2Vec):
             model, split_sentences=cfg["split_sentences"], sentence_punct=cfg["sentence_punct"]
         )
         self._thread_counts: Dict[tuple, int] = {}  # `_threads`
+        self._coefficients: Dict[tuple, numpy.ndarray] = {}  # `mix_coefficients`
         if model.maybe_get_dim("n_layers") is not None:  # mix_weights checked where it is known
             mix_coefficients(cfg["mix_weights"], cfg["gamma"], model.get_dim("n_layers"))
 
@@ -160,9 +162,13 @@ class Elmo(Tok2Vec):
     @property
     def mix_coefficients(self) -> numpy.ndarray:
         """c = gamma * s of `doc._.elmo`, from the config (known once the biLM's number of
-        layers is)."""
+        layers is), worked out again only when the config's values or the biLM change."""
+        weights, gamma = self.cfg["mix_weights"], self.cfg["gamma"]
         n_layers = self.model.get_dim("n_layers")
-        return mix_coefficients(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)
+        key = (None if weights is None else tuple(weights), gamma, n_layers)
+        if key not in self._coefficients:
+            self._coefficients[key] = mix_coefficients(weights, gamma, n_layers)
+        return self._coefficients[key]
 
     # ------------------------------------------------------------------ listeners
     def add_listener(self, listener: ElmoLayersListener, component_name: str) -> None:
@@ -366,12 +372,7 @@ def mix_coefficients(
     (default equal)."""
     if mix_weights is None:
         mix_weights = [1.0] * n_layers
-    # scalar_mix.check_one_per_layer, written here so that a batch does not leave this file
-    if len(mix_weights) != n_layers:
-        raise ValueError(
-            f"mix_weights has {len(mix_weights)} values {list(mix_weights)} but the biLM has "
-            f"{n_layers} layers"
-        )
+    check_one_per_layer("mix_weights", mix_weights, n_layers, "the biLM")
     array = numpy.asarray(mix_weights, dtype="float64")
     if (array < 0).any() or array.sum() <= 0:
         raise ValueError(f"mix_weights must be non-negative and not all 0, got {list(mix_weights)}")
