@@ -81,16 +81,18 @@ def expected_datasets(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def read_datasets(weight_file: Path, options: BiLMOptions, described_by: str) -> dict:
-    """Every dataset of a bilm-tf weights file for `options` (`described_by` names them), read
-    and checked; ValueError naming the file and dataset on any problem."""
+def read_datasets(
+    weight_file: Path, options: BiLMOptions, described_by: str
+) -> Iterator[tuple[str, numpy.ndarray]]:
+    """Each dataset of a bilm-tf weights file for `options` (`described_by` names them), read,
+    checked and yielded in turn (a caller keeps what it needs); ValueError naming the file and
+    dataset on any problem."""
     import h5py
 
     if not weight_file.exists():
         raise MissingFileError(2, "ELMo weights file does not exist", str(weight_file))
     expected = expected_datasets(options)
     source = f"weights file {weight_file}"
-    arrays = {}
     try:
         with h5py.File(weight_file, "r") as hdf5:
             names: list[str] = []  # of every group and dataset in the file
@@ -112,13 +114,12 @@ def read_datasets(weight_file: Path, options: BiLMOptions, described_by: str) ->
                         f"truncated or corrupted"
                     ) from None
                 check_weights({name: array}, source, "dataset")
-                arrays[name] = numpy.asarray(array, dtype=numpy.float32)
+                yield name, numpy.asarray(array, dtype=numpy.float32)
     except OSError as err:
         raise ValueError(
             f"cannot read weights file {weight_file} as HDF5 ({err}); it may be truncated, "
             f"corrupted or not an HDF5 file"
         ) from None
-    return arrays
 
 
 def read_allennlp(
@@ -127,7 +128,7 @@ def read_allennlp(
     """Options and a state dict for `BiLM` from bilm-tf/AllenNLP files."""
     options_file, weight_file = Path(options_file), Path(weight_file)
     options = BiLMOptions.from_file(options_file)
-    arrays = read_datasets(weight_file, options, f"options file {options_file}")
+    arrays = dict(read_datasets(weight_file, options, f"options file {options_file}"))
     # Each dataset is converted and dropped in turn: loading holds the weights once, plus one
     # tensor being converted.
     state: dict[str, torch.Tensor] = {}

@@ -250,7 +250,8 @@ def _weights_problem(model: PublishedModel, path: Path) -> Optional[str]:
     from .layouts import read_datasets
 
     try:
-        read_datasets(path, model.architecture, f"the published '{model.name}'")
+        for _ in read_datasets(path, model.architecture, f"the published '{model.name}'"):
+            pass  # each dataset checked as it is read, then dropped
     except ValueError as error:  # cut or garbled: another architecture, a dtype, NaN or inf
         return f"is not a whole weights file of the published '{model.name}': {error}"
     return None
