@@ -1,22 +1,16 @@
 #!/usr/bin/env bash
-# Three ways for the components to use the bundled ELMo, against the elmo pipeline of the
-# learning curves (`spacy project run evidence-downstream`; results/downstream/README.md):
-# ELMo at the encoder's output too, dropout 0.5 on ELMo, and a fine-tuned biLM. Each variant's
+# The components with a fine-tuned bundled biLM, against the elmo pipeline of the learning
+# curves (`spacy project run evidence-downstream`; results/downstream/README.md). ELMo at the
+# encoder's output and dropout on ELMo, the other variants of that page, ran with
+# spacy_elmo.ElmoTok2Vec.v2, retired after commit c6ee26c (docs/research/downstream.md). Each variant's
 # runs go in training/downstream/VARIANT (finished runs are kept), the baseline runs of the
 # evidence workflow with the same seeds are linked in, and the report goes to results/downstream/;
 # so does the same report of the evidence workflow's elmo runs of those seeds (reference).
 # Needs the evidence workflow's corpus, subsets and baseline runs (seeds 0-2 at 1,000, 0-1 at all).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-T=components.tagger.model.tok2vec
-N=components.ner.model.tok2vec
-V2=spacy_elmo.ElmoTok2Vec.v2
-declare -A SETTINGS=(
-    [at_output]="--set $T.@architectures=$V2 --set $N.@architectures=$V2 --set $T.elmo_at_output=true --set $N.elmo_at_output=true"
-    [elmo_dropout]="--set $T.@architectures=$V2 --set $N.@architectures=$V2 --set $T.elmo_dropout=0.5 --set $N.elmo_dropout=0.5"
-    [fine_tune]="--set components.elmo.model.frozen=false"
-)
-declare -A FULL_SEEDS=([at_output]="0 1" [elmo_dropout]="0 1" [fine_tune]="0")
+declare -A SETTINGS=([fine_tune]="--set components.elmo.model.frozen=false")
+declare -A FULL_SEEDS=([fine_tune]="0")
 mkdir -p results/downstream
 # the reference: the evidence workflow's own elmo runs (frozen, ELMo at the input) of the same
 # seeds, linked in and reported alike
@@ -29,7 +23,7 @@ done
 python -m workflow.evidence report --root "$reference" --bilm-name "the bundled biLM" \
     --json results/downstream/reference.json --markdown results/downstream/reference.md \
     --plot results/downstream/reference.png
-for variant in at_output elmo_dropout fine_tune; do
+for variant in fine_tune; do
     root="training/downstream/$variant"
     # shellcheck disable=SC2086  # the settings and seeds are lists of words
     python -m workflow.evidence runs --pipelines elmo --sizes 1000 all --seeds 0 1 2 \

@@ -51,18 +51,6 @@ def init_config(
         help="Run the biLM on the sentences of spaCy's rule-based sentencizer when a doc has "
         "no sentence boundaries (the same units in training and on raw text).",
     ),
-    elmo_at_output: bool = typer.Option(
-        False,
-        "--elmo-at-output",
-        help="Also concatenate each component's mixed ELMo vector to its encoder's output "
-        "(spacy_elmo.ElmoTok2Vec.v2), not only to the encoder's input.",
-    ),
-    elmo_dropout: float = typer.Option(
-        0.0,
-        "--elmo-dropout",
-        help="Dropout on each component's mixed ELMo vector in training, in [0, 1) "
-        "(spacy_elmo.ElmoTok2Vec.v2; the paper's 'moderate amount of dropout to ELMo').",
-    ),
     vector_hooks: Optional[bool] = typer.Option(
         None,
         "--vector-hooks/--no-vector-hooks",
@@ -96,8 +84,6 @@ def init_config(
         gpu=for_gpu,
         fine_tune=fine_tune,
         split_sentences=split_sentences,
-        elmo_at_output=elmo_at_output,
-        elmo_dropout=elmo_dropout,
         vector_hooks=vector_hooks,
     )
     text = config_header(source, names, for_gpu) + config_text(config)

@@ -23,15 +23,12 @@ from ..layers.elmo_model import (
     options_from_architecture,
 )
 from ..layers.elmo_model import forward as elmo_forward
-from ..layers.leading_columns import leading_columns
 from ..layers.listener import ElmoLayersListener
-from ..layers.own_dropout import own_dropout
 from ..layers.scalar_mix import scalar_mix
 
 MODEL = "spacy_elmo.ElmoModel.v1"
 LISTENER = "spacy_elmo.ElmoListener.v1"
 TOK2VEC = "spacy_elmo.ElmoTok2Vec.v1"
-TOK2VEC_V2 = "spacy_elmo.ElmoTok2Vec.v2"
 MIX = "spacy_elmo.ElmoMix.v1"
 STORE_DTYPES = ("float32", "float16")
 
@@ -226,41 +223,6 @@ def ElmoTok2Vec(
     return model
 
 
-@registry.architectures(TOK2VEC_V2)
-def ElmoTok2Vec_v2(
-    elmo: Model[List[Doc], List[Floats2d]],
-    embed: Model[List[Doc], List[Floats2d]],
-    encode: Model[Floats2d, Floats2d],
-    elmo_at_output: bool = False,
-    elmo_dropout: float = 0.0,
-) -> Model[List[Doc], List[Floats2d]]:
-    """ElmoTok2Vec.v1 with two options of the paper's section 3.3.
-
-    elmo_dropout: dropout on the mixed ELMo vector in training ("a moderate amount of dropout
-    to ELMo"), its own rate: spaCy's `training.dropout` does not change it.
-    elmo_at_output: also concatenate the mixed vector to what the encoder returns,
-    [encode(Maxout([x_k; ELMo_k])); ELMo_k], so the tagger or parser reads the contextual vector
-    directly rather than through the encoder's narrower width; the width is then the encoder's
-    plus ELMo's. With neither, this is v1.
-    """
-    if not 0.0 <= elmo_dropout < 1.0:
-        raise ValueError(f"ElmoTok2Vec.v2: elmo_dropout must be in [0, 1), got {elmo_dropout}")
-    features = elmo
-    if elmo_dropout > 0.0:
-        features = chain(elmo, with_array(own_dropout(elmo_dropout)))
-    if not elmo_at_output:
-        return ElmoTok2Vec(features, embed, encode)
-    width = encode.get_dim("nO")
-    encoder = chain(Maxout(width, nP=3, normalize=True), encode)
-    model = chain(
-        concatenate(features, embed),
-        with_array(concatenate(encoder, leading_columns(elmo))),
-    )
-    if elmo.has_dim("nO"):
-        model.set_dim("nO", width + elmo.get_dim("nO"))
-    return model
-
-
 def _replace_listener(model: Model) -> Model:
     """Called by `nlp.replace_listeners` on the copy of the elmo model: give it its own cache."""
     model.attrs["cache"] = model.attrs["cache"].empty_copy()
@@ -277,7 +239,7 @@ def _replace_listener_cfg(
     """The config of an inline ElmoMix.v1 that keeps the listener's own mix settings and the
     `elmo` component's sentence rule."""
     listener_cfg = tok2vec_cfg
-    if tok2vec_cfg.get("@architectures") in (TOK2VEC, TOK2VEC_V2):  # the listener is its elmo
+    if tok2vec_cfg.get("@architectures") == TOK2VEC:  # the listener is its elmo
         listener_cfg = tok2vec_cfg["elmo"]
     if listener_cfg.get("@architectures") != LISTENER:
         raise ValueError(

@@ -18,7 +18,7 @@ from thinc.api import Config
 
 from ..bilm import BiLMOptions
 from ..weights.sources import PUBLISHED_NAMES, BiLMSource, resolve_source
-from .architectures import LISTENER, MODEL, TOK2VEC, TOK2VEC_V2
+from .architectures import LISTENER, MODEL, TOK2VEC
 
 # Every component's mix, as in configs/ner_tagger_elmo.cfg: the listener's defaults but for
 # these (layer norm: +0.8 NER F1 at 1,000 CoNLL sentences, README "Learning curves").
@@ -116,8 +116,6 @@ def elmo_training_config(
     gpu: bool = False,
     fine_tune: bool = False,
     split_sentences: bool = True,
-    elmo_at_output: bool = False,
-    elmo_dropout: float = 0.0,
     vector_hooks: Optional[bool] = None,
 ) -> Config:
     """The filled training config: `elmo` first, then `components` with their listeners.
@@ -143,7 +141,7 @@ def elmo_training_config(
         },
     }
     for name in components:
-        tok2vec = _tok2vec_block(vectors is not None, elmo_at_output, elmo_dropout)
+        tok2vec = _tok2vec_block(vectors is not None)
         # the rest of the model is its factory's default (`fill`)
         model = {**ACCURACY_PRESET.get(name, {}), "tok2vec": tok2vec}
         config["components"][name] = {"factory": name, "model": model}
@@ -164,19 +162,10 @@ def _elmo_block(gpu: bool, fine_tune: bool, split_sentences: bool) -> Dict[str, 
     return {"factory": "elmo", "model": model, "split_sentences": split_sentences}
 
 
-def _tok2vec_block(
-    include_static_vectors: bool, elmo_at_output: bool, elmo_dropout: float
-) -> Dict[str, Any]:
-    """ElmoTok2Vec.v1, or v2 where ELMo goes to the encoder's output too or has its dropout."""
-    architecture: Dict[str, Any] = {"@architectures": TOK2VEC}
-    if elmo_at_output or elmo_dropout:
-        architecture = {
-            "@architectures": TOK2VEC_V2,
-            "elmo_at_output": elmo_at_output,
-            "elmo_dropout": elmo_dropout,
-        }
+def _tok2vec_block(include_static_vectors: bool) -> Dict[str, Any]:
+    """ElmoTok2Vec.v1: the component's ELMo mix beside spaCy's hash features, then the encoder."""
     return {
-        **architecture,
+        "@architectures": TOK2VEC,
         "elmo": {"@architectures": LISTENER, **LISTENER_SETTINGS},
         "embed": {
             "@architectures": "spacy.MultiHashEmbed.v2",

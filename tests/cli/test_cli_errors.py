@@ -71,7 +71,6 @@ CASES = {
         ["{tmp}/c.cfg", "--lang", "zz"],
         ["{tmp}/c.cfg", "--components", "tagger,sentiment"],
         ["{tmp}/c.cfg", "--model", "{missing}"],
-        ["{tmp}/c.cfg", "--elmo-dropout", "1.5"],
     ],
     "debug-model": [
         ["{bad_config}", "ner"],

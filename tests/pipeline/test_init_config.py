@@ -102,12 +102,8 @@ def debug_config(path, corpus):
     return CliRunner().invoke(spacy_app, ["debug", "config", str(path), *overrides])
 
 
-@pytest.mark.parametrize("at_output", [False, True], ids=["elmo-at-input", "elmo-at-output"])
-def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, corpus, at_output):
-    extra = ["--elmo-at-output"] if at_output else []
-    path = init_config(
-        tmp_path / "config.cfg", "--components", ",".join(ALL), "--model", bilm_dir, *extra
-    )
+def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, corpus):
+    path = init_config(tmp_path / "config.cfg", "--components", ",".join(ALL), "--model", bilm_dir)
     result = debug_config(path, corpus)
     assert result.exit_code == 0, result.output
     assert "Config is valid" in result.output
@@ -116,9 +112,7 @@ def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, co
     assert config["initialize"]["components"]["elmo"]["weights"]["path"] == "${paths.elmo_model}"
     for name in ALL:  # each component has its own listener and so its own mix
         tok2vec = config["components"][name]["model"]["tok2vec"]
-        version = "v2" if at_output else "v1"
-        assert tok2vec["@architectures"] == f"spacy_elmo.ElmoTok2Vec.{version}"
-        assert tok2vec.get("elmo_at_output", False) is at_output
+        assert tok2vec["@architectures"] == "spacy_elmo.ElmoTok2Vec.v1"
         assert tok2vec["elmo"]["@architectures"] == "spacy_elmo.ElmoListener.v1"
         assert tok2vec["elmo"]["width"] is None
         # Small widths keep the test fast; the structure is the generated one.
@@ -148,10 +142,10 @@ def test_every_component_trains_from_the_generated_config(tmp_path, bilm_dir, co
     assert [t.dep_ for t in a] == [t.dep_ for t in b]
     assert a.cats == pytest.approx(b.cats, abs=1e-6)
     assert_elmo_behind_vectors([loaded(text) for text in BANKS])
-    if not at_output:  # once: n_process, and a pipeline made a package by spaCy
-        assert_elmo_behind_vectors(list(loaded.pipe(BANKS, n_process=2)), hooks=False)
-        packaged = package(tmp_path / "out" / "model-last", tmp_path / "packages")
-        assert_elmo_behind_vectors([spacy.load(packaged)(text) for text in BANKS])
+    # n_process, and a pipeline made a package by spaCy
+    assert_elmo_behind_vectors(list(loaded.pipe(BANKS, n_process=2)), hooks=False)
+    packaged = package(tmp_path / "out" / "model-last", tmp_path / "packages")
+    assert_elmo_behind_vectors([spacy.load(packaged)(text) for text in BANKS])
 
 
 BANKS = ["The river bank flooded .", "The investment bank lent money ."]
@@ -191,7 +185,7 @@ def package(model: Path, output: Path) -> Path:
         ["--for-gpu", "--fine-tune"],
         ["--vectors", "en_core_web_md", "--no-split-sentences"],
         ["--allennlp"],
-        ["--elmo-dropout", "0.3", "--no-vector-hooks"],
+        ["--no-vector-hooks"],
         ["--vectors", "en_core_web_md", "--vector-hooks"],
     ],
 )
@@ -215,11 +209,7 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
     assert config["system"]["gpu_allocator"] == ("pytorch" if "--for-gpu" in extra else None)
     tok2vec = config["components"]["ner"]["model"]["tok2vec"]
     assert tok2vec["embed"]["include_static_vectors"] is ("--vectors" in extra)
-    if "--elmo-dropout" in extra:
-        assert tok2vec["@architectures"] == "spacy_elmo.ElmoTok2Vec.v2"
-        assert (tok2vec["elmo_dropout"], tok2vec["elmo_at_output"]) == (0.3, False)
-    else:
-        assert tok2vec["@architectures"] == "spacy_elmo.ElmoTok2Vec.v1"
+    assert tok2vec["@architectures"] == "spacy_elmo.ElmoTok2Vec.v1"
     if "--vectors" in extra:
         assert config["paths"]["vectors"] == "en_core_web_md"
     if "--options" in extra:
@@ -236,7 +226,6 @@ def test_generated_configs_pass_spacy_debug_config(tmp_path, corpus, allennlp_fi
         (["-p", "tagger,sentiment"], "unknown components ['sentiment']"),
         (["--options", "x.json"], "options file needs its weights file too"),
         (["--model", "/nonexistent"], "biLM /nonexistent does not exist"),
-        (["--elmo-dropout", "1.5"], "elmo_dropout must be in [0, 1), got 1.5"),
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path, args, message):

@@ -221,7 +221,7 @@ def test_dry_run_full_size_and_step_overrides(capsys, tmp_path: Path):
 
 
 def test_set_adds_config_settings_to_the_train_command(capsys, tmp_path: Path):
-    key = "components.ner.model.tok2vec.elmo_dropout"
+    key = "components.ner.model.tok2vec.elmo.layer_dropout"
     train, evaluate = dry_run(
         capsys, tmp_path, "--pipeline", "elmo", "--size", "1000", "--seed", "0",
         "--set", f"{key}=0.5", "--set", "training.dropout = 0.2",

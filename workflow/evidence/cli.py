@@ -80,7 +80,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a config setting for spacy train, e.g. "
-        "components.ner.model.tok2vec.elmo_dropout=0.5 (repeatable; a variant goes in its "
+        "components.ner.model.tok2vec.elmo.layer_dropout=0.2 (repeatable; a variant goes in its "
         "own --root)",
     )
     parser.add_argument(
