@@ -84,14 +84,19 @@ def check_output(output: str | Path, inputs: Iterable[str | Path] = ()) -> None:
             raise ValueError(f"output {output} is the input {item}: writing it would destroy it")
     if output.is_dir():
         raise ValueError(f"output {output} is a directory, not a file")
-    folder = output.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=folder, prefix=f".{output.name}.", suffix=".probe")
-        os.close(fd)
-        os.unlink(name)
+        probe_writable(output)
     except OSError as err:
         raise ValueError(f"cannot write output {output}: {err.strerror or err}") from None
+
+
+def probe_writable(path: Path) -> None:
+    """Create a file beside `path` (its folder made if needed) and remove it: the OSError of a
+    place that cannot be written, raised before any work."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+    os.close(fd)
+    os.unlink(name)
 
 
 def _fsync(path: Path) -> None:

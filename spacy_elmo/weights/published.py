@@ -25,6 +25,7 @@ from ..util.download import (
     read_record,
     verify,
 )
+from ..util.files import probe_writable
 
 PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 CACHE_VARIABLE = "SPACY_ELMO_CACHE"
@@ -65,33 +66,22 @@ class PublishedModel:
         return f"spacy-elmo download {self.name}"
 
     @property
-    def options(self) -> dict[str, Any]:
-        """The published options.json of this model, as a dictionary."""
-        return {
-            "lstm": {
-                "use_skip_connections": True,
-                "projection_dim": self.projection_dim,
-                "cell_clip": 3,
-                "proj_clip": 3,
-                "dim": self.lstm_dim,
-                "n_layers": 2,
-            },
-            "char_cnn": {
-                "activation": "relu",
-                "filters": [list(pair) for pair in PUBLISHED_FILTERS],
-                "n_highway": self.n_highway,
-                "embedding": {"dim": 16},
-                "n_characters": 262,
-                "max_characters_per_token": 50,
-            },
-        }
-
-    @property
     def architecture(self) -> Any:
-        """The `BiLMOptions` every copy of this model must match."""
+        """The `BiLMOptions` that its options file states, which every copy must match."""
         from ..description.options import BiLMOptions
 
-        return BiLMOptions.from_dict(self.options, source=f"the published biLM '{self.name}'")
+        return BiLMOptions(
+            char_embedding_dim=16,
+            filters=PUBLISHED_FILTERS,
+            n_highway=self.n_highway,
+            activation="relu",
+            lstm_dim=self.lstm_dim,
+            projection_dim=self.projection_dim,
+            n_layers=2,
+            cell_clip=3.0,
+            proj_clip=3.0,
+            use_skip_connections=True,
+        )
 
     def url(self, file_name: str, base: Optional[str] = None) -> str:
         return f"{(base or base_url()).rstrip('/')}/{self.shape}/{file_name}"
@@ -194,23 +184,16 @@ def download(
         if final.exists() and not force:  # a read-only cache is fine for this
             verify(final, check, command)
             continue
-        _writable_folder(folder)
+        try:
+            probe_writable(final)
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise DownloadError(
+                f"cannot write the spacy-elmo cache {folder} ({reason}); set {CACHE_VARIABLE} "
+                "to a folder you can write"
+            ) from None
         fetch(url, final, check, force, limits, progress, retries, command, hint)
     return (folder / model.options_name, folder / model.weights_name)
-
-
-def _writable_folder(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise DownloadError(
-            f"cannot write the spacy-elmo cache {folder} ({reason}); set {CACHE_VARIABLE} to "
-            "a folder you can write"
-        ) from None
 
 
 # ------------------------------------------------------------------------------ the checks

@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
+from spacy_elmo.description.options import BiLMOptions
 from spacy_elmo.util.json_files import MissingFileError
 from spacy_elmo.weights import published
 from spacy_elmo.weights.published import ChecksumError, DownloadError, download
@@ -733,7 +734,7 @@ def test_every_published_name_has_its_architecture():
         "original": 93_600_848,
         "original-5.5b": 93_600_848,
     }
-    assert published.PUBLISHED["small"].options == SMALL_OPTIONS
+    assert published.PUBLISHED["small"].architecture == BiLMOptions.from_dict(SMALL_OPTIONS)
 
 
 # ------------------------------------------------------------------------ other failures
