@@ -6,7 +6,7 @@ raw id is shifted by +1 before the embedding lookup so that id 0 means "no token
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import numpy
 import torch
@@ -52,10 +52,7 @@ def add_boundaries(
 
 def token_to_char_ids(token: str) -> tuple[int, ...]:
     """The 50 shifted character ids of one token (UTF-8 bytes truncated to 48)."""
-    special = _SPECIAL_ROWS.get(token)
-    if special is not None:
-        return special
-    return _row(token.encode("utf-8", errors="ignore")[:MAX_BYTES_PER_TOKEN])
+    return tuple(_rows([token])[0].tolist())
 
 
 def check_sentences(sentences: object) -> list[list[str]]:
@@ -87,15 +84,23 @@ def batch_to_ids(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
     kept per word: faster than looking each word's row up in a cache was, and a process that
     keeps meeting new words does not keep replacing cached rows in its heap.
     """
+    return place_rows(sentences, _rows, MAX_CHARS_PER_TOKEN)
+
+
+def place_rows(
+    sentences: Sequence[Sequence[str]], rows: Callable[[list[str]], Any], width: int
+) -> torch.Tensor:
+    """(batch, max_tokens, `width`) ids: the rows that `rows` gives the batch's tokens (all of
+    them, in order), each at its sentence and position; rows of 0 past a sentence's end."""
     sentences = check_sentences(sentences)
-    width = max((len(s) for s in sentences), default=0)
-    ids = numpy.zeros((len(sentences), width, MAX_CHARS_PER_TOKEN), dtype=numpy.int64)
+    longest = max((len(s) for s in sentences), default=0)
+    ids = numpy.zeros((len(sentences), longest, width), dtype=numpy.int64)
     tokens = [token for sentence in sentences for token in sentence]
     if tokens:
         lengths = [len(sentence) for sentence in sentences]
         sentence = numpy.repeat(numpy.arange(len(sentences)), lengths)  # of every token, in order
         position = numpy.concatenate([numpy.arange(n) for n in lengths])
-        ids[sentence, position] = _rows(tokens)
+        ids[sentence, position] = rows(tokens)
     return torch.from_numpy(ids)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..description.chars import MAX_CHARS_PER_TOKEN, check_sentences
+from ..description.chars import MAX_CHARS_PER_TOKEN, place_rows
 from ..description.options import BiLMOptions
 from ..util.files import write_text
 from ..util.json_files import MAX_LEXICON_BYTES, MissingFileError, read_json
@@ -86,16 +86,8 @@ class EfmlLexicon:
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         """Ids of a batch, (batch, max_tokens, a row), without `<bos>`/`<eos>`; 0 = no token."""
-        sentences = check_sentences(sentences)
-        width = max((len(s) for s in sentences), default=0)
         row_width = MAX_CHARS_PER_TOKEN + (self.words is not None)
-        ids = torch.zeros((len(sentences), width, row_width), dtype=torch.long)
-        for i, sentence in enumerate(sentences):
-            if sentence:
-                ids[i, : len(sentence)] = torch.tensor(
-                    [self.token_ids(token) for token in sentence], dtype=torch.long
-                )
-        return ids
+        return place_rows(sentences, lambda tokens: list(map(self.token_ids, tokens)), row_width)
 
     def check_sizes(self, options: BiLMOptions, source: str) -> None:
         """Raise ValueError when an id is past the embedding tables of `options`."""
