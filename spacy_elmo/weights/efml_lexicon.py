@@ -38,13 +38,11 @@ class EfmlLexicon:
     _rows: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        missing = [s for s in CHAR_SPECIALS if s not in self.chars]
-        if missing:
-            raise ValueError(f"the character dictionary has no {', '.join(missing)}")
-        if self.words is not None:
-            missing = [s for s in WORD_SPECIALS if s not in self.words]
+        tables = [("character", self.chars, CHAR_SPECIALS), ("word", self.words, WORD_SPECIALS)]
+        for kind, table, specials in tables:
+            missing = [s for s in specials if table is not None and s not in table]
             if missing:
-                raise ValueError(f"the word dictionary has no {', '.join(missing)}")
+                raise ValueError(f"the {kind} dictionary has no {', '.join(missing)}")
 
     @property
     def padding_id(self) -> int:

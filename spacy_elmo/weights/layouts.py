@@ -204,11 +204,7 @@ def read_saved_options(directory: str | Path) -> BiLMOptions:
     """The options in the `config.json` of a directory written by `write_saved`, with its format
     and version checked (the weights are not read)."""
     config_path = Path(directory) / CONFIG_NAME
-    if not config_path.exists():
-        raise MissingFileError(
-            2, f"saved biLM directory {directory} has no {CONFIG_NAME}", str(config_path)
-        )
-    config = read_json(config_path, "biLM config")
+    config = read_json(config_path, "saved biLM config")
     if isinstance(config, dict) and "config_path" in config and "format" not in config:
         # The config.json of an ELMoForManyLangs model, in a folder without its other files.
         check_model_files(Path(directory))

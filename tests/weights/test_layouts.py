@@ -236,7 +236,7 @@ def test_saved_directory_errors(tmp_path, model_files):
     with pytest.raises(ValueError, match="empty holds no biLM"):
         BiLM.load(tmp_path / "empty")
     (tmp_path / "saved" / "config.json").rename(tmp_path / "config.json")
-    with pytest.raises(ValueError, match="has no config.json"):
+    with pytest.raises(ValueError, match="saved biLM config does not exist: .*config.json"):
         BiLM.load(tmp_path / "saved")
     (tmp_path / "config.json").rename(tmp_path / "saved" / "config.json")
     weights = tmp_path / "saved" / "model.safetensors"
