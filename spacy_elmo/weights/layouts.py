@@ -194,7 +194,6 @@ def write_saved(
 ) -> None:
     """Write `config.json` and `model.safetensors` into `directory` (created if needed)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "options": options.to_dict()}
     write_safetensors(state_dict, directory / WEIGHTS_NAME, metadata={"format": FORMAT_NAME})
     write_text(directory / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
