@@ -104,14 +104,12 @@ def apply_corpus(
     """Run `pipeline` over every .jsonl/.txt/.spacy file of INPUT into OUTPUT_DIR/REL/NAME.spacy,
     resumable as `embed_corpus` is. `code`: a Python file every worker imports first."""
     check_positive(batch_size=batch_size)
-    name, identity, folder, files = _pipeline(pipeline)
     output_dir = Path(output_dir)
-    check_apart(output_dir, [folder] if folder else [], "the pipeline's folder")
-    check_apart(output_dir, files, "the pipeline's file")
+    name, identity = _pipeline(pipeline, output_dir)
     inputs = plan_inputs(input, output_dir, APPLY_SUFFIXES, ".spacy", shard_docs, text_key)
     code = None if code is None else str(Path(code).resolve())  # where every worker finds it
     job = ApplyJob(name, text_key, batch_size, gpu=cluster.gpus_per_worker > 0, code=code)
-    return run_corpus("apply", inputs, output_dir, job, identity, job.options(), cluster, progress)
+    return run_corpus("apply", inputs, output_dir, job, identity, cluster, progress)
 
 
 def import_code(code: Optional[str]) -> None:
@@ -122,9 +120,12 @@ def import_code(code: Optional[str]) -> None:
         spacy.util.import_file("python_code", code)
 
 
-def pipeline_files(pipeline: str | Path) -> tuple[str, Optional[Path], list[Path]]:
+def pipeline_files(
+    pipeline: str | Path, output_dir: Path
+) -> tuple[str, Optional[Path], list[Path]]:
     """How workers load a spaCy pipeline (a folder's absolute path or an installed package's
-    name), its folder (None where it is neither, or a file), and its files."""
+    name), its folder (None where it is neither, or a file), and its files; ValueError when
+    OUTPUT_DIR is, is inside or contains the folder, or holds one of the files."""
     import spacy.util
 
     path = Path(pipeline).expanduser()
@@ -135,21 +136,24 @@ def pipeline_files(pipeline: str | Path) -> tuple[str, Optional[Path], list[Path
         path = Path(spacy.util.get_package_path(name))
     else:
         return str(pipeline), None, []
-    if not path.is_dir():
-        return name, None, [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    return name, path, files
+    if path.is_dir():
+        folder = path
+        files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    else:
+        folder, files = None, [path]
+    check_apart(output_dir, [folder] if folder else [], "the pipeline's folder")
+    check_apart(output_dir, files, "the pipeline's file")
+    return name, folder, files
 
 
-def _pipeline(pipeline: str | Path) -> tuple[str, dict[str, Any], Optional[Path], list[Path]]:
+def _pipeline(pipeline: str | Path, output_dir: Path) -> tuple[str, dict[str, Any]]:
     """`pipeline_files`, checked, and the pipeline's manifest identity (sha256 over the names
     and bytes of every file of its folder)."""
     path = Path(pipeline).expanduser()
     if path.exists() and not (path / "config.cfg").is_file():
         raise ValueError(f"pipeline {pipeline} is not a spaCy pipeline folder (no config.cfg)")
-    name, folder, files = pipeline_files(pipeline)
+    name, folder, files = pipeline_files(pipeline, output_dir)
     if folder is None:
         raise ValueError(f"pipeline {pipeline} is neither a folder nor an installed spaCy package")
     digest = files_sha256((os.fsencode(f.relative_to(folder).as_posix()), f) for f in files)
-    identity = {"kind": "spacy", "name": str(pipeline), "sha256": digest}
-    return name, identity, folder, files
+    return name, {"kind": "spacy", "name": str(pipeline), "sha256": digest}

@@ -78,7 +78,6 @@ class EmbedJob:
         return write_output(payload, embed)
 
     def options(self) -> dict[str, Any]:
-        """What changes the outputs (recorded in the manifest; a change redoes them)."""
         return {
             "command": "embed-corpus",
             "output_format": self.output_format,
@@ -150,9 +149,7 @@ def embed_corpus(
     check_apart(output_dir, [source.path] if source.path else [], "the model's folder")
     check_apart(output_dir, source.files(), "the model's file")
     if pipeline is not None:
-        pipeline, folder, files = pipeline_files(pipeline)  # workers load it by that name
-        check_apart(output_dir, [folder] if folder else [], "the pipeline's folder")
-        check_apart(output_dir, files, "the pipeline's file")
+        pipeline = pipeline_files(pipeline, output_dir)[0]  # workers load it by that name
     inputs = plan_inputs(input, output_dir, (".txt",), ".hdf5", shard_lines)
     identity = model_identity(source)
     job = EmbedJob(
@@ -171,9 +168,7 @@ def embed_corpus(
         bf16=bf16,
         code=None if code is None else str(Path(code).resolve()),  # where every worker finds it
     )
-    return run_corpus(
-        "embed-corpus", inputs, output_dir, job, identity, job.options(), cluster, progress
-    )
+    return run_corpus("embed-corpus", inputs, output_dir, job, identity, cluster, progress)
 
 
 def _model_name(source) -> Optional[str]:

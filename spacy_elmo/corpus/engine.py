@@ -46,6 +46,9 @@ class Job(Protocol):
 
     def run(self, state: Any, payload: Any) -> dict[str, Any]: ...
 
+    def options(self) -> dict[str, Any]:
+        """What changes the outputs (the manifest records it; a change redoes them)."""
+
 
 @dataclass(frozen=True)
 class Cluster:

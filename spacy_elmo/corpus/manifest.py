@@ -15,7 +15,7 @@ import time
 import warnings
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Callable, Collection, Optional
+from typing import Any, Callable, Optional
 
 from ..util.files import atomic_path, file_sha256, fsync_directory, printable
 from .plan import InputFile
@@ -130,17 +130,16 @@ def append_record(output_dir: Path, record: dict[str, Any]) -> None:
 
 
 def make_record(
-    output_dir: Path,
     item: InputFile,
+    written: Path,
     lines: int,
     model: dict[str, Any],
     options: dict[str, Any],
     output_sha256: str,
-    written: Optional[Path] = None,
 ) -> dict[str, Any]:
-    """The record of `item`'s finished output (the size and mtime of `written`, the output
-    under its temporary name, else of the output, read now)."""
-    stat = (written or output_dir / item.output_rel).stat()
+    """The record of `item`'s finished output, `written` under its temporary name (its size and
+    mtime, read now, are the output's once it is installed)."""
+    stat = written.stat()
     return {
         "output": item.output_rel.as_posix(),
         "input": str(item.path),
@@ -222,22 +221,3 @@ def write_output(payload: dict, write: Callable[[Path], int]) -> dict:
         return {"lines": lines, "staged": str(stage), "sha256": file_sha256(stage)}
     install(stage, output)
     return {"lines": lines}
-
-
-def remove_owned(folder: Path, names: Optional[Collection[str]] = None) -> None:
-    """Remove the run's temporary files in `folder` (not below it) for the file names `names`
-    (None: for any name, in a folder that is the run's own, a folder of parts)."""
-    for entry in folder_entries(folder):
-        name = owned_name(entry.name)
-        if name is None or (names is not None and name not in names):
-            continue
-        if entry.is_file(follow_symlinks=False):
-            Path(entry.path).unlink(missing_ok=True)
-
-
-def folder_entries(folder: Path) -> list[os.DirEntry]:
-    """The entries of `folder`; none where there is no such folder (yet), or not one."""
-    try:
-        return list(os.scandir(folder))
-    except OSError:
-        return []

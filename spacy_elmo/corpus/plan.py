@@ -169,7 +169,7 @@ def plan_inputs(
                 f"{printable(seen[real])}"
             )
         seen[real] = path
-        output_rel = _relative(path, root).with_suffix(output_suffix)
+        output_rel = path.relative_to(root).with_suffix(output_suffix)
         if output_rel in outputs:
             raise ValueError(
                 f"inputs {printable(outputs[output_rel])} and {printable(path)} would both "
@@ -256,10 +256,3 @@ def _check_writable(output_dir: Path, output_rel: Path) -> None:
                 f"output {printable(target)} cannot be written: {printable(folder)} is a file, "
                 "not a folder"
             )
-
-
-def _relative(path: Path, root: Path) -> Path:
-    try:
-        return path.relative_to(root)
-    except ValueError:
-        return path.resolve().relative_to(root)

@@ -11,7 +11,7 @@ import re
 import socket
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -23,12 +23,11 @@ from .manifest import (
     ManifestWarning,
     append_record,
     compact_manifest,
-    folder_entries,
     install,
     is_done,
     make_record,
+    owned_name,
     read_manifest,
-    remove_owned,
     work_key,
 )
 from .plan import InputFile
@@ -70,12 +69,12 @@ def run_corpus(
     output_dir: Path,
     job: Job,
     model: dict[str, Any],
-    options: dict[str, Any],
     cluster: Cluster,
     progress: bool = True,
 ) -> CorpusResult:
     """Run `job` over every input not yet done; raise CorpusRunError if a shard failed."""
     output_dir = Path(output_dir).absolute()
+    options = job.options()
     result = CorpusResult()
     with warnings.catch_warnings():  # said when it is read again, under the lock
         warnings.simplefilter("ignore", ManifestWarning)
@@ -128,9 +127,7 @@ def run_corpus(
                 remaining_parts[output.parent] -= 1
                 return [joins.pop(output.parent)] if remaining_parts[output.parent] == 0 else []
             item, stage = by_output[output], Path(outcome["staged"])
-            record = make_record(
-                output_dir, item, outcome["lines"], model, options, outcome["sha256"], stage
-            )
+            record = make_record(item, stage, outcome["lines"], model, options, outcome["sha256"])
             append_record(output_dir, record)  # recorded, then installed
             install(stage, output)
             result.written.append(item.output_rel.as_posix())
@@ -206,29 +203,37 @@ def _parts_dir(output_dir: Path, item: InputFile, model: dict, options: dict) ->
 def _remove_temporary_files(output_dir: Path, inputs: list[InputFile], parts: set[Path]) -> None:
     """Remove the temporary files (manifest.py) made, by this run or an interrupted one, for the
     files this run writes (its outputs, the manifest; in its folders of parts `parts`, any), and
-    its outputs' other folders of parts (of another input, model or options)."""
+    its outputs' other folders of parts (of another input, model or options): one scan of each
+    folder."""
     names: dict[Path, set[str]] = {output_dir: {MANIFEST_NAME}}
     for item in inputs:
         output = output_dir / item.output_rel
         names.setdefault(output.parent, set()).add(output.name)
     for folder, wanted in names.items():
-        remove_owned(folder, wanted)
         for entry in folder_entries(folder):
             found = PARTS_FOLDER.match(entry.name)
-            if found and found["name"] in wanted and entry.is_dir(follow_symlinks=False):
-                if Path(entry.path) in parts:
-                    remove_owned(Path(entry.path))  # a folder of parts is the run's own
-                else:
-                    _remove_parts(Path(entry.path))
+            if owned_name(entry.name) in wanted and entry.is_file(follow_symlinks=False):
+                Path(entry.path).unlink(missing_ok=True)
+            elif found and found["name"] in wanted and entry.is_dir(follow_symlinks=False):
+                _remove_parts(Path(entry.path), keep_parts=Path(entry.path) in parts)
 
 
-def _remove_parts(folder: Path) -> None:
-    """Remove the parts and temporary files of a folder of parts, and the folder if it empties."""
-    remove_owned(folder)
+def _remove_parts(folder: Path, keep_parts: bool = False) -> None:
+    """Remove the temporary files of a folder of parts and, unless `keep_parts` (the run's own
+    folder, whose whole parts it reuses), its parts and the folder if it empties."""
     for entry in folder_entries(folder):
-        if PART_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
+        temporary = owned_name(entry.name) is not None
+        part = not keep_parts and PART_NAME.match(entry.name) is not None
+        if (temporary or part) and entry.is_file(follow_symlinks=False):
             Path(entry.path).unlink(missing_ok=True)
+    if not keep_parts:
+        with suppress(OSError):
+            folder.rmdir()
+
+
+def folder_entries(folder: Path) -> list[os.DirEntry]:
+    """The entries of `folder`; none where there is no such folder (yet), or not one."""
     try:
-        folder.rmdir()
+        return list(os.scandir(folder))
     except OSError:
-        pass
+        return []

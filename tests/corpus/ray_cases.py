@@ -362,17 +362,9 @@ def test_a_failed_shard_names_its_input_and_the_rest_is_written(tmp_path, cluste
     bad.write_bytes(b"fine\n\xff\xfe broken after the check\n")  # changed after planning
     job = EmbedJob(None, **tiny)
     model = {"kind": "allennlp", "name": "tiny", "sha256": "x"}
+    engine = Cluster(workers=1, address=cluster)
     with pytest.raises(CorpusRunError, match=r"bad\.txt.*line 2: not UTF-8") as error:
-        run_corpus(
-            "embed-corpus",
-            inputs,
-            out,
-            job,
-            model,
-            job.options(),
-            Cluster(workers=1, address=cluster),
-            progress=False,
-        )
+        run_corpus("embed-corpus", inputs, out, job, model, engine, progress=False)
     printed = capfd.readouterr().err
     assert f"error: {bad}: input file {bad}, line 2: not UTF-8 text" in printed, printed
     assert error.value.result.written == ["good.hdf5"]

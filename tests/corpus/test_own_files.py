@@ -382,7 +382,8 @@ def _record(folder: Path, name: str = "a.hdf5", **changes) -> dict:
     model = {"kind": "saved", "name": "m", "sha256": "m1"}
     source = folder / "in" / "é.txt"  # named in the record, never read: absent
     assert not source.exists()
-    record = make_record(folder, InputFile(source, Path(name), "s1", 3, (0,), 3), 3, model, {}, "o")
+    item = InputFile(source, Path(name), "s1", 3, (0,), 3)
+    record = make_record(item, folder / name, 3, model, {}, "o")
     return {**record, **changes}
 
 

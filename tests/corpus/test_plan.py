@@ -200,7 +200,7 @@ def test_manifest_records_what_is_done(tmp_path):
     source = tmp_path / "in" / "a.txt"  # named in the record, never read: absent
     assert not source.exists()
     item = InputFile(source, Path("a.hdf5"), "s1", 3, (0,), 3)
-    record = make_record(tmp_path, item, 3, model, options, "o")
+    record = make_record(item, tmp_path / "a.hdf5", 3, model, options, "o")
     append_record(tmp_path, record)
     with open(tmp_path / MANIFEST_NAME, "a") as handle:
         handle.write('{"output": "b.hdf5", "inpu')  # a run killed while writing its record
