@@ -97,12 +97,6 @@ def perplexity_of(nll_sum: float, count: float) -> float:
     return math.exp(mean) if mean < MAX_LOG_FLOAT else (math.inf if mean == mean else math.nan)
 
 
-def directional_perplexities(sums: torch.Tensor) -> tuple[float, float]:
-    """The forward and backward perplexities of `LanguageModel`'s sums."""
-    forward = perplexity_of(sums[0].item(), sums[1].item())
-    return forward, perplexity_of(sums[2].item(), sums[3].item())
-
-
 def load_init_model(
     source: str | Path | BiLMSource,
 ) -> tuple[BiLM, Optional[Vocab], Optional[LMHead]]:

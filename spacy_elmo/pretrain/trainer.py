@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 from ..bilm import batch_to_ids
-from ..description.chars import batches_by_padded_tokens
 from ..util import signals
 from ..util import threads as cpu_threads
 from .checkpoint import (
@@ -46,7 +45,8 @@ from .divergence import (
     warn_if_worse_than_guessing,
     weights_problem,
 )
-from .objective import build_language_model, directional_perplexities, mean_loss, target_tensor
+from .evaluate import held_out_perplexity
+from .objective import build_language_model, mean_loss, target_tensor
 from .records import (
     METRICS,
     BudgetTiming,
@@ -162,19 +162,17 @@ class Pretrainer:
         return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, total - warmup))
 
     # ------------------------------------------------------------------ batches
-    def _loss(
-        self, sentences: list[list[str]], module: nn.Module, aux: bool = True
-    ) -> torch.Tensor:
-        """`LanguageModel`'s sums for a batch; `aux=False`: the language models' only."""
+    def _loss(self, sentences: list[list[str]]) -> torch.Tensor:
+        """`LanguageModel`'s sums for a training batch."""
         char_ids = batch_to_ids(sentences).to(self.device)
         targets = target_tensor(sentences, self.vocab).to(self.device)
         rows = None
-        if aux and self.static_vectors is not None:
+        if self.static_vectors is not None:
             rows = self.static_vectors.target_rows(sentences).to(self.device)
         with torch.autocast(
             self.device.type, dtype=torch.bfloat16, enabled=self.config.mixed_precision
         ):
-            return module(char_ids, targets, rows).float()
+            return self.train_module(char_ids, targets, rows).float()
 
     # ------------------------------------------------------------------ loop
     def train(self, progress: bool = True) -> dict[str, Any]:
@@ -225,7 +223,7 @@ class Pretrainer:
             start = time.perf_counter()
             epoch, sentences = next(batches)
             self.model.train()
-            sums = self._loss(sentences, self.train_module)
+            sums = self._loss(sentences)
             loss = mean_loss(sums, config.vectors_weight)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -292,21 +290,20 @@ class Pretrainer:
         if self.ranks.is_main:
             append_metrics(self.work / METRICS, record)
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Held-out perplexity of the forward and backward LMs, and their average."""
         if not self.ranks.is_main:
             return {}
-        self.model.eval()
-        sums = torch.zeros(4)
-        for batch in batches_by_padded_tokens(self.dev_sentences, self.config.batch_tokens):
-            sums += self._loss(batch, self.model, aux=False).cpu()
-        forward, backward = directional_perplexities(sums)
-        return {
-            "dev_ppl_forward": forward,
-            "dev_ppl_backward": backward,
-            "dev_ppl": (forward + backward) / 2,
-        }
+        config = self.config
+        result = held_out_perplexity(
+            self.model,
+            self.dev_sentences,
+            self.vocab,
+            config.batch_tokens,
+            self.device,
+            config.mixed_precision,
+        )
+        return {f"dev_{key}": result[key] for key in ("ppl_forward", "ppl_backward", "ppl")}
 
     def save_checkpoint(self) -> None:
         """Write checkpoints/last.pt atomically (rank 0); TrainingDiverged for weights that
