@@ -3,7 +3,7 @@ per layer, a linear POS tagger and 1-nearest-neighbour word sense disambiguation
 its context-free baseline, on data read from an asset folder (`data.PROBE_DATA`).
 """
 
-from .data import PROBE_DATA, TASKS, check_assets, missing_files
+from .data import PROBE_DATA, TASKS, check_assets
 from .report import write_report
 from .runner import parse_tasks, run_probes
 
@@ -11,7 +11,6 @@ __all__ = [
     "PROBE_DATA",
     "TASKS",
     "check_assets",
-    "missing_files",
     "parse_tasks",
     "run_probes",
     "write_report",

@@ -4,7 +4,6 @@ of them a line; WordNet is `wordnet.py`'s)."""
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,31 +71,23 @@ PROBE_DATA = {
 }
 
 
-def missing_files(assets: Path, tasks: Sequence[str]) -> dict[str, list[Path]]:
-    """task -> what it needs that is not under `assets` (its data folder alone when that is
-    missing); tasks with nothing missing are left out."""
+def check_assets(assets: Path, tasks: Sequence[str]) -> dict[str, Path]:
+    """task -> what it reads under `assets`; FileNotFoundError naming, a line a task, what is
+    missing (its data folder alone when that is), the command that fetches it in a checkout of
+    the repository, and each data set's registry package and file."""
+    paths = {task: Path(assets) / PROBE_DATA[task].path for task in tasks}
     missing = {}
-    for task in tasks:
-        data = PROBE_DATA[task]
-        path = Path(assets) / data.path
+    for task, path in paths.items():
         if not path.exists():
             missing[task] = [path]
             continue
-        absent = [path / name for name in data.files if not (path / name).exists()]
+        absent = [path / name for name in PROBE_DATA[task].files if not (path / name).exists()]
         if task == "pos-brown" and not brown_files(path):
             absent.append(path / "ca01 ... cr09")
         if absent:
             missing[task] = absent
-    return missing
-
-
-def check_assets(assets: Path, tasks: Sequence[str]) -> dict[str, Path]:
-    """task -> what it reads under `assets`; FileNotFoundError naming, a line an item, what is
-    missing, the command that fetches it in a checkout of the repository, and each data set's
-    registry package and file."""
-    missing = missing_files(assets, tasks)
     if not missing:
-        return {task: Path(assets) / PROBE_DATA[task].path for task in tasks}
+        return paths
     names = " ".join(PROBE_DATA[task].name for task in missing)
     lines = [f"missing probe data under {assets}"]
     lines += [f"{task}: {', '.join(str(p) for p in paths)}" for task, paths in missing.items()]
@@ -161,11 +152,6 @@ def brown_files(folder: Path) -> list[Path]:
 def read_brown(folder: Path) -> list[TaggedSentence]:
     """Every sentence of the Brown corpus, files in name order, tags mapped by `brown_tag`."""
     return [s for path in brown_files(folder) for s in read_tagged_lines(path, brown_tag)]
-
-
-def sample_sentences(sentences: Sequence, n: int, seed: int) -> list:
-    """`n` sentences drawn without replacement in a seeded random order (all if n >= len)."""
-    return random.Random(seed).sample(list(sentences), min(n, len(sentences)))
 
 
 def split_train_test(items: Sequence, fraction: float = 0.8) -> tuple[list, list]:

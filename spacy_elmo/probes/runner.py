@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
-from .data import TASKS, read_brown, read_tagged_lines, sample_sentences, split_train_test
+from .data import TASKS, read_brown, read_tagged_lines, split_train_test
 from .tasks import pos_probe, wsd_probe
 from .wordnet import split_sense_instances, wordnet_instances
 
@@ -37,7 +38,8 @@ def run_probes(
         result["pos"]["wsj"] = pos_probe(bilm, train, test, batch_size=batch_size)
         result["notes"]["pos-wsj"] = "first 80% of the sample's lines train, last 20% test"
     if "pos-brown" in paths:
-        sentences = sample_sentences(read_brown(paths["pos-brown"]), brown_sentences, seed)
+        brown = read_brown(paths["pos-brown"])
+        sentences = random.Random(seed).sample(brown, min(brown_sentences, len(brown)))
         train, test = split_train_test(sentences)
         log(f"pos-brown: {len(train)} train / {len(test)} test sentences")
         result["pos"]["brown"] = pos_probe(bilm, train, test, batch_size=batch_size)

@@ -177,9 +177,8 @@ def wsd_probe(
     if not test:
         raise ValueError("no WSD test instances: no lemma has two senses with two examples each")
     mfs = most_frequent_senses(train, sense_order)
-    trained = defaultdict(set)  # lemma -> its senses with training instances
-    for instance in train:
-        trained[instance.lemma].add(instance.sense)
+    trained = {(i.lemma, i.sense) for i in train}
+    n_senses = Counter(lemma for lemma, _ in trained)  # lemma -> its trained senses
     gold = [i.sense for i in test]
     train_x = target_features(bilm, train, batch_size)  # (L + 1, n_train, 2P)
     test_x = target_features(bilm, test, batch_size)
@@ -202,7 +201,7 @@ def wsd_probe(
     return {
         "layers": right.mean(1).tolist(),
         "baseline_most_frequent_sense": float(mfs_right.mean()),
-        "baseline_random_sense": float(numpy.mean([1 / len(trained[i.lemma]) for i in test])),
+        "baseline_random_sense": float(numpy.mean([1 / n_senses[i.lemma] for i in test])),
         "n_train": len(train),
         "n_test": len(test),
         "n_lemmas": len({i.lemma for i in test}),

