@@ -202,24 +202,22 @@ def _format_problem(model: PublishedModel, path: Path) -> Optional[str]:
     corrupted transfer, another architecture), if anything: the end of a sentence."""
     if path.name.removesuffix(PART_SUFFIX) == model.weights_name:
         return _weights_problem(model, path)
-    from ..description.options import BiLMOptions
+    from ..description.options import FIELDS, BiLMOptions
 
     try:
         options = BiLMOptions.from_file(path)
     except (ValueError, OSError) as error:
         return f"did not send a bilm-tf options file ({error})"
     expected = model.architecture
-    if options != expected:
-        found, wanted = options.to_dict(), expected.to_dict()
-        differences = [
-            f"{section}.{key} {found[section].get(key)!r} (published: {value!r})"
-            for section in ("char_cnn", "lstm")
-            for key, value in wanted[section].items()
-            if found[section].get(key) != value
-        ]
+    differences = [
+        f"{key} {getattr(options, name)!r} (published: {getattr(expected, name)!r})"
+        for name, (key, _, _) in FIELDS.items()
+        if getattr(options, name) != getattr(expected, name)
+    ]
+    if differences:
         return (
             f"is the options file of another biLM than the published '{model.name}': "
-            f"{'; '.join(differences) or 'its options differ'}"
+            f"{'; '.join(differences)}"
         )
     return None
 
