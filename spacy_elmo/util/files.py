@@ -46,13 +46,13 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def place(path: str | Path, other: str | Path) -> Optional[str]:
-    """Where `path` is with respect to `other`, by name, links and `..` resolved: "is",
-    "inside" (in the folder `other`), "contains" (the folder `path` holds `other`) or None."""
+    """Where `path` is with respect to `other`, by name, links and `..` resolved: "is", "is
+    inside" (the folder `other`), "contains" (the folder `path` holds `other`) or None."""
     path, other = Path(path).resolve(), Path(other).resolve()
     if path == other:
         return "is"
     if other in path.parents:
-        return "inside"
+        return "is inside"
     return "contains" if path in other.parents else None
 
 
@@ -62,9 +62,8 @@ def check_apart(output: str | Path, others: Iterable[str | Path], what: str = "t
     for other in others:
         where = place(output, other)
         if where is not None:
-            problem = {"is": "is", "inside": "is inside", "contains": "contains"}[where]
             raise ValueError(
-                f"output folder {printable(output)} {problem} {what} {printable(other)}: "
+                f"output folder {printable(output)} {where} {what} {printable(other)}: "
                 "choose another output folder"
             )
 

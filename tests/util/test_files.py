@@ -125,7 +125,7 @@ def test_place_resolves_links_and_dotdot(tmp_path):
     # by name: tmp_path/deep/.. is tmp_path; on disk it is the model's folder
     aliases = {
         "is": [model, tmp_path / "link", tmp_path / "deep" / "..", model / "sub" / ".."],
-        "inside": [model / "out", tmp_path / "link" / "new" / "out", tmp_path / "deep"],
+        "is inside": [model / "out", tmp_path / "link" / "new" / "out", tmp_path / "deep"],
         "contains": [model.parent, tmp_path / "link" / "..", tmp_path],
         None: [tmp_path / "models" / "other", tmp_path / "deep" / "../../other"],
     }
