@@ -40,7 +40,13 @@ class EfmlLexicon:
     def __post_init__(self) -> None:
         tables = [("character", self.chars, CHAR_SPECIALS), ("word", self.words, WORD_SPECIALS)]
         for kind, table, specials in tables:
-            missing = [s for s in specials if table is not None and s not in table]
+            if table is None and kind == "word":
+                continue  # a model without a word embedding
+            if not isinstance(table, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) for k, v in table.items()
+            ):
+                raise ValueError(f"the {kind} dictionary is not an object of token: integer id")
+            missing = [s for s in specials if s not in table]
             if missing:
                 raise ValueError(f"the {kind} dictionary has no {', '.join(missing)}")
 
@@ -131,16 +137,8 @@ class EfmlLexicon:
         """The lexicon in the parsed JSON of `to_json`; ValueError naming `source` if not one."""
         if not isinstance(data, dict) or data.get("format") != LEXICON_FORMAT:
             raise ValueError(f"{source} is not a spacy-elmo lexicon (no format '{LEXICON_FORMAT}')")
-        chars, words = data.get("chars"), data.get("words")
-        for name, table in (("chars", chars), ("words", words)):
-            if table is None and name == "words":
-                continue
-            if not isinstance(table, dict) or not all(
-                isinstance(k, str) and isinstance(v, int) for k, v in table.items()
-            ):
-                raise ValueError(f"{source}: '{name}' must be an object of token: integer id")
         try:
-            return cls(chars, words)
+            return cls(data.get("chars"), data.get("words"))
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
 
