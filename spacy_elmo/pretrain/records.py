@@ -179,31 +179,17 @@ def budget_line(config: PretrainConfig, step: int, threads: int, device: str) ->
     )
 
 
-def estimate_line(config: PretrainConfig, step: int, seconds_per_step: float) -> str:
-    """How long the rest of the run takes at `seconds_per_step`, said once it is measured."""
+def estimate_line(config: PretrainConfig, step: int, step_seconds: list[float]) -> str:
+    """How long the rest of the run takes at the mean time of the steps timed, the first left
+    out (it warms up)."""
+    timed = step_seconds[1:]
+    seconds_per_step = sum(timed) / len(timed)
     left = config.max_steps - step
     every = config.eval_every
     evaluations = config.max_steps // every - step // every + (config.max_steps % every != 0)
     return (
         f"estimate: {duration(left * seconds_per_step)} for the {left:,} steps left at "
-        f"{seconds_per_step:.2f} s a step (the mean of {ESTIMATE_AFTER} steps), plus "
+        f"{seconds_per_step:.2f} s a step (the mean of {len(timed)} steps), plus "
         f"{evaluations} held-out evaluation{'s' * (evaluations != 1)}; Ctrl-C writes a "
         "checkpoint and --resume continues"
     )
-
-
-class BudgetTiming:
-    """The mean time of steps 2 to ESTIMATE_AFTER + 1 (the first warms up); `add` is true
-    once, when it is ready and steps are left to estimate."""
-
-    def __init__(self, step: int, max_steps: int) -> None:
-        self.left = max_steps - step
-        self.times: list[float] = []
-        self.seconds_per_step = 0.0
-
-    def add(self, seconds: float) -> bool:
-        self.times.append(seconds)
-        if len(self.times) != ESTIMATE_AFTER + 1 or len(self.times) >= self.left:
-            return False
-        self.seconds_per_step = sum(self.times[1:]) / ESTIMATE_AFTER
-        return True

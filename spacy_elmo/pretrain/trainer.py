@@ -48,8 +48,8 @@ from .divergence import (
 from .evaluate import held_out_perplexity
 from .objective import build_language_model, mean_loss, target_tensor
 from .records import (
+    ESTIMATE_AFTER,
     METRICS,
-    BudgetTiming,
     TrainWindow,
     append_metrics,
     budget_line,
@@ -187,14 +187,13 @@ class Pretrainer:
             unit="step",
         )
         window = TrainWindow(8 if self.static_vectors is not None else 4)
-        timing = BudgetTiming(self.step, config.max_steps)
         self._say(bar, budget_line(config, self.step, self.threads, str(self.device)))
         # Under the command (util/signals), Ctrl-C, SIGTERM (what torchrun and job schedulers
         # send) and SIGHUP (a dropped ssh session) end the step on every rank, then a checkpoint
         # is written; the command exits with 128 + the signal's number.
         with signals.deferred():
             try:
-                self._train_steps(bar, window, timing)
+                self._train_steps(bar, window)
             finally:
                 bar.close()
             self.save_checkpoint()
@@ -209,9 +208,10 @@ class Pretrainer:
             return {"interrupted": True, "step": self.step, "signal": self.stop_signal}
         return self.finish()
 
-    def _train_steps(self, bar, window: TrainWindow, timing: BudgetTiming) -> None:
+    def _train_steps(self, bar, window: TrainWindow) -> None:
         """Steps until `max_steps` or a stop signal on any rank."""
         config = self.config
+        step_seconds: list[float] = []  # for the estimate of the time left
         world = self.ranks.world  # this rank's batches of the stream, after those consumed
         stream = iter_batches(self.train_path, config.seed, config.batch_tokens)
         batches = islice(stream, self.step * world + self.ranks.rank, None, world)
@@ -238,8 +238,9 @@ class Pretrainer:
             window.add(n_tokens, sums)
             self.train_seconds += time.perf_counter() - start
             bar.update(1)
-            if timing.add(time.perf_counter() - start):
-                self._say(bar, estimate_line(config, self.step, timing.seconds_per_step))
+            step_seconds.append(time.perf_counter() - start)
+            if len(step_seconds) == ESTIMATE_AFTER + 1 and self.step < config.max_steps:
+                self._say(bar, estimate_line(config, self.step, step_seconds))
             if self.step % config.log_every == 0 or self.step == config.max_steps:
                 record = window.record(
                     self.step,

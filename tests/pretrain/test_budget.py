@@ -8,14 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spacy_elmo.pretrain import PretrainConfig
-from spacy_elmo.pretrain.records import (
-    ESTIMATE_AFTER,
-    BudgetTiming,
-    budget_line,
-    duration,
-    estimate_line,
-)
+from spacy_elmo.pretrain import PretrainConfig, pretrain
+from spacy_elmo.pretrain.records import budget_line, duration, estimate_line
+
+from .test_pretrain import short_config, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = ["the river bank was muddy .", "she paid the bank in cash ."]
@@ -46,21 +42,25 @@ def test_the_budget_names_steps_tokens_and_place():
 def test_the_estimate_is_the_steps_left_at_the_timed_pace():
     bundled = config(max_steps=10_000, eval_every=500)
     # 9,994 steps at 5.12 s: 51,169 s, 14.2 h; held-out evaluations at 500, 1000, ... 10,000
-    assert estimate_line(bundled, 6, 5.12) == (
+    assert estimate_line(bundled, 6, [9.0] + [5.12] * 5) == (
         "estimate: 14.2 h for the 9,994 steps left at 5.12 s a step (the mean of 5 steps), plus "
         "20 held-out evaluations; Ctrl-C writes a checkpoint and --resume continues"
     )
     # 14 steps left from step 6 of 20, evaluations every 8: at 8, 16 and the last step
-    assert "plus 3 held-out evaluations" in estimate_line(config(max_steps=20, eval_every=8), 6, 1)
+    short = estimate_line(config(max_steps=20, eval_every=8), 6, [1.0] * 6)
+    assert "plus 3 held-out evaluations" in short
 
 
-def test_the_timing_leaves_out_the_first_step_and_says_once():
-    timing = BudgetTiming(0, 100)
-    said = [timing.add(seconds) for seconds in [9.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]]
-    assert ESTIMATE_AFTER == 5 and said == [False] * 5 + [True, False, False]
-    assert timing.seconds_per_step == 3.0  # (1 + 2 + 3 + 4 + 5) / 5
-    short = BudgetTiming(94, 100)  # done when the timing would be ready: nothing to estimate
-    assert not any(short.add(1.0) for _ in range(6))
+def test_the_estimate_leaves_out_the_first_step():
+    line = estimate_line(config(max_steps=100), 6, [9.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    assert "at 3.00 s a step (the mean of 5 steps)" in line  # (1 + 2 + 3 + 4 + 5) / 5
+
+
+def test_a_run_done_before_its_timing_is_ready_says_no_estimate(tmp_path, caplog):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    with caplog.at_level("INFO", logger="spacy_elmo.pretrain"):
+        pretrain(short_config(tmp_path, corpus, max_steps=6))
+    assert "training 6 steps" in caplog.text and "estimate: " not in caplog.text
 
 
 def test_a_run_says_its_budget_first_and_names_its_plot_last(tmp_path):
