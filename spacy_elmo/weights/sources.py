@@ -24,10 +24,9 @@ PUBLISHED_NAMES = tuple(PUBLISHED)
 # A run directory of `spacy-elmo pretrain` keeps its biLM here.
 RUN_MODEL_DIR = "model"
 ACCEPTED = (
-    "'bundled', a published model (small, medium, original, original-5.5b), a directory "
-    "written by BiLM.save, a `spacy-elmo pretrain` run directory, a "
-    "folder with one *options*.json and one *weights*.hdf5 (bilm-tf/AllenNLP), or an "
-    "ELMoForManyLangs model directory"
+    f"'bundled', a published model ({', '.join(PUBLISHED_NAMES)}), a directory written by "
+    "BiLM.save, a `spacy-elmo pretrain` run directory, a folder with one *options*.json and "
+    "one *weights*.hdf5 (bilm-tf/AllenNLP), or an ELMoForManyLangs model directory"
 )
 
 
