@@ -90,7 +90,7 @@ def walk_files(root: Path, hidden: bool = True, max_depth: Optional[int] = None)
                 dirs[:] = []
                 continue
             seen.add((stat.st_dev, stat.st_ino))
-            depth = 0 if folder == top else len(Path(folder).relative_to(top).parts)
+            depth = len(Path(folder).relative_to(top).parts)
             kept = []
             for name in sorted(dirs):
                 if (not hidden and name.startswith(".")) or (
