@@ -28,11 +28,11 @@ def connect_timeout() -> float:
     return value
 
 
-def check_ray_address(address: str, timeout: Optional[float] = None) -> None:
+def check_ray_address(address: str) -> None:
     """ValueError naming `address` unless a gRPC server (a Ray cluster's GCS or a Ray client
-    server) answers there within `timeout` seconds. Addresses Ray resolves itself ("auto")
-    are resolved first; a form this cannot read is left to Ray."""
-    timeout = connect_timeout() if timeout is None else timeout
+    server) answers there within `connect_timeout()` seconds. Addresses Ray resolves itself
+    ("auto") are resolved first; a form this cannot read is left to Ray."""
+    timeout = connect_timeout()
     endpoint = _endpoint(_resolve(address))
     if endpoint is None:
         return
