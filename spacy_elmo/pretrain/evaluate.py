@@ -19,25 +19,20 @@ from .vocab import Vocab
 
 @torch.no_grad()
 def held_out_perplexity(
-    model: LanguageModel,
-    sentences: Iterable[list[str]],
-    vocab: Vocab,
-    batch_tokens: int,
-    device: torch.device = torch.device("cpu"),
-    mixed_precision: bool = False,
+    model: LanguageModel, sentences: Iterable[list[str]], vocab: Vocab, batch_tokens: int
 ) -> dict[str, Any]:
     """Forward, backward and average perplexity over `sentences`, with what decides whether
     two compare: the vocabulary's size, the tokens scored, the share of them out of the
     vocabulary (scored as <UNK>)."""
     model.eval()
+    device = next(model.parameters()).device
     sums = torch.zeros(4, dtype=torch.float64)
     n_sentences = n_oov = 0
     for batch in batches_by_padded_tokens(sentences, batch_tokens):
         n_sentences += len(batch)
         char_ids, targets = batch_to_ids(batch), target_tensor(batch, vocab)
         n_oov += int((targets == vocab.unk).sum().item())
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed_precision):
-            sums += model(char_ids.to(device), targets.to(device)).double().cpu()
+        sums += model(char_ids.to(device), targets.to(device)).double().cpu()
     # A model this bad (a mean NLL past 709 nats) has an infinite perplexity, not an error.
     forward = perplexity_of(sums[0].item(), sums[1].item())
     backward = perplexity_of(sums[2].item(), sums[3].item())

@@ -296,14 +296,10 @@ class Pretrainer:
         if not self.ranks.is_main:
             return {}
         config = self.config
-        result = held_out_perplexity(
-            self.model,
-            self.dev_sentences,
-            self.vocab,
-            config.batch_tokens,
-            self.device,
-            config.mixed_precision,
-        )
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=config.mixed_precision):
+            result = held_out_perplexity(
+                self.model, self.dev_sentences, self.vocab, config.batch_tokens
+            )
         return {f"dev_{key}": result[key] for key in ("ppl_forward", "ppl_backward", "ppl")}
 
     def save_checkpoint(self) -> None:
