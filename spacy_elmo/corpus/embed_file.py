@@ -136,11 +136,10 @@ def embed_file(
     dtype = storage.pop("dtype")
     input_path, output_path = Path(input_path), Path(output_path)
     check_output(output_path, [input_path])
-    first = lines.first if lines is not None else 0
     if lines is not None:
-        total = lines.count
+        first, total = lines.first, lines.count
     else:
-        total = sum(1 for _ in read_lines(input_path, name=input_name))
+        first, total = 0, sum(1 for _ in read_lines(input_path, name=input_name))
     texts = read_lines(input_path, lines, input_name)
     sentence_to_index: dict[str, str] = {}
     with atomic_path(output_path) as tmp:

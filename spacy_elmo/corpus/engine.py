@@ -150,13 +150,12 @@ def run_tasks(
     stats = RunStats()
     start = time.perf_counter()
     address = cluster.address or os.environ.get("RAY_ADDRESS") or None
-    threads = cluster.threads_per_worker
-    workers = cluster.workers
     if address is None:
         from ..util.threads import usable_cpus
 
         cpus = usable_cpus()[0]  # this machine's cores, fewer under a container's CPU quota
-        init = {"address": "local", "num_cpus": max(cpus, (workers or 1) * (threads or 1))}
+        wanted = (cluster.workers or 1) * (cluster.threads_per_worker or 1)
+        init = {"address": "local", "num_cpus": max(cpus, wanted)}
     else:
         from .ray_address import check_ray_address
 
@@ -168,15 +167,7 @@ def run_tasks(
         with _ray_lines_dropped(), deferred():  # a signal is acted on once Ray has started
             reaper = start_reaper()
             _start_ray(ray, ray_ended, **init)
-        resources = ray.cluster_resources()
-        node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
-        # a worker's threads are on one node: never more than the largest node has
-        total = int(sum(node_cpus)) or 1
-        threads = threads or max(
-            1, min(int(max(node_cpus, default=1)), total // (workers or total))
-        )
-        workers = workers or max(1, sum(int(c // threads) for c in node_cpus))
-        _check_resources(resources, node_cpus, workers, threads, cluster.gpus_per_worker, address)
+        workers, threads = _placement(ray, cluster, address)
         actor_class = ray.remote(
             num_cpus=threads,
             num_gpus=cluster.gpus_per_worker,
@@ -258,21 +249,32 @@ def _gather(ray, refs: list) -> list[dict[str, Any]]:
         raise ValueError(f"a worker could not load the model: {_cause(error)}") from None
 
 
-def _check_resources(resources, node_cpus, workers, threads, gpus, address) -> None:
-    """Refuse workers that could never all start (Ray would wait for them for ever)."""
+def _placement(ray, cluster: Cluster, address: Optional[str]) -> tuple[int, int]:
+    """How many workers, of how many threads each (by default, from the nodes' CPUs: a worker's
+    threads are on one node); ValueError for workers that could never all start (Ray would wait
+    for them for ever)."""
+    node_cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    workers, gpus = cluster.workers, cluster.gpus_per_worker
+    total = int(sum(node_cpus)) or 1
+    threads = cluster.threads_per_worker or max(
+        1, min(int(max(node_cpus, default=1)), total // (workers or total))
+    )
+    slots = sum(int(cpus // threads) for cpus in node_cpus)  # workers of `threads` that fit
+    workers = workers or max(1, slots)
     where = f"the Ray cluster at {address}" if address else "this machine's Ray instance"
-    if gpus and resources.get("GPU", 0) < workers * gpus:
+    gpus_there = ray.cluster_resources().get("GPU", 0)
+    if gpus and gpus_there < workers * gpus:
         raise ValueError(
             f"{workers} workers x {gpus:g} GPUs need {workers * gpus:g} GPUs; {where} has "
-            f"{resources.get('GPU', 0):g}"
+            f"{gpus_there:g}"
         )
-    slots = sum(int(cpus // threads) for cpus in node_cpus)
     if slots < workers:
         raise ValueError(
             f"{workers} workers x {threads} threads do not fit on {where}: its nodes have "
             f"{', '.join(f'{c:g}' for c in node_cpus)} CPUs, room for {slots} such workers "
             "(lower --workers or --threads-per-worker)"
         )
+    return workers, threads
 
 
 def _start_ray(ray, ended: threading.Event, **init: Any) -> None:

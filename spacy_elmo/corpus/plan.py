@@ -30,10 +30,8 @@ class InputFile:
     offsets: tuple[int, ...]  # byte offset of each shard's first line (one shard: (0,))
     shard_lines: int
 
-    def shards(self) -> list[Optional[LineRange]]:
-        """None for a file that is one shard, else the line ranges of its parts."""
-        if len(self.offsets) == 1:
-            return [None]
+    def shards(self) -> list[LineRange]:
+        """The line ranges of the file's shards (one for a file of at most `shard_lines`)."""
         return [
             LineRange(
                 i * self.shard_lines,

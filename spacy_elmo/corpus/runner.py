@@ -98,7 +98,7 @@ def run_corpus(
                 continue
             by_output[output] = item
             shards = item.shards()
-            if shards == [None]:
+            if len(shards) == 1:
                 payload = {"kind": "whole", "input": str(item.path), "output": str(output)}
                 tasks.append(Task(printable(item.path), item.lines, payload))
                 continue

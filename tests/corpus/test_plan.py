@@ -84,7 +84,7 @@ def test_shards_read_back_the_lines_of_the_file(tmp_path):
     read = [line for r in item.shards() for line in read_lines(path, r)]
     assert read == lines == list(read_lines(path))
     (whole,) = plan_inputs(tmp_path / "in", tmp_path / "out", (".txt",), ".hdf5", shard_lines=23)
-    assert whole.shards() == [None]
+    assert whole.shards() == [LineRange(0, 0, 23)]
 
 
 @pytest.mark.parametrize(
