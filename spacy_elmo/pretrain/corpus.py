@@ -319,11 +319,11 @@ def _chunks(items: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
         yield chunk
 
 
-def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
+def prepare_corpus(config: PretrainConfig, work: Path) -> None:
     """Tokenise the inputs once into work/corpus/{train,dev}.txt (skipped when present)."""
     train, dev = work / TRAIN, work / DEV
     if train.exists() and dev.exists():
-        return train, dev
+        return
     splitter = sentence_splitter(config.pretokenized, config.lang, config.pipeline)
     files = iter_input_files(config.inputs)
     if not files:
@@ -337,4 +337,3 @@ def prepare_corpus(config: PretrainConfig, work: Path) -> tuple[Path, Path]:
     else:
         write_tokenized(files, train, splitter, limit, dev, config.dev_every, skipped=skipped)
     write_text(work / SKIPPED, json.dumps(skipped.to_dict(), indent=2) + "\n")
-    return train, dev

@@ -18,7 +18,7 @@ from ..weights.sources import BiLMSource, resolve_source
 from ..weights.tensors import check_weights, read_safetensors
 from .checkpoint import CHECKPOINT
 from .config import PretrainConfig, build_options
-from .corpus import read_sentences
+from .corpus import TRAIN, read_sentences
 from .distill import DistillationHeads, StaticVectors
 from .memory import check_memory
 from .vocab import Vocab
@@ -131,7 +131,6 @@ def load_head(head: LMHead, state: dict[str, torch.Tensor], source: str, vocab_p
 def build_language_model(
     config: PretrainConfig,
     work: Path,
-    train_path: Path,
     checkpoint: Optional[dict],
     device: torch.device,
     write_vocab: bool,
@@ -152,7 +151,7 @@ def build_language_model(
     elif init_vocab is not None:
         vocab = init_vocab
     else:
-        vocab = Vocab.build(read_sentences(train_path), config.vocab_size, config.min_count)
+        vocab = Vocab.build(read_sentences(work / TRAIN), config.vocab_size, config.min_count)
     if write_vocab:
         vocab.to_file(vocab_path)
     check_memory(config, options, len(vocab), device)  # before the weights exist

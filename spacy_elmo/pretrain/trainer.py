@@ -93,7 +93,7 @@ class Pretrainer:
         self.device = torch.device(f"cuda:{gpu}" if config.gpu_id >= 0 else "cpu")
         ranks.start(self.device)
         torch.manual_seed(config.seed)
-        self.train_path, dev_path = self.work / TRAIN, self.work / DEV
+        dev_path = self.work / DEV
         self.dev_sentences: list[list[str]] = []  # the main rank evaluates
         if ranks.is_main:
             short_run = warmup_longer_than_run(config)
@@ -107,7 +107,7 @@ class Pretrainer:
         ranks.barrier()  # the corpus cache is there for every rank
 
         self.model, self.vocab, self.static_vectors = build_language_model(
-            config, self.work, self.train_path, checkpoint, self.device, ranks.is_main
+            config, self.work, checkpoint, self.device, ranks.is_main
         )
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
@@ -213,7 +213,7 @@ class Pretrainer:
         config = self.config
         step_seconds: list[float] = []  # for the estimate of the time left
         world = self.ranks.world  # this rank's batches of the stream, after those consumed
-        stream = iter_batches(self.train_path, config.seed, config.batch_tokens)
+        stream = iter_batches(self.work / TRAIN, config.seed, config.batch_tokens)
         batches = islice(stream, self.step * world + self.ranks.rank, None, world)
         while self.step < config.max_steps:
             # a stop signal on any rank: all stop at the same step
