@@ -12,7 +12,7 @@ import numpy
 import torch
 
 from .data import TaggedSentence
-from .wordnet import POS_FILES, SenseInstance
+from .wordnet import POS_FILES, SenseInstance, sense_counts
 
 
 def token_features(bilm, sentences: Sequence[Sequence[str]], batch_size: int = 64):
@@ -177,8 +177,7 @@ def wsd_probe(
     if not test:
         raise ValueError("no WSD test instances: no lemma has two senses with two examples each")
     mfs = most_frequent_senses(train, sense_order)
-    trained = {(i.lemma, i.sense) for i in train}
-    n_senses = Counter(lemma for lemma, _ in trained)  # lemma -> its trained senses
+    n_senses = sense_counts(train)
     gold = [i.sense for i in test]
     train_x = target_features(bilm, train, batch_size)  # (L + 1, n_train, 2P)
     test_x = target_features(bilm, test, batch_size)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,6 +151,11 @@ def wordnet_instances(folder: Path) -> tuple[list[SenseInstance], dict[str, list
     return instances, sense_order
 
 
+def sense_counts(instances: Iterable[SenseInstance]) -> Counter:
+    """lemma -> how many senses it has among `instances`."""
+    return Counter(lemma for lemma, _ in {(i.lemma, i.sense) for i in instances})
+
+
 def split_sense_instances(
     instances: Sequence[SenseInstance],
 ) -> tuple[list[SenseInstance], list[SenseInstance]]:
@@ -161,9 +166,7 @@ def split_sense_instances(
     for instance in instances:
         (train if seen[instance.sense] % 2 == 0 else test).append(instance)
         seen[instance.sense] += 1
-    trained = defaultdict(set)
-    for instance in train:
-        trained[instance.lemma].add(instance.sense)
-    test = [i for i in test if len(trained[i.lemma]) >= 2]
+    n_senses = sense_counts(train)
+    test = [i for i in test if n_senses[i.lemma] >= 2]
     tested = {i.lemma for i in test}
     return [i for i in train if i.lemma in tested], test
