@@ -61,7 +61,7 @@ def embed_corpus(
     result = run(
         input,
         output_dir,
-        model=model if options is None and weights is None else None,
+        model=model,
         options_file=options,
         weights_file=weights,
         output_format=layers,

@@ -145,7 +145,7 @@ def embed_corpus(
     dataset_options(float16, compression, output_format, max_tokens)
     quantize_from_flags(bf16, cluster.gpus_per_worker > 0, "--gpus-per-worker")
     output_dir = Path(output_dir)
-    source = resolve_source(model if options_file is None else None, options_file, weights_file)
+    source = resolve_source(model, options_file, weights_file)
     check_apart(output_dir, [source.path] if source.path else [], "the model's folder")
     check_apart(output_dir, source.files(), "the model's file")
     if pipeline is not None:
