@@ -63,8 +63,14 @@ def init_config(
     """Write a complete training config: `elmo` and the components that listen to it."""
     import spacy
 
-    from ..pipeline.init_config import ElmoSource, config_header, config_text, elmo_training_config
+    from ..pipeline.init_config import (
+        config_header,
+        config_text,
+        describe_bilm,
+        elmo_training_config,
+    )
     from ..util.files import write_text
+    from ..weights.sources import resolve_source
 
     opt.check_one_bilm(ctx, "model", ("options", "weights"))
     opt.import_code(code)  # a custom language or architecture the config names
@@ -73,7 +79,8 @@ def init_config(
     if not to_stdout:
         opt.check_new_output(output_file, force, [])
     spacy.util.get_lang_class(lang)  # an unknown language fails here, with spaCy's message
-    source = ElmoSource.from_arguments(model if options is None else None, options, weights)
+    source = resolve_source(model, options, weights)
+    bilm = describe_bilm(source)
     if lang != "en" and source.kind == "bundled":
         typer.echo(f"warning: the bundled biLM is English, the pipeline is '{lang}'", err=True)
     config = elmo_training_config(
@@ -86,9 +93,9 @@ def init_config(
         split_sentences=split_sentences,
         vector_hooks=vector_hooks,
     )
-    text = config_header(source, names, for_gpu) + config_text(config)
+    text = config_header(bilm, names, for_gpu) + config_text(config)
     if to_stdout:
         typer.echo(text)
         return
     write_text(output_file, text)  # atomically: an interrupted write leaves no half config
-    typer.echo(f"wrote {output_file}: elmo -> {', '.join(names)}; {source.describe()}")
+    typer.echo(f"wrote {output_file}: elmo -> {', '.join(names)}; {bilm}")

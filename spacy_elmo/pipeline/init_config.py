@@ -9,15 +9,12 @@ with its defaults, as `spacy init fill-config` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from spacy.util import CONFIG_SECTION_ORDER, load_model_from_config
 from thinc.api import Config
 
-from ..bilm import BiLMOptions
-from ..weights.sources import PUBLISHED_NAMES, BiLMSource, resolve_source
+from ..weights.sources import PUBLISHED_NAMES, BiLMSource
 from .architectures import LISTENER, MODEL, TOK2VEC
 
 # Every component's mix, as in configs/ner_tagger_elmo.cfg: the listener's defaults but for
@@ -43,60 +40,35 @@ COMPONENTS = (
 ACCURACY_PRESET = {"parser": {"hidden_width": 128, "maxout_pieces": 3}}
 
 
-@dataclass
-class ElmoSource:
-    """Where the biLM weights come from (`weights.sources.BiLMSource`) and its architecture."""
+def weights_and_paths(bilm: BiLMSource) -> Tuple[Optional[Dict[str, Any]], Dict[str, str]]:
+    """The `[initialize.components.elmo.weights]` block that loads `bilm` (None: the bundled
+    default) and the `[paths]` it reads."""
+    if bilm.kind == "bundled":
+        return None, {}
+    if bilm.kind == "allennlp" and bilm.name in PUBLISHED_NAMES:  # downloaded when not cached
+        return {"@misc": "spacy_elmo.PublishedWeights.v1", "name": bilm.name}, {}
+    if bilm.kind == "allennlp":
+        weights = {
+            "@misc": "spacy_elmo.AllenNLPWeights.v1",
+            "options_file": "${paths.elmo_options}",
+            "weights_file": "${paths.elmo_weights}",
+        }
+        paths = {"elmo_options": str(bilm.options_file), "elmo_weights": str(bilm.weights_file)}
+        return weights, paths
+    loader = "spacy_elmo.SavedBiLM.v1"  # a saved biLM or a pretraining run
+    if bilm.kind == "elmoformanylangs":
+        loader = "spacy_elmo.ElmoForManyLangsWeights.v1"
+    return {"@misc": loader, "path": "${paths.elmo_model}"}, {"elmo_model": str(bilm.path)}
 
-    bilm: BiLMSource
-    options: BiLMOptions
 
-    @classmethod
-    def from_arguments(
-        cls,
-        model: Optional[str] = "bundled",
-        options_file: Optional[Path] = None,
-        weights_file: Optional[Path] = None,
-    ) -> ElmoSource:
-        """The biLM named by `model` (any name `weights.sources.resolve_source` takes) or by a
-        bilm-tf/AllenNLP `options_file` + `weights_file` pair."""
-        bilm = resolve_source(model, options_file, weights_file)
-        return cls(bilm, bilm.options())
-
-    @property
-    def kind(self) -> str:
-        """The source's kind; "published" for a published model named as such."""
-        if self.bilm.kind == "allennlp" and self.bilm.name in PUBLISHED_NAMES:
-            return "published"
-        return self.bilm.kind
-
-    def weights_and_paths(self) -> Tuple[Optional[Dict[str, Any]], Dict[str, str]]:
-        """The `[initialize.components.elmo.weights]` block (None: the bundled default) and
-        the `[paths]` it reads."""
-        bilm = self.bilm
-        if self.kind == "bundled":
-            return None, {}
-        if self.kind == "published":  # downloaded at `initialize` where it is not cached
-            return {"@misc": "spacy_elmo.PublishedWeights.v1", "name": bilm.name}, {}
-        if self.kind == "allennlp":
-            weights = {
-                "@misc": "spacy_elmo.AllenNLPWeights.v1",
-                "options_file": "${paths.elmo_options}",
-                "weights_file": "${paths.elmo_weights}",
-            }
-            paths = {"elmo_options": str(bilm.options_file), "elmo_weights": str(bilm.weights_file)}
-            return weights, paths
-        loader = "spacy_elmo.SavedBiLM.v1"  # a saved biLM or a pretraining run
-        if self.kind == "elmoformanylangs":
-            loader = "spacy_elmo.ElmoForManyLangsWeights.v1"
-        return {"@misc": loader, "path": "${paths.elmo_model}"}, {"elmo_model": str(bilm.path)}
-
-    def describe(self) -> str:
-        o = self.options
-        return (
-            f"{self.bilm.describe()}: {parameter_count(o.n_parameters())} parameters, "
-            f"{o.n_layers + 1} layers of width {o.output_dim} (LSTM {o.lstm_dim}, projection "
-            f"{o.projection_dim})"
-        )
+def describe_bilm(bilm: BiLMSource) -> str:
+    """Which biLM `bilm` is, with its size and layers (read from its options)."""
+    o = bilm.options()
+    return (
+        f"{bilm.describe()}: {parameter_count(o.n_parameters())} parameters, "
+        f"{o.n_layers + 1} layers of width {o.output_dim} (LSTM {o.lstm_dim}, projection "
+        f"{o.projection_dim})"
+    )
 
 
 def parameter_count(n: int) -> str:
@@ -109,7 +81,7 @@ def parameter_count(n: int) -> str:
 
 def elmo_training_config(
     components: List[str],
-    source: ElmoSource,
+    source: BiLMSource,
     *,
     lang: str = "en",
     vectors: Optional[str] = None,
@@ -128,7 +100,7 @@ def elmo_training_config(
         )
     if len(set(components)) != len(components):
         raise ValueError(f"a component is named twice in {components}")
-    weights, weights_paths = source.weights_and_paths()
+    weights, weights_paths = weights_and_paths(source)
     paths: Dict[str, Any] = {"train": None, "dev": None, "vectors": vectors, **weights_paths}
     config: Dict[str, Any] = {
         "paths": paths,
@@ -212,13 +184,14 @@ def config_text(config: Config) -> str:
     return "\n".join(ordered + list(sections.values()))
 
 
-def config_header(source: ElmoSource, components: List[str], gpu: bool) -> str:
-    """Comment lines that say how the config was made and how to train with it."""
+def config_header(bilm: str, components: List[str], gpu: bool) -> str:
+    """Comment lines that say how the config was made (`bilm`: `describe_bilm`) and how to
+    train with it."""
     command = "python -m spacy train config.cfg --paths.train TRAIN.spacy --paths.dev DEV.spacy"
     return "\n".join(
         [
             f"# spacy-elmo training config: elmo -> {', '.join(components)}",
-            f"# biLM: {source.describe()}",
+            f"# biLM: {bilm}",
             "# Each component mixes the ELMo layers with its own weights (ElmoListener.v1). The",
             "# biLM's architecture and the listeners' widths are null here: they come from the",
             "# weights at `initialize` and are written into the trained pipeline's config.",
