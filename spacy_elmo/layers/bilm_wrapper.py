@@ -71,7 +71,7 @@ class BiLMShim(PyTorchShim):
         train-mode behaviour is pretraining's dropout on the LSTM inputs. Switching its twenty
         modules twice a call costs more than a short sentence's char CNN."""
         bilm = self._model
-        switch = bilm.training and _has_dropout(bilm)
+        switch = bilm.training and bool(bilm.forward_lstm.dropout or bilm.backward_lstm.dropout)
         if switch:
             bilm.eval()
         try:
@@ -95,7 +95,7 @@ class BiLMShim(PyTorchShim):
             self._grad_scaler.update()
 
     def _step(self, params: list[tuple[str, torch.nn.Parameter]], optimizer: Optimizer) -> None:
-        _check_finite(params, "gradient", lambda weight: weight.grad)
+        _check_finite([(name, weight.grad) for name, weight in params], "gradient")
         updates = []
         for name, weight in params:
             # Contiguous (out, in) arrays, whatever the layout: thinc's optimiser then updates
@@ -105,7 +105,7 @@ class BiLMShim(PyTorchShim):
             grad = weight.grad.contiguous()
             values, _ = optimizer((self.id, name), torch2xp(data), torch2xp(grad))
             updates.append((name, xp2torch(values, device=weight.device)))
-        _check_finite(updates, "updated weight", lambda new: new)
+        _check_finite(updates, "updated weight")
         for (_, weight), (_, new) in zip(params, updates):
             # Through `.data`, as thinc's in-place step: a graph built before this update and
             # backpropagated after it (spaCy's listeners lag one step) is not invalidated.
@@ -115,10 +115,9 @@ class BiLMShim(PyTorchShim):
         self._model.weights_changed()
 
 
-def _check_finite(named: list, what: str, tensor_of: Callable[[Any], torch.Tensor]) -> None:
-    """NonFiniteUpdate naming the first of `named` whose tensor holds NaN or inf."""
-    for name, item in named:
-        tensor = tensor_of(item)
+def _check_finite(named: list[tuple[str, torch.Tensor]], what: str) -> None:
+    """NonFiniteUpdate naming the first of the `named` tensors that holds NaN or inf."""
+    for name, tensor in named:
         finite = torch.isfinite(tensor)
         if not bool(finite.all()):
             bad = tensor.flatten()[int((~finite).flatten().nonzero()[0])].item()
@@ -186,10 +185,3 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
 
         loaded.set_lexicon(EfmlLexicon.from_json(msg["lexicon"], "serialised elmo model"))
     return _in_place_of(loaded, bilm, device)
-
-
-def _has_dropout(bilm: torch.nn.Module) -> bool:
-    """Whether a biLM (or a `PendingBiLM`) behaves differently in train mode: an LSTM stack
-    with dropout on its inputs (`bilm.reference.LstmStack.dropout`)."""
-    stacks = (getattr(bilm, "forward_lstm", None), getattr(bilm, "backward_lstm", None))
-    return any(getattr(stack, "dropout", 0.0) for stack in stacks)
