@@ -6,9 +6,19 @@ For each biLM shape (the bundled biLM; a random-weight biLM of the published "sm
 * single-process `embed` (embed_file) of the whole corpus as one file, torch with 2 threads;
 * `embed-corpus --workers 1` and `--workers 2`, 1 thread each, the corpus as 50 files (50
   shards), on a local Ray instance started by the run;
-* Ray's start-up (instance + workers with their model loaded) and per-shard overhead (the
-  driver's wall time per shard beyond the workers' compute), peak RSS per worker;
+* Ray's start-up (instance + workers with their model loaded), as the run reports it;
+* the run's processes, measured from outside: a thread of this script samples every process
+  the run starts (Ray's services, its workers, the run's watchdog) every 0.5 s with psutil, for
+  their CPU seconds (the workers' over their whole life, imports and model load included) and
+  each worker's peak resident memory (the highest sample: a spike between two samples, and
+  what a process uses after its last one, are missed);
+* per-shard overhead, approximated: the run's time x workers, minus the time one 1-thread
+  `embed` process alone takes on the same sentences, per shard; with 2 workers it includes what
+  they lose to sharing the machine;
 * re-running the finished 50-shard run (nothing to do: the manifest is read, the inputs hashed).
+
+The engine reports no time per shard, model load time per worker or shut-down time, so none
+is shown (start-up includes the model loads).
 
 The corpus: the tokenised sentences of CoNLL-2003 train (assets/conll2003/train.txt, fetched
 by project.yml), repeated in a seeded shuffled order up to --sentences lines.
@@ -29,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +48,9 @@ from benchmarks.common import git_commit, machine_info
 REPO = Path(__file__).resolve().parent.parent
 
 IN_NAMESPACE = "SPACY_ELMO_BENCH_NETNS"
+
+# How often the run's processes are sampled (as often as the run's watchdog looks at them).
+SAMPLE_SECONDS = 0.5
 
 
 def main() -> None:
@@ -97,8 +111,10 @@ def run(args, work: Path) -> dict:
     from spacy_elmo.bilm import BiLM, BiLMOptions
     from spacy_elmo.corpus import Cluster, embed_corpus
     from spacy_elmo.corpus.embed_file import embed_file
+    from spacy_elmo.corpus.engine import require_ray
     from spacy_elmo.pretrain.presets import preset
 
+    require_ray()  # imported now, not in the first run measured
     all_lines = corpus(args.source, args.sentences)
     results: dict = {
         "machine": machine_info("torch", "ray", "h5py"),
@@ -136,59 +152,116 @@ def run(args, work: Path) -> dict:
             (work / "single.hdf5").unlink()
         del bilm
         row["pair_1thread"] = embed_pair(whole, model, work)
+        # Every file one shard, whatever its length.
+        shard_lines = max(1, -(-len(lines) // args.files))
         for workers in (1, 2):
             out = work / f"out_{shape}_{workers}"
-            start = time.perf_counter()
-            result = embed_corpus(
-                folder,
-                out,
-                model=model,
-                cluster=Cluster(workers=workers, threads_per_worker=1),
-                progress=False,
+            cluster = Cluster(workers=workers, threads_per_worker=1)
+            measured = measured_run(
+                folder, out, cluster, model=model, shard_lines=shard_lines, progress=False
             )
-            wall = time.perf_counter() - start
-            stats = result.stats
-            row[f"workers{workers}"] = {
-                "wall_seconds": wall,
-                "startup_seconds": stats.startup_seconds,
-                "run_seconds": stats.run_seconds,
-                "shutdown_seconds": stats.shutdown_seconds,
-                "shards": len(stats.task_seconds),
-                "task_seconds": sum(stats.task_seconds),
-                "cpu_seconds": stats.cpu_seconds,
-                "overhead_per_shard": (stats.run_seconds * workers - sum(stats.task_seconds))
-                / len(stats.task_seconds),
-                "peak_rss_mb": sorted(w["peak_rss_mb"] for w in stats.workers.values()),
-                "load_seconds": sorted(w["load_seconds"] for w in stats.workers.values()),
-            }
+            measured["overhead_per_shard"] = overhead_per_shard(
+                measured, workers, row["single_1thread_seconds"]
+            )
+            row[f"workers{workers}"] = measured
             if workers == 2:
                 start = time.perf_counter()
-                again = embed_corpus(folder, out, model=model, progress=False)
+                again = embed_corpus(
+                    folder, out, model=model, shard_lines=shard_lines, progress=False
+                )
                 row["rerun_seconds"] = time.perf_counter() - start
                 row["rerun_skipped"] = len(again.skipped)
             shutil.rmtree(out)
         row["load_after"] = os.getloadavg()
         results["shapes"][shape] = row
         print(json.dumps(row), flush=True)
-    # Per-shard overhead alone: 100 one-line files with the bundled biLM, 2 workers.
-    tiny = work / "tiny"
-    for i in range(100):
-        (tiny / f"{i:03d}.txt").parent.mkdir(parents=True, exist_ok=True)
-        (tiny / f"{i:03d}.txt").write_text(all_lines[i] + "\n", encoding="utf-8")
-    result = embed_corpus(
-        tiny, work / "tiny_out", cluster=Cluster(workers=2, threads_per_worker=1), progress=False
-    )
-    stats = result.stats
-    results["tiny_shards"] = {
-        "shards": len(stats.task_seconds),
-        "run_seconds": stats.run_seconds,
-        "startup_seconds": stats.startup_seconds,
-        "task_seconds": sum(stats.task_seconds),
-        "overhead_per_shard": (stats.run_seconds * 2 - sum(stats.task_seconds))
-        / len(stats.task_seconds),
-    }
+    # Per-shard overhead alone: 100 one-line files with the bundled biLM, 2 workers, against
+    # one 1-thread process embedding the same 100 lines as one file.
+    tiny, _ = _write_corpus(work / "tiny", all_lines[:100], 100)
+    torch.set_num_threads(1)
+    bilm = BiLM.load("bundled")
+    start = time.perf_counter()
+    embed_file(bilm, tiny, work / "tiny.hdf5", progress=False)
+    single_seconds = time.perf_counter() - start
+    del bilm
+    cluster = Cluster(workers=2, threads_per_worker=1)
+    measured = measured_run(tiny.parent / "files", work / "tiny_out", cluster, progress=False)
+    measured["single_1thread_seconds"] = single_seconds
+    measured["overhead_per_shard"] = overhead_per_shard(measured, 2, single_seconds)
+    results["tiny_shards"] = measured
     results["load_after"] = os.getloadavg()
     return results
+
+
+def measured_run(input: Path, output: Path, cluster, **options) -> dict:
+    """`embed_corpus` with its processes sampled from outside (RunProcesses): the run's times,
+    shards (one per input file), and CPU seconds and peak memory of its processes."""
+    from spacy_elmo.corpus import embed_corpus
+
+    start, cpu = time.perf_counter(), _cpu_seconds()
+    with RunProcesses() as processes:
+        result = embed_corpus(input, output, cluster=cluster, **options)
+    wall = time.perf_counter() - start
+    stats = result.stats
+    workers = {int(name.rpartition(":")[2]) for name in stats.workers}  # "host:pid"
+    others = set(processes.cpu_seconds) - workers
+    return {
+        "wall_seconds": wall,
+        "startup_seconds": stats.startup_seconds,
+        "run_seconds": stats.run_seconds,
+        "shards": len(list(input.glob("*.txt"))),
+        "workers_cpu_seconds": sum(processes.cpu_seconds.get(pid, 0.0) for pid in workers),
+        "ray_cpu_seconds": sum(processes.cpu_seconds[pid] for pid in others),
+        "driver_cpu_seconds": _cpu_seconds() - cpu - processes.own_cpu_seconds,
+        "peak_rss_mb": sorted(
+            processes.peak_rss[pid] / 2**20 for pid in workers if pid in processes.peak_rss
+        ),
+    }
+
+
+def overhead_per_shard(measured: dict, workers: int, single_1thread_seconds: float) -> float:
+    """An approximation: the run's time x workers, minus what one 1-thread process alone takes
+    on the same sentences, per shard (as if each worker computed at that process's rate)."""
+    busy = measured["run_seconds"] * workers
+    return (busy - single_1thread_seconds) / measured["shards"]
+
+
+class RunProcesses:
+    """The processes started below this one while it is entered (a corpus run's Ray services,
+    workers and watchdog), sampled every SAMPLE_SECONDS on a thread: per pid, the last CPU time
+    seen (user + system, all its threads) and the highest resident memory seen."""
+
+    def __init__(self) -> None:
+        self.cpu_seconds: dict[int, float] = {}
+        self.peak_rss: dict[int, int] = {}
+        self.own_cpu_seconds = 0.0  # the sampling thread's, part of this process's
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="sampler", daemon=True)
+
+    def __enter__(self) -> RunProcesses:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *error) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        import psutil
+
+        this = psutil.Process()
+        while not self._stop.is_set():
+            for process in this.children(recursive=True):
+                try:
+                    with process.oneshot():
+                        cpu = process.cpu_times()
+                        rss = process.memory_info().rss
+                except psutil.Error:  # ended meanwhile
+                    continue
+                self.cpu_seconds[process.pid] = cpu.user + cpu.system
+                self.peak_rss[process.pid] = max(rss, self.peak_rss.get(process.pid, 0))
+            self.own_cpu_seconds = time.thread_time()
+            self._stop.wait(SAMPLE_SECONDS)
 
 
 PAIR_CHILD = """
@@ -296,7 +369,7 @@ def report(results: dict, args) -> str:
         "| biLM | single, 2 threads | single, 1 thread | --workers 1 | --workers 2 |",
         "|---|---|---|---|---|",
     ]
-    memory, overheads = [], []
+    processes, overheads, outputs = [], [], []
     for shape, row in results["shapes"].items():
         n = row["sentences"]
         single = n / row["single_seconds"]
@@ -319,23 +392,23 @@ def report(results: dict, args) -> str:
         cpu = [
             row["single_cpu_seconds"],
             row["single_1thread_cpu_seconds"],
-            row["workers1"]["cpu_seconds"],
-            row["workers2"]["cpu_seconds"],
+            row["workers1"]["workers_cpu_seconds"],
+            row["workers2"]["workers_cpu_seconds"],
         ]
         cpu_rows.append(f"| {shape} | " + " | ".join(f"{n / c:.1f}" for c in cpu) + " |")
         for k in (1, 2):
             w = row[f"workers{k}"]
-            memory.append(
-                f"| {shape} | --workers {k} | "
+            processes.append(
+                f"| {shape} | --workers {k} | {w['workers_cpu_seconds']:.1f} s | "
+                f"{w['ray_cpu_seconds']:.1f} s | {w['driver_cpu_seconds']:.1f} s | "
                 + ", ".join(f"{m:.0f} MB" for m in w["peak_rss_mb"])
-                + f" | {', '.join(f'{s:.1f} s' for s in w['load_seconds'])} |"
+                + " |"
             )
             overheads.append(
                 f"| {shape} | --workers {k} | {w['shards']} | {w['overhead_per_shard'] * 1000:.0f}"
                 " ms |"
             )
-        rows_bytes = row["output_bytes"] / n
-        memory.append(f"| {shape} | output | {rows_bytes / 1024:.1f} KB per sentence (float32) | |")
+        outputs.append(f"{shape} {row['output_bytes'] / n / 1024:.1f} KB")
     tiny = results["tiny_shards"]
     m = results["machine"]
     return "\n".join(
@@ -380,12 +453,16 @@ def report(results: dict, args) -> str:
             *pair_rows,
             "",
             "Sentences per CPU-second (process CPU time, all threads; for embed-corpus the "
-            "workers' CPU time on their shards), which other jobs on the machine change little:",
+            "worker processes' CPU time over their life, imports and model load included, "
+            "sampled from outside), which other jobs on the machine change little:",
             "",
             *cpu_rows,
             "",
-            "Per-shard overhead (driver's wall time x workers, minus the workers' compute, per "
-            "shard):",
+            "Per-shard overhead, an approximation: the run's time (without Ray's start-up) x "
+            "workers, minus the time one 1-thread `embed` process alone takes on the same "
+            "sentences, per shard. With 2 workers it includes what they lose to sharing the "
+            "machine (the hand-sharding table above); below 0, a worker computed faster than "
+            "the process alone:",
             "",
             "| biLM | run | shards | overhead per shard |",
             "|---|---|---|---|",
@@ -393,11 +470,18 @@ def report(results: dict, args) -> str:
             f"| bundled | 100 one-line files, --workers 2 | {tiny['shards']} | "
             f"{tiny['overhead_per_shard'] * 1000:.0f} ms |",
             "",
-            "Peak resident memory per worker (ru_maxrss of the worker process) and model load:",
+            f"The run's processes, sampled from outside every {SAMPLE_SECONDS} s (psutil): CPU "
+            "time of the workers (imports and model load included), of Ray's other processes "
+            "(its services, idle workers, the run's watchdog) and of the driver (this script's "
+            "process, the sampling left out); each worker's highest resident memory sampled (a "
+            "spike between two samples is missed). The engine reports no model load time per "
+            "worker: Ray's start-up above includes it.",
             "",
-            "| biLM | run | peak RSS per worker | model load |",
-            "|---|---|---|---|",
-            *memory,
+            "| biLM | run | workers' CPU | Ray's other CPU | driver CPU | peak RSS per worker |",
+            "|---|---|---|---|---|---|",
+            *processes,
+            "",
+            f"Output: {', '.join(outputs)} per sentence (float32).",
             "",
         ]
     )
