@@ -67,16 +67,7 @@ def layers_of_tokens(doc: Doc, start: int, end: int) -> Optional[Any]:
     if "vector" not in doc.user_token_hooks and doc._.elmo_vector_layer is not None:
         # a doc read from bytes, which lost its ELMo vector hooks: put them back
         set_vector_hooks(doc)
-    offsets = doc.user_data.get(_OFFSETS_KEY)
-    if offsets is None:  # a doc saved before offsets were kept: its length is all we know
-        if layers.shape[1] != len(doc):
-            raise ValueError(
-                f"doc._.elmo_layers holds {layers.shape[1]} tokens but the doc has {len(doc)} "
-                "(it was retokenised after the elmo component) and records no token offsets "
-                "to follow the change: run the elmo component after retokenising"
-            )
-        return _rows(layers, start, end)
-    offsets = numpy.asarray(offsets, dtype="int64")
+    offsets = numpy.asarray(doc.user_data.get(_OFFSETS_KEY, ()), dtype="int64")
     if offsets.shape != (layers.shape[1], 2):
         raise ValueError(
             f"doc._.elmo_layers holds {layers.shape[1]} tokens but its recorded token offsets "
@@ -85,13 +76,8 @@ def layers_of_tokens(doc: Doc, start: int, end: int) -> Optional[Any]:
         )
     # The text never changes, so tokens that start where the layers' tokens start are them.
     if len(doc) == len(offsets) and (doc.to_array(IDX) == offsets[:, 0]).all():
-        return _rows(layers, start, end)
+        return layers if (start, end) == (0, layers.shape[1]) else layers[:, start:end]
     return _realign(doc, layers, offsets, token_offsets(doc)[start:end])
-
-
-def _rows(layers, start: int, end: int):
-    """Tokens start .. end - 1 of the stored layers: the array itself for all, else a view."""
-    return layers if (start, end) == (0, layers.shape[1]) else layers[:, start:end]
 
 
 def _realign(doc: Doc, layers, offsets: numpy.ndarray, targets: numpy.ndarray):

@@ -226,13 +226,12 @@ def test_a_retokenised_doc_keeps_its_vectors_through_bytes_and_docbin(nlp):
 
 def test_layers_that_cannot_follow_the_doc_are_an_error(nlp):
     doc = nlp(Doc(nlp.vocab, words=WORDS))
-    del doc.user_data["spacy_elmo.token_offsets"]  # as a doc saved without them
-    np.testing.assert_allclose(doc[4].vector, doc._.elmo_layers[:, 4].mean(0), atol=1e-6)
+    del doc.user_data["spacy_elmo.token_offsets"]  # the offsets the layers follow, lost
     with doc.retokenize() as retokenizer:
         retokenizer.merge(doc[2:4])
-    with pytest.raises(ValueError, match="holds 10 tokens but the doc has 9 .*retokenised"):
+    with pytest.raises(ValueError, match=r"holds 10 tokens but its recorded token offsets have"):
         doc[3].similarity(doc[0])
-    with pytest.raises(ValueError, match="holds 10 tokens but the doc has 9"):
+    with pytest.raises(ValueError, match=r"token offsets have shape \(0,\)"):
         doc[3]._.elmo_layers.sum()
     # layers set after the merge are checked against it
     with pytest.raises(ValueError, match=r"shape \(3, 9, D\)"):
