@@ -82,10 +82,10 @@ def architecture_of(options: BiLMOptions) -> Dict[str, Any]:
 
 
 def _same_value(key: str, configured: Any, given: Any) -> bool:
+    """Whether a configured architecture value is the weights' (`architecture_of`, where no
+    clipping is 0, as a falsy clip in the config)."""
     if key == "filters":
-        return [list(map(int, f)) for f in configured] == given
-    if key in ("cell_clip", "proj_clip"):  # bilm-tf: a falsy clip means no clipping
-        return float(configured or 0.0) == float(given or 0.0)
+        configured = [list(map(int, f)) for f in configured]
     return configured == given
 
 
