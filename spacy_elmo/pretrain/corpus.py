@@ -292,22 +292,20 @@ def _lines_between(path: Path, start: int, end: int) -> Iterator[bytes]:
                 break
 
 
-def iter_batches(
-    path: Path, seed: int, batch_tokens: int, chunk_sentences: int = 20000, max_sentences: int = 512
-) -> Iterator[tuple[int, list[list[str]]]]:
-    """An endless, deterministic stream of (epoch, batch) over the tokenised file: each chunk
-    shuffled by (seed, epoch, chunk), sorted by length, cut into batches of at most
-    `batch_tokens` (boundaries included), and the batches shuffled."""
+def iter_batches(path: Path, seed: int, batch_tokens: int) -> Iterator[tuple[int, list[list[str]]]]:
+    """An endless, deterministic stream of (epoch, batch) over the tokenised file: each chunk of
+    20,000 sentences shuffled by (seed, epoch, chunk), sorted by length, cut into batches of at
+    most `batch_tokens` tokens (boundaries included) and 512 sentences, the batches shuffled."""
     if next(read_sentences(path), None) is None:
         raise ValueError(f"tokenised corpus {path} holds no sentences")
     for epoch in count():
         sentences = interleaved_sentences(path)
-        for chunk_index, chunk in enumerate(_chunks(sentences, chunk_sentences)):
+        for chunk_index, chunk in enumerate(_chunks(sentences, 20_000)):
             digest = hashlib.sha256(f"{seed}/{epoch}/{chunk_index}".encode()).digest()
             rng = random.Random(int.from_bytes(digest[:8], "little"))
             rng.shuffle(chunk)
             chunk.sort(key=len)
-            batches = list(batches_by_padded_tokens(chunk, batch_tokens, max_items=max_sentences))
+            batches = list(batches_by_padded_tokens(chunk, batch_tokens, max_items=512))
             rng.shuffle(batches)
             for batch in batches:
                 yield epoch, batch
