@@ -7,11 +7,4 @@ from .data import PROBE_DATA, TASKS, check_assets
 from .report import write_report
 from .runner import parse_tasks, run_probes
 
-__all__ = [
-    "PROBE_DATA",
-    "TASKS",
-    "check_assets",
-    "parse_tasks",
-    "run_probes",
-    "write_report",
-]
+__all__ = ["PROBE_DATA", "TASKS", "check_assets", "parse_tasks", "run_probes", "write_report"]
