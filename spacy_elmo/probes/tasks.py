@@ -41,15 +41,11 @@ def target_features(bilm, instances: Sequence[SenseInstance], batch_size: int = 
 
 
 def train_linear_probe(
-    features: numpy.ndarray,
-    labels: numpy.ndarray,
-    n_classes: int,
-    *,
-    l2: float = 1e-4,
-    steps: int = 100,
+    features: numpy.ndarray, labels: numpy.ndarray, n_classes: int
 ) -> Callable[[numpy.ndarray], numpy.ndarray]:
-    """Multinomial logistic regression on standardised features by full-batch L-BFGS, L2 on W,
-    from zero weights (deterministic): its prediction, argmax W ((x - mean) / scale) + b."""
+    """Multinomial logistic regression on standardised features by full-batch L-BFGS (100
+    iterations), L2 (1e-4) on W, from zero weights (deterministic): its prediction, argmax
+    W ((x - mean) / scale) + b."""
     x = torch.from_numpy(numpy.ascontiguousarray(features, dtype=numpy.float32))
     mean, scale = x.mean(0), x.std(0).clamp_min(1e-6)
     x = (x - mean) / scale  # (n, dim)
@@ -57,13 +53,13 @@ def train_linear_probe(
     weight = torch.zeros(n_classes, x.shape[1], requires_grad=True)
     bias = torch.zeros(n_classes, requires_grad=True)
     optimizer = torch.optim.LBFGS(
-        [weight, bias], lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe"
+        [weight, bias], lr=1.0, max_iter=100, history_size=20, line_search_fn="strong_wolfe"
     )
 
     def closure():
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(x @ weight.T + bias, y)
-        loss = loss + l2 * weight.pow(2).sum()
+        loss = loss + 1e-4 * weight.pow(2).sum()
         loss.backward()
         return loss
 

@@ -154,7 +154,7 @@ def test_linear_probe_separates_a_linearly_separable_problem():
     top2 = np.sort(scores, axis=1)[:, -2:]
     keep = top2[:, 1] - top2[:, 0] > 0.2  # a margin
     x, y = x[keep], scores[keep].argmax(1)
-    predict = train_linear_probe(x[:500], y[:500], 4, steps=200)
+    predict = train_linear_probe(x[:500], y[:500], 4)
     assert (predict(x[:500]) == y[:500]).mean() == 1.0
     assert (predict(x[500:]) == y[500:]).mean() > 0.97
     assert (predict(x[500:]) == y[500:]).mean() > np.bincount(y[500:]).max() / len(y[500:])
