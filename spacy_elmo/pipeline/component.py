@@ -127,11 +127,8 @@ class Elmo(Tok2Vec):
                 f'vector_hooks keeps its {vector_layer!r} vectors: set vector_layer = "mix" '
                 "(the same vectors), or one of set_tensor and vector_hooks to false"
             )
-        self.vocab = vocab
-        self.model = model
-        self.name = name
-        self.listener_map: Dict[str, List[ElmoLayersListener]] = {}
-        self.cfg: Dict[str, Any] = cfg
+        super().__init__(vocab, model, name)  # the model, and an empty listener map
+        self.cfg = cfg
         set_unit_rule(
             model, split_sentences=cfg["split_sentences"], sentence_punct=cfg["sentence_punct"]
         )
