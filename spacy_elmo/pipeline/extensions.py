@@ -7,7 +7,6 @@ follows retokenising. The hooks' vectors are in `doc.tensor` too, which spaCy ke
 drops hooks (bytes, `n_process`); the hooks come back at a doc's first read of an extension.
 """
 
-import functools
 from functools import partial
 from typing import Any, Optional, Tuple, Union
 
@@ -158,8 +157,8 @@ def _mix(obj: Union[Token, Span, Doc]):
 
 
 def install_extensions() -> None:
-    """Register the extensions and the msgpack encoder of GPU arrays once (idempotent, also in
-    worker processes); the `elmo` component does it when it is built."""
+    """Register the extensions and the msgpack encoder of GPU arrays, once per process (worker
+    processes too); the `elmo` component does it when it is built."""
     if not Doc.has_extension("elmo_layers"):
         Doc.set_extension("elmo_layers", getter=_layers, setter=_set_layers)
         Doc.set_extension("elmo_mix_coefficients", default=None)
@@ -169,12 +168,7 @@ def install_extensions() -> None:
         Span.set_extension("elmo", getter=_mix)
         Token.set_extension("elmo_layers", getter=_layers)
         Token.set_extension("elmo", getter=_mix)
-    _register_cupy_encoder()
-
-
-@functools.cache
-def _register_cupy_encoder() -> None:
-    srsly.msgpack_encoders.register("spacy_elmo_cupy", func=_encode_cupy)
+        srsly.msgpack_encoders.register("spacy_elmo_cupy", func=_encode_cupy)
 
 
 def _encode_cupy(obj, chain=None):
