@@ -20,14 +20,7 @@ def parse_tasks(text: str) -> tuple[str, ...]:
 
 
 def run_probes(
-    bilm,
-    paths: dict[str, Path],
-    *,
-    model: str = "bundled",
-    brown_sentences: int = 5000,
-    batch_size: int = 64,
-    seed: int = 0,
-    log=print,
+    bilm, paths: dict[str, Path], model: str, brown_sentences: int, batch_size: int, seed: int, log
 ) -> dict:
     """Run the probes of `paths` (`check_assets`'s: task -> its data) on `bilm`, named `model`
     in the report; the result as written to probe.json."""

@@ -15,7 +15,7 @@ from .data import TaggedSentence
 from .wordnet import POS_FILES, SenseInstance, sense_counts
 
 
-def token_features(bilm, sentences: Sequence[Sequence[str]], batch_size: int = 64):
+def token_features(bilm, sentences: Sequence[Sequence[str]], batch_size: int):
     """(L + 1, n_tokens, 2P) float32: every token of every sentence, sentences in order."""
     n = sum(len(s) for s in sentences)
     features = None
@@ -32,7 +32,7 @@ def token_features(bilm, sentences: Sequence[Sequence[str]], batch_size: int = 6
     return features
 
 
-def target_features(bilm, instances: Sequence[SenseInstance], batch_size: int = 64):
+def target_features(bilm, instances: Sequence[SenseInstance], batch_size: int):
     """(L + 1, n_instances, 2P) float32: the target token's vectors, each sentence embedded once."""
     sentences = list(dict.fromkeys(i.words for i in instances))
     index = {words: k for k, words in enumerate(sentences)}
@@ -91,7 +91,7 @@ def most_frequent_tag_accuracy(
 
 
 def pos_probe(
-    bilm, train: Sequence[TaggedSentence], test: Sequence[TaggedSentence], *, batch_size: int = 64
+    bilm, train: Sequence[TaggedSentence], test: Sequence[TaggedSentence], batch_size: int
 ) -> dict:
     """Per-layer accuracy of a linear tagger on frozen vectors, and the most-frequent-tag one."""
     tagset = sorted({t for _, tags in train for t in tags})
@@ -116,17 +116,16 @@ def pos_probe(
 
 
 def most_frequent_senses(
-    train: Iterable[SenseInstance], sense_order: Optional[dict[str, list[str]]] = None
+    train: Iterable[SenseInstance], sense_order: dict[str, list[str]]
 ) -> dict[str, str]:
     """lemma -> its sense with the most training instances (ties: the first in `sense_order`,
     then the lower offset)."""
     counts: dict[str, Counter] = defaultdict(Counter)
     for instance in train:
         counts[instance.lemma][instance.sense] += 1
-    order = sense_order or {}
     best = {}
     for lemma, senses in counts.items():
-        rank = {s: k for k, s in enumerate(order.get(lemma, []))}
+        rank = {s: k for k, s in enumerate(sense_order.get(lemma, []))}
         best[lemma] = min(senses, key=lambda s: (-senses[s], rank.get(s, len(rank)), s))
     return best
 
@@ -165,9 +164,8 @@ def wsd_probe(
     bilm,
     train: Sequence[SenseInstance],
     test: Sequence[SenseInstance],
-    sense_order: Optional[dict[str, list[str]]] = None,
-    *,
-    batch_size: int = 64,
+    sense_order: dict[str, list[str]],
+    batch_size: int,
 ) -> dict:
     """Per-layer accuracy of 1-NN sense centroids on frozen vectors, and the MFS baseline."""
     if not test:
