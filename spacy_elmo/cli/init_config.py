@@ -63,12 +63,7 @@ def init_config(
     """Write a complete training config: `elmo` and the components that listen to it."""
     import spacy
 
-    from ..pipeline.init_config import (
-        config_header,
-        config_text,
-        describe_bilm,
-        elmo_training_config,
-    )
+    from ..pipeline import init_config as configs
     from ..util.files import write_text
     from ..weights.sources import resolve_source
 
@@ -80,10 +75,10 @@ def init_config(
         opt.check_new_output(output_file, force, [])
     spacy.util.get_lang_class(lang)  # an unknown language fails here, with spaCy's message
     source = resolve_source(model, options, weights)
-    bilm = describe_bilm(source)
+    bilm = configs.describe_bilm(source)
     if lang != "en" and source.kind == "bundled":
         typer.echo(f"warning: the bundled biLM is English, the pipeline is '{lang}'", err=True)
-    config = elmo_training_config(
+    config = configs.elmo_training_config(
         names,
         source,
         lang=lang,
@@ -93,7 +88,7 @@ def init_config(
         split_sentences=split_sentences,
         vector_hooks=vector_hooks,
     )
-    text = config_header(bilm, names, for_gpu) + config_text(config)
+    text = configs.config_header(bilm, names, for_gpu) + configs.config_text(config)
     if to_stdout:
         typer.echo(text)
         return
