@@ -29,6 +29,7 @@ _NOT_TEXT = re.compile("[\x00\udc80-\udcff]")
 MAX_LINE_CHARS = 100_000
 # A run's tokenised training and held-out text, and its input lines that were not text
 TRAIN, DEV, SKIPPED = "corpus/train.txt", "corpus/dev.txt", "corpus/skipped.json"
+Splitter = Callable[[Iterable[str]], Iterator[list[str]]]  # lines -> sentences of tokens
 
 
 def iter_input_files(inputs: Sequence[str | Path], refuse_binary: bool = False) -> list[Path]:
@@ -147,9 +148,7 @@ def _cut(text: str, max_chars: int) -> tuple[str, str]:
     return text[:max_chars], text[max_chars:]
 
 
-def spacy_sentence_splitter(
-    lang: str = "en", pipeline: Optional[str] = None, batch_size: int = 256
-) -> Callable[[Iterable[str]], Iterator[list[str]]]:
+def spacy_sentence_splitter(lang: str, pipeline: Optional[str]) -> Splitter:
     """Sentences of tokens from raw lines: by a spaCy `pipeline` (name or directory), else by
     `lang`'s blank tokenizer and the sentencizer."""
     import spacy
@@ -166,7 +165,7 @@ def spacy_sentence_splitter(
         nlp.add_pipe("sentencizer")
 
     def split(lines: Iterable[str]) -> Iterator[list[str]]:
-        for doc in nlp.pipe(lines, batch_size=batch_size):
+        for doc in nlp.pipe(lines, batch_size=256):
             for sent in doc.sents:
                 tokens = [t.text for t in sent if not t.is_space]
                 if tokens:
@@ -183,9 +182,7 @@ def pretokenized_splitter(lines: Iterable[str]) -> Iterator[list[str]]:
             yield tokens
 
 
-def sentence_splitter(
-    pretokenized: bool, lang: str, pipeline: Optional[str]
-) -> Callable[[Iterable[str]], Iterator[list[str]]]:
+def sentence_splitter(pretokenized: bool, lang: str, pipeline: Optional[str]) -> Splitter:
     """Whitespace tokens a line (`pretokenized`), else `spacy_sentence_splitter`'s sentences."""
     return pretokenized_splitter if pretokenized else spacy_sentence_splitter(lang, pipeline)
 
@@ -200,7 +197,7 @@ def cut_sentences(sentences: Iterable[list[str]], max_tokens: int) -> Iterator[l
 def write_tokenized(
     files: Sequence[Path],
     output: Path,
-    splitter: Callable[[Iterable[str]], Iterator[list[str]]],
+    splitter: Splitter,
     max_tokens: int,
     dev_output: Path | None = None,
     dev_every: int = 0,
