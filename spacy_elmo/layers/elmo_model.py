@@ -24,21 +24,15 @@ from thinc.types import Floats3d
 from ..bilm import BiLM, BiLMOptions
 from ..bilm.cache import BoundedCache
 from ..description.chars import batches_by_padded_tokens
+from ..description.options import DICTIONARY_FIELDS, FIELDS
 from .bilm_wrapper import install_bilm
 
-# The architecture keys of spacy_elmo.ElmoModel.v1 (fields of BiLMOptions) and the options.json
-# keys they set.
+# The architecture keys of spacy_elmo.ElmoModel.v1 and the options.json keys they set: every
+# field of BiLMOptions but those of the character and word vocabularies (ELMo's bytes).
 ARCHITECTURE_KEYS = {
-    "char_embedding_dim": "char_cnn.embedding.dim",
-    "filters": "char_cnn.filters",
-    "n_highway": "char_cnn.n_highway",
-    "activation": "char_cnn.activation",
-    "lstm_dim": "lstm.dim",
-    "projection_dim": "lstm.projection_dim",
-    "n_layers": "lstm.n_layers",
-    "cell_clip": "lstm.cell_clip",
-    "proj_clip": "lstm.proj_clip",
-    "use_skip_connections": "lstm.use_skip_connections",
+    name: key
+    for name, (key, _, _) in FIELDS.items()
+    if name not in (*DICTIONARY_FIELDS, "n_characters")
 }
 
 
@@ -62,13 +56,13 @@ class RunSettings:
 
 def options_from_architecture(architecture: Dict[str, Any], source: str) -> BiLMOptions:
     """BiLMOptions from complete ElmoModel.v1 architecture values."""
-    options: Dict[str, Dict[str, Any]] = {"char_cnn": {}, "lstm": {}}
+    options: Dict[str, Any] = {}
     for key, path in ARCHITECTURE_KEYS.items():
-        section, name = path.split(".", 1)
-        if name == "embedding.dim":
-            options[section]["embedding"] = {"dim": architecture[key]}
-        else:
-            options[section][name] = architecture[key]
+        *parents, name = path.split(".")
+        holder = options
+        for part in parents:
+            holder = holder.setdefault(part, {})
+        holder[name] = architecture[key]
     return BiLMOptions.from_dict(options, source=source)
 
 
