@@ -104,12 +104,10 @@ def ran_with(
     ):
         saved = checkpoint["config"]
         record = [{"step": 0, **{name: saved.get(name) for name in PLACEMENT}}]
-    last = {k: v for k, v in record[-1].items() if k != "step"}
-    if last == placement:
+    if {k: v for k, v in record[-1].items() if k != "step"} == placement:
         return list(record)
-    if record[-1]["step"] == step:  # that part ran no step
-        return [*record[:-1], {"step": step, **placement}]
-    return [*record, {"step": step, **placement}]
+    kept = record[:-1] if record[-1]["step"] == step else record  # a part that ran no step goes
+    return [*kept, {"step": step, **placement}]
 
 
 def read_skipped(path: Path) -> dict[str, Any]:
