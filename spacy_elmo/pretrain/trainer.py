@@ -236,9 +236,9 @@ class Pretrainer:
             n_tokens = sum(len(s) for s in sentences) * world
             self.tokens_seen += n_tokens
             window.add(n_tokens, sums)
-            self.train_seconds += time.perf_counter() - start
-            bar.update(1)
             step_seconds.append(time.perf_counter() - start)
+            self.train_seconds += step_seconds[-1]
+            bar.update(1)
             if len(step_seconds) == ESTIMATE_AFTER + 1 and self.step < config.max_steps:
                 self._say(bar, estimate_line(config, self.step, step_seconds))
             if self.step % config.log_every == 0 or self.step == config.max_steps:
