@@ -273,10 +273,8 @@ def record_architecture(nlp, name: str, model: Model, listening: List[str]) -> N
 def _listener_configs(config: Any, upstream: str) -> Iterable[Dict[str, Any]]:
     """The ElmoListener.v1 blocks in a component's config that listen to `upstream`."""
     if isinstance(config, dict):
-        if config.get("@architectures") == LISTENER and config.get("upstream", "*") in (
-            "*",
-            upstream,
-        ):
+        listens = config.get("upstream", "*") in ("*", upstream)
+        if config.get("@architectures") == LISTENER and listens:
             yield config
         for value in config.values():
             yield from _listener_configs(value, upstream)
