@@ -74,8 +74,8 @@ def perplexity(
     # Held-out text is refused, not skipped, where it is not text: a perplexity is of text.
     lines = iter_lines(iter_input_files(inputs, refuse_binary=True), not_text="refuse")
     sentences = cut_sentences(splitter(lines), PretrainConfig.max_sentence_tokens)
-    model = LanguageModel(bilm, head, dropout=0.0)
-    result = held_out_perplexity(model, sentences, vocab, batch_tokens=4096)
+    language_model = LanguageModel(bilm, head, dropout=0.0)
+    result = held_out_perplexity(language_model, sentences, vocab, batch_tokens=4096)
     if result["sentences"] == 0:
         raise ValueError(f"no sentences in {', '.join(str(p) for p in inputs)}")
     return result

@@ -90,7 +90,7 @@ def check_assets(assets: Path, tasks: Sequence[str]) -> dict[str, Path]:
         return paths
     names = " ".join(PROBE_DATA[task].name for task in missing)
     lines = [f"missing probe data under {assets}"]
-    lines += [f"{task}: {', '.join(str(p) for p in paths)}" for task, paths in missing.items()]
+    lines += [f"{task}: {', '.join(str(p) for p in absent)}" for task, absent in missing.items()]
     lines.append(
         "fetch them in a checkout of the spacy-elmo repository with "
         f"`python -m workflow.fetch_assets {names} --dest {assets}`, or by hand from the "
