@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from spacy.attrs import IS_PUNCT, IS_SPACE, ORTH
 from spacy.pipeline import Sentencizer
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats3d
 
@@ -273,14 +273,6 @@ def rule_sentence_starts(
         elif in_chars:
             seen_period = True
     return starts
-
-
-def rule_sentences(doc: Doc, punct_chars: Optional[List[str]] = None) -> List[Span]:
-    """The sentences spaCy's rule-based `Sentencizer` would set, as spans (doc unchanged)."""
-    if not len(doc):
-        return []
-    starts = rule_sentence_starts([t.text for t in doc], [t.is_punct for t in doc], punct_chars)
-    return [doc[start:end] for start, end in zip(starts, starts[1:] + [len(doc)])]
 
 
 @lru_cache(maxsize=16)
