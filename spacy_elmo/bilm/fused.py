@@ -10,47 +10,12 @@ or carried states, detached anyway) or leaves the final states.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
 from . import compiled_steps
-
-
-def fused_cells(
-    x: torch.Tensor,
-    h0: torch.Tensor,
-    c0: torch.Tensor,
-    input_weight: torch.Tensor,
-    recurrent_weight: torch.Tensor,
-    bias: torch.Tensor,
-    projection_weight: Optional[torch.Tensor],
-    batch_sizes: list[int],
-    cell_clip: Optional[float],
-    proj_clip: Optional[float],
-    tanh_min_elements: int = 1 << 62,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """k cells stepped together over packed inputs, differentiable in x and the weights.
-
-    x (k, N, in); h0 (k, rows, H); c0 (k, rows, D); input_weight (k, 4D, in); recurrent_weight
-    (k, 4D, H); bias (k, 4D), forget bias included; projection_weight (k, P, D) or None. Gate
-    blocks in bilm-tf order; tanh through the sigmoid for tensors of `tanh_min_elements` or
-    more. Returns the packed outputs (k, N, H) and the final h, c.
-    """
-    return _FusedCells.apply(
-        x,
-        h0.detach(),
-        c0.detach(),
-        input_weight,
-        recurrent_weight,
-        bias,
-        projection_weight,
-        batch_sizes,
-        cell_clip,
-        proj_clip,
-        tanh_min_elements,
-    )
 
 
 def run_cells(
@@ -61,14 +26,14 @@ def run_cells(
     tanh_min_elements: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """k cells (`reference.LstmCell`) over packed inputs with the same `batch_sizes`, from one
-    (h, c) state each, as one autograd node (`fused_cells`): the packed outputs (k, N, H) and
-    the final h and c."""
+    (h, c) state each, as one autograd node (`_FusedCells`): the packed outputs (k, N, H) and
+    the final h and c. Tensors of `tanh_min_elements` or more take tanh through the sigmoid."""
     first = cells[0]
 
     def stacked(name: str) -> torch.Tensor:
         return torch.stack([getattr(cell, name) for cell in cells])
 
-    return fused_cells(
+    return _FusedCells.apply(
         torch.stack(list(inputs)),
         torch.stack([state[0] for state in states]),
         torch.stack([state[1] for state in states]),
@@ -85,6 +50,10 @@ def run_cells(
 
 # The hand-written backward: 1.14x the pretraining step recorded op by op (docs/research/engine.md)
 class _FusedCells(torch.autograd.Function):
+    """x (k, N, in); h0 (k, rows, H) and c0 (k, rows, D), which get no gradient; input_weight
+    (k, 4D, in); recurrent_weight (k, 4D, H); bias (k, 4D), forget bias included;
+    projection_weight (k, P, D) or None; gate blocks in bilm-tf order."""
+
     @staticmethod
     def forward(  # noqa: PLR0913
         ctx,
