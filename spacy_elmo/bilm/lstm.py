@@ -25,14 +25,15 @@ from . import compiled_steps, fused
 State = tuple[torch.Tensor, torch.Tensor]
 
 
-def _environment_flag(name: str) -> bool:
+def environment_flag(name: str) -> bool:
+    """Whether the engine's switch `name` is set in the environment (to anything but 0)."""
     return os.environ.get(name, "") not in ("", "0")
 
 
 ONEDNN = (
     torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    and not _environment_flag("SPACY_ELMO_DISABLE_ONEDNN")
+    and not environment_flag("SPACY_ELMO_DISABLE_ONEDNN")
 )
 # Per-step kernels of up to this many elements (the bundled and small models' recurrent
 # kernels) are multiplied for both directions in one batched GEMM per step, one direction per
@@ -41,7 +42,7 @@ STACKED_MAX_ELEMENTS = 1 << 19
 # ... and products with kernels of at least this many go to oneDNN (`compiled_steps.linear`).
 ONEDNN_MIN_ELEMENTS = 1 << 19
 # SPACY_ELMO_PYTHON_STEPS=1 runs the step loop as Python at inference, holding the GIL.
-COMPILED_STEPS = not _environment_flag("SPACY_ELMO_PYTHON_STEPS")
+COMPILED_STEPS = not environment_flag("SPACY_ELMO_PYTHON_STEPS")
 # The input products are made for blocks of whole timesteps of at most this many packed rows
 # (at least one timestep): still a large GEMM, in 16 MB per direction for the original model.
 GATE_BLOCK_ROWS = 256
@@ -93,9 +94,7 @@ def lay_out(stacks: Sequence[nn.Module]) -> None:
             weights = [getattr(cell, name) for cell in cells]
             if weights[0] is None or _is_stack(weights):  # none, or laid out already
                 continue
-            with torch.no_grad():
-                stacked = torch.stack([weight.detach().t() for weight in weights])
-            for weight, kernel in zip(weights, stacked):
+            for weight, kernel in zip(weights, as_stack([w.detach() for w in weights])):
                 weight.data = kernel.t()
 
 

@@ -8,7 +8,6 @@ in the environment) or under `torch.autocast`; else the engine: the token layer 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,7 +30,7 @@ from .reference import CharCNN, LstmStack, State
 from .tokens import TokenCache
 
 # The one speed switch: the engine (tokens.py, lstm.py), or the reference's forward pass.
-FAST_PATHS = os.environ.get("SPACY_ELMO_REFERENCE", "") in ("", "0")
+FAST_PATHS = not lstm.environment_flag("SPACY_ELMO_REFERENCE")
 DIRECTIONS = ("forward", "backward")
 
 
@@ -103,25 +102,24 @@ class BiLM(BiLMFiles, nn.Module):
         """All L + 1 layers for (batch, time, 50) char ids, boundaries removed."""
         char_ids = self._checked(char_ids)
         states = self._states_in(char_ids.shape[0])
-        if not self._fast(char_ids):
-            layers, finals = reference.layers(self, char_ids, states, self._boundary_ids())
-            self._states_out(finals)
-            return BiLMOutput(layers=layers, mask=(char_ids > 0).any(dim=-1))
-        training = self._records_autograd()
-        run = self._run(char_ids, states, training)
-        mask = run.mask[:, 2:]  # (batch, time)
-        if not training:  # the same layers, without the autograd route's copies
-            return BiLMOutput(layers=lstm.scatter_layers(run), mask=mask)
-        forward, backward = lstm.padded_outputs(run)
-        layers = [torch.cat([run.tokens, run.tokens], dim=-1)]
-        layers += [torch.cat(pair, dim=-1) for pair in zip(forward, backward)]
-        stacked = torch.stack(layers)[:, :, 1:-1]  # (L + 1, batch, time, 2P)
-        return BiLMOutput(layers=stacked * mask[None, :, :, None], mask=mask)
+        if self._fast(char_ids) and not self._records_autograd():
+            # The engine at inference writes every output row once, straight into the layers.
+            run = self._run(char_ids, states, training=False)
+            return BiLMOutput(layers=lstm.scatter_layers(run), mask=run.mask[:, 2:])
+        acts = self._activations(char_ids, states)
+        layers = reference.stack_layers(
+            acts.token_embeddings, acts.forward, acts.backward, acts.lengths
+        )
+        return BiLMOutput(layers=layers, mask=acts.mask[:, 2:])
 
     def activations(self, char_ids: torch.Tensor) -> BiLMActivations:
         """Run the biLM on (batch, time, 50) char ids from `batch_to_ids` (no boundaries)."""
         char_ids = self._checked(char_ids)
-        states = self._states_in(char_ids.shape[0])
+        return self._activations(char_ids, self._states_in(char_ids.shape[0]))
+
+    def _activations(
+        self, char_ids: torch.Tensor, states: tuple[list[State], list[State]]
+    ) -> BiLMActivations:
         if not self._fast(char_ids):
             tokens, forward, backward, lengths, finals = reference.run(
                 self, char_ids, states, self._boundary_ids()
@@ -282,9 +280,8 @@ class BiLM(BiLMFiles, nn.Module):
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        # A biLM that reads characters through a dictionary it lacks: `forward` says so
         to_ids = self.lexicon.batch_to_ids if self.lexicon is not None else batch_to_ids
-        if self.lexicon is None:
-            self._check_byte_model()
         sentences = check_sentences(sentences)
         order = list(range(len(sentences)))
         if not self.stateful:  # longest first; a stable sort keeps equal lengths in order

@@ -280,10 +280,22 @@ def layers(
 ) -> tuple[torch.Tensor, tuple[list[State], list[State]]]:
     """What the biLM returns (§7): the (L + 1, batch, time, 2P) layers, zero where no token
     is, and the final states of both directions (§8; `run`'s arguments)."""
-    time = char_ids.shape[1]
     tokens, forward, backward, lengths, finals = run(bilm, char_ids, states, boundaries)
+    return stack_layers(tokens, forward, backward, lengths - 2), finals
+
+
+def stack_layers(
+    tokens: torch.Tensor,
+    forward: list[torch.Tensor],
+    backward: list[torch.Tensor],
+    lengths: torch.Tensor,
+) -> torch.Tensor:
+    """The (L + 1, batch, time, 2P) layers of `run`'s outputs (batch, time + 2, P): the token
+    vectors twice, then each cell's forward and backward outputs side by side; boundaries
+    removed, zero past each sentence's `lengths` tokens (§7)."""
+    time = tokens.shape[1] - 2
     outputs = [torch.cat([tokens, tokens], dim=-1)]
     outputs += [torch.cat(pair, dim=-1) for pair in zip(forward, backward)]
-    mask = torch.arange(time, device=lengths.device)[None, :] < (lengths - 2)[:, None]
+    mask = torch.arange(time, device=lengths.device)[None, :] < lengths[:, None]
     stacked = torch.stack(outputs)[:, :, 1 : time + 1]  # boundaries removed
-    return stacked * mask[None, :, :, None], finals
+    return stacked * mask[None, :, :, None]
