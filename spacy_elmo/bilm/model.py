@@ -185,10 +185,9 @@ class BiLM(BiLMFiles, nn.Module):
 
     def _token_vectors(self, char_ids: torch.Tensor, training: bool) -> torch.Tensor:
         """The engine's token layer (tokens.py), reading the token cache at inference."""
-        cache = None if training else self.token_cache
         version = (self.weights_generation, self.quantize)
         return tokens.token_vectors(
-            self.char_cnn, char_ids, self.padding_id, training, cache, version
+            self.char_cnn, char_ids, self.padding_id, training, self.token_cache, version
         )
 
     # ------------------------------------------------------------------ state

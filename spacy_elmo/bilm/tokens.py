@@ -33,8 +33,8 @@ def token_vectors(
     char_ids: torch.Tensor,
     padding_id: int,
     training: bool,
-    cache: Optional[TokenCache] = None,
-    version: tuple = (),
+    cache: TokenCache,
+    version: tuple,
 ) -> torch.Tensor:
     """(..., P) vectors of (..., W) char ids, zero where no token is: the char CNN (`cnn`, a
     `reference.CharCNN`) once per distinct token, those in `cache` (at inference, computed
@@ -46,7 +46,7 @@ def token_vectors(
     if mask.any():
         distinct, inverse = distinct_rows(char_ids[mask])  # (k, W), (n,)
         run = partial(char_cnn, cnn, padding_id=padding_id, training=training)
-        if cache is not None and not training and cache.max_size > 0:
+        if not training and cache.max_size > 0:
             vectors = cache.char_cnn(run, cnn.parameters(), distinct, version)
         else:
             vectors = run(distinct)  # (k, P)
@@ -137,9 +137,6 @@ class TokenCache:
         self.lock = threading.Lock()  # `BiLM.embed` may run from several threads
         self.rows = RowCache(max_size, TOKEN_CACHE_BYTES)  # the vectors, by 50 char ids
         self.weights: tuple = ()  # the key of the weights the rows were computed with
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
     def clear(self) -> None:
         """Forget every vector (the weights changed where no version counter saw it)."""

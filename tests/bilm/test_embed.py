@@ -135,7 +135,7 @@ def test_token_cache_is_exact_and_follows_weight_changes(files, tmp_path, monkey
     for _ in range(2):  # the second pass reads every token vector from the cache
         for a, b in zip(cached.embed(sentences), uncached.embed(sentences)):
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
-    assert 0 < len(cached.token_cache) <= len(WORDS) + 2  # words, <S> and </S>
+    assert 0 < len(cached.token_cache.rows) <= len(WORDS) + 2  # words, <S> and </S>
     other_files = write_random_model(tmp_path, tiny_options(), seed=9)
     other = BiLM.from_allennlp(*other_files)
     cached.load_state_dict(other.state_dict())  # new weights: the cache must not be used
@@ -148,4 +148,4 @@ def test_token_cache_is_exact_and_follows_weight_changes(files, tmp_path, monkey
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
     cached.token_cache_size = 3
     cached.embed(sentences)
-    assert len(cached.token_cache) == 3
+    assert len(cached.token_cache.rows) == 3

@@ -353,7 +353,7 @@ def test_the_switch_turns_the_engine_off(monkeypatch, files, reference):
     monkeypatch.setattr(lstm, "run", lambda *args: fast.append(args))
     for tokens, got in zip(SENTENCES, bilm.embed(SENTENCES)):
         np.testing.assert_allclose(got, reference.sentence(tokens)[0], atol=1e-5, rtol=0)
-    assert not bilm.token_cache and not fast
+    assert not bilm.token_cache.rows and not fast
 
 
 @pytest.mark.parametrize(
