@@ -245,8 +245,10 @@ class ReferenceBiLM(nn.Module):
         return reference
 
     def forward(self, char_ids, states=None, boundaries=(BOS_IDS, EOS_IDS)):
-        """`layers` below, with this biLM's modules."""
-        return layers(self, char_ids, states, boundaries)
+        """What the biLM returns (§7): the (L + 1, batch, time, 2P) layers, zero where no token
+        is, and the final states of both directions (§8; `run`'s arguments)."""
+        tokens, forward, backward, lengths, finals = run(self, char_ids, states, boundaries)
+        return stack_layers(tokens, forward, backward, lengths - 2), finals
 
 
 def run(
@@ -270,18 +272,6 @@ def run(
     )
     backward = [reverse_within(output, lengths) for output in backward]
     return tokens, forward, backward, lengths, (forward_finals, backward_finals)
-
-
-def layers(
-    bilm: nn.Module,
-    char_ids: torch.Tensor,
-    states: tuple[list[State], list[State]] | None = None,
-    boundaries: tuple[tuple[int, ...], tuple[int, ...]] = (BOS_IDS, EOS_IDS),
-) -> tuple[torch.Tensor, tuple[list[State], list[State]]]:
-    """What the biLM returns (§7): the (L + 1, batch, time, 2P) layers, zero where no token
-    is, and the final states of both directions (§8; `run`'s arguments)."""
-    tokens, forward, backward, lengths, finals = run(bilm, char_ids, states, boundaries)
-    return stack_layers(tokens, forward, backward, lengths - 2), finals
 
 
 def stack_layers(
