@@ -124,7 +124,8 @@ class BiLM(BiLMFiles, nn.Module):
             tokens, forward, backward, lengths, finals = reference.run(
                 self, char_ids, states, self._boundary_ids()
             )
-            self._states_out(finals)
+            if self.stateful:
+                self._states_out(finals)
             positions = torch.arange(tokens.shape[1], device=tokens.device)
             mask = positions[None, :] < lengths[:, None]
             return BiLMActivations(tokens, forward, backward, mask, lengths - 2)
@@ -166,7 +167,7 @@ class BiLM(BiLMFiles, nn.Module):
         vectors = self._token_vectors(with_boundaries, training)  # (batch, time + 2, P)
         stacks = (self.forward_lstm, self.backward_lstm)
         run = lstm.run(stacks, vectors, lengths, states, training, self.bf16_layers)
-        if self.stateful:  # a call only where there are states to keep
+        if self.stateful:
             self._states_out(run.final_states, run.packing.unsorted_indices)
         return run
 
@@ -218,11 +219,9 @@ class BiLM(BiLMFiles, nn.Module):
     def _states_out(
         self, final_states: Sequence[list[State]], order: torch.Tensor | None = None
     ) -> None:
-        """In stateful mode, store each row's final state at its row index (rows in the packed
-        order where `order`, the unsorted indices, is given); rows beyond the batch keep
-        theirs."""
-        if not self.stateful:
-            return
+        """Keep each row's final state at its row index for the next call (stateful mode; rows
+        in the packed order where `order`, the unsorted indices, is given); rows beyond the
+        batch keep theirs."""
         for direction, finals in zip(DIRECTIONS, final_states):
             carried = self._carried_states.get(direction)
             updated = []
