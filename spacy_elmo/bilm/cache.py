@@ -19,9 +19,8 @@ def one(key: Any) -> int:
 
 def entry_bytes(key: Any, value: Any) -> int:
     """The memory an entry keeps alive: its value's bytes (`.nbytes`: numpy, cupy and torch
-    arrays) and its key's: the length of a string or bytes, summed over a tuple's items."""
-    key_bytes = sum(map(len, key)) if isinstance(key, tuple) else len(key)
-    return int(value.nbytes) + key_bytes
+    arrays) and its key's, a unit's words: their characters."""
+    return int(value.nbytes) + sum(map(len, key))
 
 
 def check_bounds(max_size: int, max_bytes: Optional[int]) -> None:

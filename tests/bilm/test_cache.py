@@ -126,11 +126,11 @@ def test_empty_copy_keeps_the_bounds_and_sizes():
 
 def test_entry_bytes_of_arrays_tensors_and_keys():
     nothing = np.zeros(0)
-    assert entry_bytes("river", nothing) == 5 and entry_bytes(b"\x01\x02\x03", nothing) == 3
+    assert entry_bytes(("river",), nothing) == 5 and entry_bytes(("a", "b", "c"), nothing) == 3
     assert entry_bytes(("river", "bank"), nothing) == 9 and entry_bytes((), nothing) == 0
     assert entry_bytes(("ab",), np.zeros((3, 2), dtype="float32")) == 24 + 2
-    assert entry_bytes(b"12345", torch.zeros(7, dtype=torch.float32)) == 28 + 5
-    assert entry_bytes(b"", torch.zeros(7, dtype=torch.float16)) == 14
+    assert entry_bytes(("12345",), torch.zeros(7, dtype=torch.float32)) == 28 + 5
+    assert entry_bytes((), torch.zeros(7, dtype=torch.float16)) == 14
 
 
 def test_bounds_must_not_be_negative():
