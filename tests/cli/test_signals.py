@@ -176,10 +176,11 @@ SLOW = {"pretrain-corpus", "pretrain-training", "embed-corpus", "apply"}
 KNOWN: dict[str, str] = {}  # command -> why its case is known to fail
 
 
-def _default_sigint() -> None:
-    """Ctrl-C raises KeyboardInterrupt in the child even when this process was started with
-    SIGINT ignored (a background job): as in an interactive shell."""
+def _default_dispositions() -> None:
+    """Ctrl-C and a hangup reach the child even when this process was started with SIGINT
+    ignored (a background job) or SIGHUP ignored (under nohup): as in an interactive shell."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @dataclass
@@ -225,7 +226,7 @@ def run_and_signal(case: Case, work: Path, number: int, timeout: float = 120) ->
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        preexec_fn=_default_sigint,
+        preexec_fn=_default_dispositions,
         start_new_session=True,  # its group: the command and what it starts (Ray's processes)
     )
     deadline = time.monotonic() + timeout
@@ -361,6 +362,7 @@ def our_handlers():
     runs, those of the test process again after."""
     before = {number: signal.getsignal(number) for number in EXIT_CODES}
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job ignores it
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # nohup ignores it
     signals.handle_signals()
     yield
     for number, handler in before.items():
