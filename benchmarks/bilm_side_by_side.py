@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -65,18 +62,21 @@ def main() -> None:
     if args.round_in is not None:
         print(json.dumps(one_round(args.round_in, args.text, args.model)))
         return
+    from benchmarks.common import alternating_rounds
+
+    def arguments(checkout: Path) -> list[str]:
+        return [
+            *map(str, args.checkouts),
+            *["--round-in", str(checkout), "--text", str(args.text.resolve())],
+            *["--model", args.model],
+        ]
+
+    rounds = alternating_rounds(__file__, args.checkouts, args.rounds, arguments)
     times: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.rounds):
-        for checkout in args.checkouts:
-            command = [sys.executable, "-W", "ignore", __file__, *map(str, args.checkouts)]
-            command += ["--round-in", str(checkout), "--text", str(args.text.resolve())]
-            command += ["--model", args.model]
-            env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}  # its spacy_elmo
-            output = subprocess.run(
-                command, check=True, capture_output=True, text=True, env=env
-            ).stdout
-            for measure, seconds in json.loads(output.splitlines()[-1]).items():
-                times.setdefault((measure, str(checkout)), []).append(seconds)
+    for checkout, results in rounds.items():
+        for result in results:
+            for measure, seconds in result.items():
+                times.setdefault((measure, checkout), []).append(seconds)
     print("| measure | checkout | fastest | median |\n|---|---|---:|---:|")
     for (measure, checkout), values in times.items():
         print(f"| {measure} | {checkout} | {min(values):.3f} | {statistics.median(values):.3f} |")

@@ -4,11 +4,32 @@ CoNLL-2003 sentences they run on, and how their results are written."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 CONLL = REPO / "assets" / "conll2003"
+
+
+def alternating_rounds(
+    script: str, checkouts: list[Path], rounds: int, arguments: Callable[[Path], list[str]]
+) -> dict[str, list[Any]]:
+    """The side-by-side scripts' rounds: each round runs `script` once per checkout, the
+    checkouts alternating, each in a fresh process with `arguments(checkout)` and the checkout
+    on PYTHONPATH (its spacy_elmo); by checkout, the JSON value each run printed last."""
+    results: dict[str, list[Any]] = {}
+    for _ in range(rounds):
+        for checkout in checkouts:
+            command = [sys.executable, "-W", "ignore", script, *arguments(checkout)]
+            env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+            output = subprocess.run(
+                command, check=True, capture_output=True, text=True, env=env
+            ).stdout
+            results.setdefault(str(checkout), []).append(json.loads(output.splitlines()[-1]))
+    return results
 
 
 def conll_words(split: str, limit: int | None = None) -> list[list[str]]:

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -55,16 +52,12 @@ def main() -> None:
     if args.round_in:
         print(json.dumps(one_round(args.corpus)))
         return
-    speeds: dict[str, list[float]] = {}
-    for _ in range(args.rounds):
-        for checkout in args.checkouts:
-            command = [sys.executable, "-W", "ignore", __file__, str(args.corpus.resolve())]
-            command += [str(checkout), "--round-in"]
-            env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}  # its package
-            output = subprocess.run(
-                command, check=True, capture_output=True, text=True, env=env
-            ).stdout
-            speeds.setdefault(str(checkout), []).append(json.loads(output.splitlines()[-1]))
+    from benchmarks.common import alternating_rounds
+
+    def arguments(checkout: Path) -> list[str]:
+        return [str(args.corpus.resolve()), str(checkout), "--round-in"]
+
+    speeds = alternating_rounds(__file__, args.checkouts, args.rounds, arguments)
     print("| checkout | fastest tokens/s | median tokens/s |\n|---|---:|---:|")
     for checkout, values in speeds.items():
         print(f"| {checkout} | {max(values):,.0f} | {statistics.median(values):,.0f} |")

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -81,17 +78,17 @@ def main() -> None:
         ms = one_round(args.round_in, args.pipeline, args.text, args.sentences)
         print(json.dumps(ms))
         return
-    times: dict[str, list[float]] = {}
-    for _ in range(args.rounds):
-        for checkout in args.checkouts:
-            command = [sys.executable, "-W", "ignore", __file__, str(args.pipeline.resolve())]
-            command += [*map(str, args.checkouts), "--round-in", str(checkout)]
-            command += ["--text", str(args.text.resolve()), "--sentences", str(args.sentences)]
-            env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}  # its spacy_elmo
-            output = subprocess.run(
-                command, check=True, capture_output=True, text=True, env=env
-            ).stdout
-            times.setdefault(str(checkout), []).append(json.loads(output.splitlines()[-1]))
+    from benchmarks.common import alternating_rounds
+
+    def arguments(checkout: Path) -> list[str]:
+        return [
+            str(args.pipeline.resolve()),
+            *map(str, args.checkouts),
+            *["--round-in", str(checkout), "--text", str(args.text.resolve())],
+            *["--sentences", str(args.sentences)],
+        ]
+
+    times = alternating_rounds(__file__, args.checkouts, args.rounds, arguments)
     print("| checkout | fastest ms | median ms | rounds (ms) |\n|---|---:|---:|---|")
     for checkout, values in times.items():
         rounds = ", ".join(f"{v:.2f}" for v in values)
