@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..util.files import atomic_path, check_apart
+from ..util.signals import deferred
 from .apply import import_code, pipeline_files
-from .embed_file import MAX_TOKENS, dataset_options, write_sentence_to_index
+from .embed_file import MAX_TOKENS, dataset_options, hdf5_written, write_sentence_to_index
 from .engine import Cluster, check_positive
 from .manifest import write_output
 from .plan import plan_inputs
@@ -100,16 +101,16 @@ def join_hdf5(parts: list[Path], output: Path) -> int:
 
     sentence_to_index: dict[str, str] = {}
     lines = 0
-    with atomic_path(output) as tmp:
-        with h5py.File(tmp, "w") as out:
-            for part in parts:
-                with h5py.File(part, "r") as source:
-                    for name in source:
-                        if name != "sentence_to_index":
-                            source.copy(source[name], out, name=name)
-                            lines += 1
-                    for text, index in json.loads(source["sentence_to_index"][0]).items():
-                        sentence_to_index.setdefault(text, index)
+    with atomic_path(output) as tmp, hdf5_written(tmp) as out:
+        for part in parts:
+            with deferred(), h5py.File(part, "r") as source:  # see `hdf5_written`
+                for name in source:
+                    if name != "sentence_to_index":
+                        source.copy(source[name], out, name=name)
+                        lines += 1
+                for text, index in json.loads(source["sentence_to_index"][0]).items():
+                    sentence_to_index.setdefault(text, index)
+        with deferred():
             write_sentence_to_index(out, sentence_to_index)
     return lines
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy
 
 from ..bilm import BiLM
 from ..util.files import atomic_path, check_output
+from ..util.signals import deferred
 from .engine import check_positive
 
 OUTPUT_FORMATS = ("all", "top", "average")
@@ -129,7 +131,6 @@ def embed_file(
     that range, its datasets keeping their numbers in the whole file. `input_name`: what
     messages call the input where it is a copy ("standard input").
     """
-    import h5py
     from tqdm import tqdm
 
     storage = dataset_options(float16, compression, output_format, max_tokens)
@@ -142,17 +143,16 @@ def embed_file(
         first, total = 0, sum(1 for _ in read_lines(input_path, name=input_name))
     texts = read_lines(input_path, lines, input_name)
     sentence_to_index: dict[str, str] = {}
-    with atomic_path(output_path) as tmp:
-        with (
-            h5py.File(tmp, "w") as out,
-            tqdm(total=total, unit="line", disable=not progress, desc="embedding") as bar,
-        ):
-            index = first
-            while chunk := list(islice(texts, CHUNK_LINES)):
-                windows = [_windows(tokenize(line), max_tokens) for line in chunk]
-                vectors = iter(
-                    bilm.embed([w for line in windows for w in line], batch_size=batch_size)
-                )
+    with (
+        atomic_path(output_path) as tmp,
+        hdf5_written(tmp) as out,
+        tqdm(total=total, unit="line", disable=not progress, desc="embedding") as bar,
+    ):
+        index = first
+        while chunk := list(islice(texts, CHUNK_LINES)):
+            windows = [_windows(tokenize(line), max_tokens) for line in chunk]
+            vectors = iter(bilm.embed([w for line in windows for w in line], batch_size=batch_size))
+            with deferred():  # see `hdf5_written`
                 for line, line_windows in zip(chunk, windows):
                     pieces = [next(vectors) for _ in line_windows]
                     layers = pieces[0] if len(pieces) == 1 else numpy.concatenate(pieces, axis=1)
@@ -162,9 +162,29 @@ def embed_file(
                     out.create_dataset(str(index), data=data, **options)
                     sentence_to_index.setdefault(line, str(index))
                     index += 1
-                bar.update(len(chunk))
+            bar.update(len(chunk))
+        with deferred():
             write_sentence_to_index(out, sentence_to_index)
     return index - first
+
+
+@contextmanager
+def hdf5_written(path: Path) -> Iterator:
+    """An h5py file at `path`, created and in the end closed with stop signals deferred.
+
+    h5py frees its objects through weakref callbacks, and a `Stopped` that a signal raises
+    inside one is lost (Python prints it and goes on): its users defer signals around their
+    writes too, so that a stop is raised between them.
+    """
+    import h5py
+
+    with deferred():
+        out = h5py.File(path, "w")
+    try:
+        yield out
+    finally:
+        with deferred():
+            out.close()
 
 
 def dataset_options(

@@ -5,8 +5,9 @@ the exit code 128 + the signal's number.
 `handle_signals()`, called once first thing in the entry point, makes each signal raise
 `Stopped` where the program is, so that `finally` blocks run (SIGTERM's and SIGHUP's default
 would end the process without them), and records it (`received`): the command never ends with
-0 after one. A block that a signal must not cut short (Ray starting or ending) runs under
-`deferred()`; a signal meanwhile is raised when the block is done. A loop that ends itself at
+0 after one. A block that a signal must not cut short (Ray starting or ending), or where the
+raise would be lost (inside a finalizer, which h5py runs often), runs under `deferred()`; a
+signal meanwhile is raised when the block is done. A loop that ends itself at
 a safe point (pretraining, at a step boundary) asks `pending()` there and `drop_pending()`s it.
 """
 

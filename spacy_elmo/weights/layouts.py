@@ -16,6 +16,7 @@ import torch
 from ..description.options import BiLMOptions
 from ..util.files import atomic_path, write_text
 from ..util.json_files import MissingFileError, read_json
+from ..util.signals import deferred
 from .elmoformanylangs import check_model_files
 from .tensors import check_shapes, check_weights, read_safetensors, write_safetensors
 
@@ -94,7 +95,8 @@ def read_datasets(
     expected = expected_datasets(options)
     source = f"weights file {weight_file}"
     try:
-        with h5py.File(weight_file, "r") as hdf5:
+        # h5py's finalizers would lose a stop raised inside them (corpus.embed_file.hdf5_written)
+        with deferred(), h5py.File(weight_file, "r") as hdf5:
             names: list[str] = []  # of every group and dataset in the file
             hdf5.visit(names.append)
             found = {name: hdf5[name] for name in names if isinstance(hdf5[name], h5py.Dataset)}
@@ -182,7 +184,7 @@ def write_allennlp(
         datasets[f"CNN_high_{h}/b_transform"] = bias[:f]
         datasets[f"CNN_high_{h}/b_carry"] = bias[f:]
     with atomic_path(weight_file) as tmp:
-        with h5py.File(tmp, "w") as hdf5:
+        with deferred(), h5py.File(tmp, "w") as hdf5:  # see `read_datasets`
             for name, array in datasets.items():
                 hdf5.create_dataset(name, data=numpy.ascontiguousarray(array, dtype=numpy.float32))
     write_text(options_file, json.dumps(options.to_dict(), indent=2) + "\n")
