@@ -383,6 +383,49 @@ def test_a_signal_whose_exception_is_swallowed_still_gives_its_exit_code(our_han
     assert ended.value.exit_code == EXIT_CODES[number]
 
 
+def test_a_signal_inside_a_finalizer_of_a_deferred_block_is_raised_when_it_ends(our_handlers):
+    """Inside `deferred()` a signal that lands in a finalizer is held, not lost: the block runs
+    to its end and the stop is raised there."""
+    reached = False
+    with pytest.raises(signals.Stopped) as stopped:
+        with signals.deferred():
+            finalized = _SignalledWhenCollected(signal.SIGTERM)
+            del finalized
+            reached = True
+    assert reached and stopped.value.signum == signal.SIGTERM
+
+
+def test_a_signal_in_a_finalizer_during_embeds_writes_stops_it_and_leaves_nothing(
+    our_handlers, allennlp_fixture, tmp_path, monkeypatch
+):
+    """h5py frees its objects through weakref callbacks while `embed_file` writes: a stop that
+    lands in one ends the run after that chunk's writes, with no output and no temporary file
+    (before, it was printed as "Exception ignored" and the run went on to its end)."""
+    import h5py
+
+    from spacy_elmo.bilm import BiLM
+    from spacy_elmo.corpus.embed_file import embed_file
+
+    bilm = BiLM.load(
+        None,
+        options=allennlp_fixture / "options.json",
+        weights=allennlp_fixture / "lm_weights.hdf5",
+    )
+    (tmp_path / "input.txt").write_text(LINE * 3, encoding="utf-8")
+    create_dataset = h5py.Group.create_dataset
+
+    def create_then_collect(group, name, *args, **kwargs):
+        if name == "1":  # a finalizer that receives the signal, as h5py's own would
+            finalized = _SignalledWhenCollected(signal.SIGTERM)
+            del finalized
+        return create_dataset(group, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", create_then_collect)
+    with pytest.raises(signals.Stopped):
+        embed_file(bilm, tmp_path / "input.txt", tmp_path / "out.hdf5", progress=False)
+    assert not (tmp_path / "out.hdf5").exists() and temporary_files(tmp_path) == []
+
+
 def test_a_signal_inside_an_extension_gives_its_exit_code(our_handlers, capfd):
     """Raised while a C function returns (Ray's wait), the exception comes out as the context
     of a SystemError: the signal received is still the exit code, and its line the output."""
