@@ -6,18 +6,12 @@ tensor, is `tokens.TokenCache`.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable, Generic, Hashable, Optional, TypeVar
+from typing import Any, Optional
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-def one(key: Any) -> int:
-    """The size of every entry in a cache bounded by its number of entries."""
-    return 1
+Words = tuple[str, ...]  # a training unit's words: an entry's key
 
 
-def entry_bytes(key: Any, value: Any) -> int:
+def entry_bytes(key: Words, value: Any) -> int:
     """The memory an entry keeps alive: its value's bytes (`.nbytes`: numpy, cupy and torch
     arrays) and its key's, a unit's words: their characters."""
     return int(value.nbytes) + sum(map(len, key))
@@ -31,49 +25,42 @@ def check_bounds(max_size: int, max_bytes: Optional[int]) -> None:
         )
 
 
-class BoundedCache(Generic[K, V]):
-    """LRU map holding entries of total size at most `max_size` and, when `max_bytes` is set,
-    of at most that many bytes (`entry_bytes`). `size(key)` is an entry's size (default 1).
+class BoundedCache:
+    """LRU map holding entries of at most `max_size` words in all (an entry's size is its key's
+    length) and, when `max_bytes` is set, of at most that many bytes (`entry_bytes`).
 
     An entry that alone exceeds a bound is not stored; storing one evicts the least recently
     used entries (read or stored) until both bounds hold. Not thread-safe: callers that share
     a cache between threads lock around it.
     """
 
-    def __init__(
-        self,
-        max_size: int,
-        max_bytes: Optional[int] = None,
-        *,
-        size: Callable[[K], int] = one,
-    ) -> None:
+    def __init__(self, max_size: int, max_bytes: Optional[int] = None) -> None:
         check_bounds(max_size, max_bytes)
         self.max_size = max_size
         self.max_bytes = max_bytes
-        self.size_of = size
-        self.size = 0  # the entries' total size
+        self.size = 0  # the words of all entries
         self.nbytes = 0  # and their total bytes
-        self.entries: OrderedDict[K, V] = OrderedDict()  # least recently used first
+        self.entries: OrderedDict[Words, Any] = OrderedDict()  # least recently used first
 
-    def empty_copy(self) -> BoundedCache[K, V]:
-        """A new, empty cache with the same bounds and sizes."""
-        return BoundedCache(self.max_size, self.max_bytes, size=self.size_of)
+    def empty_copy(self) -> BoundedCache:
+        """A new, empty cache with the same bounds."""
+        return BoundedCache(self.max_size, self.max_bytes)
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def get(self, key: K) -> Optional[V]:
+    def get(self, key: Words) -> Any:
         """The value stored under `key` (now the most recently used), or None."""
         value = self.entries.get(key)
         if value is not None:
             self.entries.move_to_end(key)
         return value
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: Words, value: Any) -> None:
         """Store `value` under `key` unless the key is there or the entry alone is too big."""
         if key in self.entries:
             return
-        size, nbytes = self.size_of(key), entry_bytes(key, value)
+        size, nbytes = len(key), entry_bytes(key, value)
         if not self._within(size, nbytes):
             return
         self.entries[key] = value
@@ -81,7 +68,7 @@ class BoundedCache(Generic[K, V]):
         self.nbytes += nbytes
         while not self._within(self.size, self.nbytes):
             old_key, old_value = self.entries.popitem(last=False)
-            self.size -= self.size_of(old_key)
+            self.size -= len(old_key)
             self.nbytes -= entry_bytes(old_key, old_value)
 
     def _within(self, size: int, nbytes: int) -> bool:

@@ -109,7 +109,7 @@ def ElmoModel(
             "settings": RunSettings(max_tokens, batch_tokens, frozen, grad_factor, store_dtype),
             "weights_loaded": False,
             # a training unit's words -> its layers; the size of an entry is its tokens
-            "cache": BoundedCache(cache_tokens if frozen else 0, max_bytes, size=len),
+            "cache": BoundedCache(cache_tokens if frozen else 0, max_bytes),
             "replace_listener": _replace_listener,
         },
     )
