@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Collection, Optional
 
-from ..bilm import BiLMOptions
 from ..weights.sources import resolve_source
 from .presets import preset
 
@@ -116,14 +115,6 @@ def warmup_longer_than_run(config: PretrainConfig) -> Optional[str]:
         f"1/{config.warmup_steps} of its peak (learning_rate={config.learning_rate:g}) and "
         f"stops at {end:.2%} of it without reaching it; set warmup_steps to at most "
         f"{config.max_steps} (or max_steps higher)"
-    )
-
-
-def build_options(config: PretrainConfig) -> BiLMOptions:
-    """The architecture a new run trains: `options` if given, else the named `preset`."""
-    raw = config.options if config.options is not None else preset(config.preset)
-    return BiLMOptions.from_dict(
-        raw, source=f"preset {config.preset}" if config.options is None else "options"
     )
 
 

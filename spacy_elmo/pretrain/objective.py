@@ -1,5 +1,6 @@
 """What pretraining optimises: the biLM with its softmax head (`LanguageModel`), its per-batch
-sums and the loss made of them; and the model a run starts from (new, resumed or adapted)."""
+sums and the loss made of them; and the model a run starts from (new, resumed or adapted),
+checked to fit in memory before its weights exist."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..bilm import BiLM
+from ..bilm import BiLM, BiLMOptions
 from ..bilm.lm_head import LMHead
 from ..weights.sources import BiLMSource, resolve_source
 from ..weights.tensors import check_weights, read_safetensors
 from .checkpoint import CHECKPOINT
-from .config import PretrainConfig, build_options
+from .config import PretrainConfig
 from .corpus import TRAIN, read_sentences
 from .distill import DistillationHeads, StaticVectors
-from .memory import check_memory
+from .presets import preset
 from .vocab import Vocab
 
 # exp() of more overflows a float: the largest mean NLL (nats a token) a perplexity can have.
@@ -103,7 +104,7 @@ def load_init_model(
     """A biLM named as `weights.sources` takes it, with its vocabulary and softmax where it
     has them (the bundled biLM, a `spacy-elmo pretrain` run), else None for both."""
     resolved = source if isinstance(source, BiLMSource) else resolve_source(source)
-    bilm = BiLM.from_source(resolved)
+    bilm = BiLM.load(resolved)
     directory = resolved.path
     if directory is None or resolved.kind not in ("bundled", "saved", "run"):
         return bilm, None, None
@@ -143,8 +144,10 @@ def build_language_model(
     if config.init_from:
         bilm, init_vocab, init_head = load_init_model(config.init_from)
         options = bilm.options
+    elif config.options is not None:
+        options = BiLMOptions.from_dict(config.options, source="options")
     else:
-        options = build_options(config)
+        options = BiLMOptions.from_dict(preset(config.preset), source=f"preset {config.preset}")
     vocab_path = work / "vocab.txt"
     if vocab_path.exists() and (checkpoint is not None or init_vocab is None):
         vocab = Vocab.from_file(vocab_path)
@@ -172,3 +175,34 @@ def build_language_model(
     model = LanguageModel(bilm, head, config.dropout, distill)
     model.to(device)
     return model, vocab, static_vectors
+
+
+def estimate_memory_bytes(options: BiLMOptions, vocab_size: int, batch_tokens: int) -> int:
+    """A generous estimate of training memory: weights, grads, Adam moments, activations."""
+    head_params = options.projection_dim * min(vocab_size, 2 * 10**4) + vocab_size * 64
+    params = options.n_parameters() + head_params
+    d, p, f = options.lstm_dim, options.projection_dim, options.n_filters
+    per_token = 2 * options.n_layers * (9 * d + 4 * p)  # gates, cell, tanh, outputs, grads
+    per_token += 50 * f // 2 + 8 * f + 4 * p  # conv maps of distinct tokens, highway
+    per_token += 2 * 2 * 2100  # head logits, both directions
+    return params * 4 * 4 + batch_tokens * per_token * 4 * 3
+
+
+def check_memory(config: PretrainConfig, options: BiLMOptions, vocab_size: int, device) -> None:
+    """ValueError when the run needs more memory than `max_memory_gb`, else than `device` has."""
+    need = estimate_memory_bytes(options, vocab_size, config.batch_tokens)
+    if config.max_memory_gb is not None:
+        have = int(config.max_memory_gb * 2**30)
+    elif device.type == "cuda":
+        have = torch.cuda.mem_get_info(device)[0]
+    else:  # what Linux says new processes can take without swapping
+        with open("/proc/meminfo") as handle:
+            available = [line.split() for line in handle if line.startswith("MemAvailable:")]
+        have = int(available[0][1]) * 1024 if available else 2**62
+    if need > have:
+        raise ValueError(
+            f"this architecture ({options.n_parameters():,} biLM parameters, D={options.lstm_dim}, "
+            f"P={options.projection_dim}) with batch_tokens={config.batch_tokens} needs about "
+            f"{need / 2**30:.1f} GiB but only {have / 2**30:.1f} GiB is available; use a smaller "
+            f"preset, fewer batch tokens or a bigger machine"
+        )

@@ -1,4 +1,4 @@
-"""A run that does not fit in memory fails before training (`spacy_elmo.pretrain.memory`)."""
+"""A run that does not fit in memory fails before training (`spacy_elmo.pretrain.objective`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.pretrain import pretrain
-from spacy_elmo.pretrain.memory import check_memory, estimate_memory_bytes
+from spacy_elmo.pretrain.objective import check_memory, estimate_memory_bytes
 from spacy_elmo.pretrain.presets import preset
 
 from .test_pretrain import tiny_config, write_corpus
