@@ -27,59 +27,74 @@ FORMAT_VERSION = 1
 
 
 # ---------------------------------------------------------------------- hdf5 <-> state dict
+Convert = Callable[[list[numpy.ndarray]], list[numpy.ndarray]]
+
+
+def _each(convert: Callable[[numpy.ndarray], numpy.ndarray]) -> Convert:
+    return lambda arrays: [convert(array) for array in arrays]
+
+
+def _stacked(arrays: list[numpy.ndarray]) -> list[numpy.ndarray]:
+    """The arrays transposed and stacked by rows (one array: transposed)."""
+    return [numpy.concatenate([array.T for array in arrays])]
+
+
+def _split(rows: int) -> Convert:
+    """The one array's first `rows` rows and the rest, each transposed (`_stacked` undone)."""
+    return lambda arrays: [arrays[0][:rows].T, arrays[0][rows:].T]
+
+
 def _conversions(
     options: BiLMOptions,
-) -> Iterator[tuple[str, tuple[int, ...], str, Callable, Callable]]:
-    """(hdf5 dataset, its shape, state-dict key, hdf5->torch, torch->hdf5) for every tensor.
-
-    Highway weights are two datasets each (transform, carry) and are handled separately.
-    """
+) -> Iterator[tuple[dict[str, tuple[int, ...]], list[str], Convert, Convert]]:
+    """({hdf5 dataset: its shape}, state-dict keys, hdf5 -> torch, torch -> hdf5) for every
+    tensor. An LSTM cell's W_0 stacks our input weight over the recurrent one; a highway
+    layer's weight and bias are two datasets each (the transform's, the carry's)."""
     e, f = options.char_embedding_dim, options.n_filters
     p, d = options.projection_dim, options.lstm_dim
-    transpose = (lambda a: a.T, lambda a: a.T)
-    same = (lambda a: a, lambda a: a)
+    same = _each(lambda a: a)
     # Row 0 of our table is the "no token" row; the file holds raw ids 0..260.
     yield (
-        "char_embed",
-        (261, e),
-        "char_cnn.char_embedding.weight",
-        lambda a: numpy.concatenate([numpy.zeros((1, e), numpy.float32), a]),
-        lambda a: a[1:],
+        {"char_embed": (261, e)},
+        ["char_cnn.char_embedding.weight"],
+        _each(lambda a: numpy.concatenate([numpy.zeros((1, e), numpy.float32), a])),
+        _each(lambda a: a[1:]),
     )
     for k, (width, n) in enumerate(options.filters):
         # TF conv2d kernel (1, w, e, n) <-> Conv1d weight (n, e, w); no flip.
         yield (
-            f"CNN/W_cnn_{k}",
-            (1, width, e, n),
-            f"char_cnn.convolutions.{k}.weight",
-            lambda a: a[0].transpose(2, 1, 0),
-            lambda a: a.transpose(2, 1, 0)[None],
+            {f"CNN/W_cnn_{k}": (1, width, e, n)},
+            [f"char_cnn.convolutions.{k}.weight"],
+            _each(lambda a: a[0].transpose(2, 1, 0)),
+            _each(lambda a: a.transpose(2, 1, 0)[None]),
         )
-        yield (f"CNN/b_cnn_{k}", (n,), f"char_cnn.convolutions.{k}.bias", *same)
+        yield {f"CNN/b_cnn_{k}": (n,)}, [f"char_cnn.convolutions.{k}.bias"], same, same
+    for h in range(options.n_highway):
+        for ours, theirs, shape in (("weight", "W", (f, f)), ("bias", "b", (f,))):
+            parts = {f"CNN_high_{h}/{theirs}_{part}": shape for part in ("transform", "carry")}
+            yield parts, [f"char_cnn.highways.{h}.{ours}"], _stacked, _split(f)
     if options.has_char_projection:
-        yield ("CNN_proj/W_proj", (f, p), "char_cnn.projection.weight", *transpose)
-        yield ("CNN_proj/b_proj", (p,), "char_cnn.projection.bias", *same)
+        yield {"CNN_proj/W_proj": (f, p)}, ["char_cnn.projection.weight"], _stacked, _stacked
+        yield {"CNN_proj/b_proj": (p,)}, ["char_cnn.projection.bias"], same, same
     hidden = p if options.has_lstm_projection else d
     for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
         for layer in range(options.n_layers):
             prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
             key = f"{stack}.layers.{layer}"
             # W_0 stacks the input rows (P of them) over the recurrent rows.
-            yield (f"{prefix}/W_0", (p + hidden, 4 * d), f"{key}.W_0", *same)
-            yield (f"{prefix}/B", (4 * d,), f"{key}.bias", *same)
+            cell = [f"{key}.input_weight", f"{key}.recurrent_weight"]
+            yield {f"{prefix}/W_0": (p + hidden, 4 * d)}, cell, _split(p), _stacked
+            yield {f"{prefix}/B": (4 * d,)}, [f"{key}.bias"], same, same
             if options.has_lstm_projection:
-                yield (f"{prefix}/W_P_0", (d, p), f"{key}.projection_weight", *transpose)
+                projection = [f"{key}.projection_weight"]
+                yield {f"{prefix}/W_P_0": (d, p)}, projection, _stacked, _stacked
 
 
 def expected_datasets(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
     """Every dataset a bilm-tf weights file for these options holds, with its shape."""
-    shapes = {name: shape for name, shape, *_ in _conversions(options)}
-    f = options.n_filters
-    for h in range(options.n_highway):
-        for part in ("transform", "carry"):
-            shapes[f"CNN_high_{h}/W_{part}"] = (f, f)
-            shapes[f"CNN_high_{h}/b_{part}"] = (f,)
-    return shapes
+    return {
+        name: shape for datasets, *_ in _conversions(options) for name, shape in datasets.items()
+    }
 
 
 def read_datasets(
@@ -134,21 +149,9 @@ def read_allennlp(
     # Each dataset is converted and dropped in turn: loading holds the weights once, plus one
     # tensor being converted.
     state: dict[str, torch.Tensor] = {}
-    for name, _, key, to_torch, _ in _conversions(options):
-        value = to_torch(arrays.pop(name))
-        if key.endswith(".W_0"):
-            cell = key[: -len(".W_0")]
-            state[f"{cell}.input_weight"] = _tensor(value[: options.projection_dim].T)
-            state[f"{cell}.recurrent_weight"] = _tensor(value[options.projection_dim :].T)
-        else:
-            state[key] = _tensor(value)
-    for h in range(options.n_highway):
-        high = f"CNN_high_{h}"
-        transform, carry = arrays.pop(f"{high}/W_transform"), arrays.pop(f"{high}/W_carry")
-        state[f"char_cnn.highways.{h}.weight"] = _tensor(numpy.concatenate([transform.T, carry.T]))
-        state[f"char_cnn.highways.{h}.bias"] = _tensor(
-            numpy.concatenate([arrays.pop(f"{high}/b_transform"), arrays.pop(f"{high}/b_carry")])
-        )
+    for datasets, keys, to_torch, _ in _conversions(options):
+        values = to_torch([arrays.pop(name) for name in datasets])
+        state.update((key, _tensor(value)) for key, value in zip(keys, values))
     return options, state
 
 
@@ -167,22 +170,9 @@ def write_allennlp(
     import h5py
 
     state = {k: v.detach().float().cpu().numpy() for k, v in state_dict.items()}
-    for stack in ("forward_lstm", "backward_lstm"):
-        for layer in range(options.n_layers):
-            key = f"{stack}.layers.{layer}"
-            state[f"{key}.W_0"] = numpy.concatenate(
-                [state[f"{key}.input_weight"].T, state[f"{key}.recurrent_weight"].T]
-            )
-    datasets = {
-        name: from_torch(state[key]) for name, _, key, _, from_torch in _conversions(options)
-    }
-    f = options.n_filters
-    for h in range(options.n_highway):
-        weight, bias = state[f"char_cnn.highways.{h}.weight"], state[f"char_cnn.highways.{h}.bias"]
-        datasets[f"CNN_high_{h}/W_transform"] = weight[:f].T
-        datasets[f"CNN_high_{h}/W_carry"] = weight[f:].T
-        datasets[f"CNN_high_{h}/b_transform"] = bias[:f]
-        datasets[f"CNN_high_{h}/b_carry"] = bias[f:]
+    datasets: dict[str, numpy.ndarray] = {}
+    for names, keys, _, to_hdf5 in _conversions(options):
+        datasets.update(zip(names, to_hdf5([state[key] for key in keys])))
     with atomic_path(weight_file) as tmp:
         with deferred(), h5py.File(tmp, "w") as hdf5:  # see `read_datasets`
             for name, array in datasets.items():
