@@ -177,7 +177,7 @@ def measure(latency_sentences: int, batch_sentences: int, budget: float) -> dict
     from spacy_elmo.bilm.model import BiLM
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    bilm = BiLM.bundled().eval()
+    bilm = BiLM.load().eval()
     sentences = conll_words("test", max(latency_sentences, batch_sentences))
     with torch.no_grad():
         for sentence in sentences[:10]:  # warm-up: kernels, allocator, token cache off below

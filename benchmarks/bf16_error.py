@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print(f"no fixture at {fixture}: skipped", file=sys.stderr)
     text, sentences = conll_sentences(args.sentences)
-    bundled = BiLM.bundled()
+    bundled = BiLM.load()
     layers = measure(bundled, sentences, args.mode)
     cases.append({"model": "bundled", "text": text, "layers": layers})
     cases[-1]["tokens"] = sum(map(len, sentences))

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
         "--page", type=Path, default=None, help="a docs page (docs/model-card.md) to update"
     )
     args = parser.parse_args(argv)
-    report = sense_report(BiLM.load(args.model) if args.model else BiLM.bundled())
+    report = sense_report(BiLM.load(args.model))
     print(report)
     if args.page is not None and replace_between_markers(args.page, MARKER, report):
         print(f"updated the {MARKER} section of {args.page}")

@@ -72,40 +72,28 @@ class BiLMFiles:
     @classmethod
     def load(
         cls,
-        source: str | Path | None = "bundled",
+        source: str | Path | BiLMSource | None = "bundled",
         stateful: bool = False,
         options: str | Path | None = None,
         weights: str | Path | None = None,
     ) -> Loaded:
-        """Load a biLM however it is named: 'bundled', a published name, a directory written by
-        `save`, a `spacy-elmo pretrain` run directory, a bilm-tf/AllenNLP folder, an
-        ELMoForManyLangs directory, or `options` + `weights` files (`weights.resolve_source`)."""
-        return cls.from_source(resolve_source(source, options, weights), stateful=stateful)
-
-    @classmethod
-    def from_source(cls, source: BiLMSource, stateful: bool = False) -> Loaded:
-        """Read a resolved source with its format's reader and checks."""
+        """Load a biLM however it is named: 'bundled' (the English biLM that ships in the
+        package), a published name, a directory written by `save`, a `spacy-elmo pretrain` run
+        directory, a bilm-tf/AllenNLP folder, an ELMoForManyLangs directory, or `options` +
+        `weights` files (`weights.resolve_source`); or a source resolved already."""
+        if not isinstance(source, BiLMSource):
+            source = resolve_source(source, options, weights)
         if source.kind == "allennlp":
             return cls.from_allennlp(source.options_file, source.weights_file, stateful=stateful)
         if source.kind == "elmoformanylangs":
             return cls.from_elmoformanylangs(source.path, stateful=stateful)
-        return cls.load_saved(source.path, stateful=stateful)
-
-    @classmethod
-    def bundled(cls, stateful: bool = False) -> Loaded:
-        """The English biLM that ships in the package."""
-        return cls.load("bundled", stateful=stateful)
-
-    @classmethod
-    def load_saved(cls, directory: str | Path, stateful: bool = False) -> Loaded:
-        """Load a directory written by `save` (no other kind of source)."""
-        options = read_saved_options(directory)
-        weights_path = saved_weights(directory, options)  # before a model of that size is built
-        bilm = cls(options, stateful=stateful, initialise=False)
+        saved = read_saved_options(source.path)  # a directory written by `save`
+        weights_path = saved_weights(source.path, saved)  # before a model of that size is built
+        bilm = cls(saved, stateful=stateful, initialise=False)
         shapes = {key: tuple(value.shape) for key, value in bilm.state_dict().items()}
         bilm._assign(read_saved(weights_path, shapes))
-        if options.char_vocabulary == "dictionary":
-            bilm.set_lexicon(EfmlLexicon.load(directory))
+        if saved.char_vocabulary == "dictionary":
+            bilm.set_lexicon(EfmlLexicon.load(source.path))
         return bilm
 
     @classmethod

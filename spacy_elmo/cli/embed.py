@@ -70,7 +70,7 @@ def embed(
                 opt.warn_if_raw(input_file, input_name)
         else:
             tokenize = spacy_tokenizer(lang, pipeline)
-        bilm = BiLM.from_source(source, stateful=stateful).to(device)
+        bilm = BiLM.load(source, stateful=stateful).to(device)
         if quantize is not None:
             set_quantize(bilm, quantize)
         count = embed_file(

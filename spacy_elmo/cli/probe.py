@@ -56,7 +56,7 @@ def probe(
     for name in REPORT_FILES:  # every report is checked before the probes run
         opt.check_new_output(output / name, force, source.files())
     use_threads(threads, "--threads")
-    bilm = BiLM.from_source(source).to(device)
+    bilm = BiLM.load(source).to(device)
     result = run_probes(
         bilm,
         paths,

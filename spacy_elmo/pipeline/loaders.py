@@ -29,7 +29,7 @@ def _loader(name: str, *source_args: object, efml_only: bool = False) -> Callabl
                 f"{name} is not an ELMoForManyLangs model directory (it is "
                 f"{source.describe()}); use spacy_elmo.SavedBiLM.v1 for it"
             )
-        return BiLM.from_source(source)
+        return BiLM.load(source)
 
     load.source = name  # type: ignore[attr-defined]
     return load
@@ -49,7 +49,7 @@ def published_weights(name: str) -> Callable[[], BiLM]:
 
     def load() -> BiLM:
         ensure(name)
-        return BiLM.from_source(resolve_source(name))
+        return BiLM.load(name)
 
     load.source = name  # type: ignore[attr-defined]
     return load

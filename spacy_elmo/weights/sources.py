@@ -1,7 +1,7 @@
 """Where a biLM comes from: `resolve_source`, the one resolver behind every way of naming one
 (the commands' --model, pretraining's `init_from`, the registered loaders, `BiLM.load`); the
 names it takes are ACCEPTED. A published name is read from the cache that `spacy-elmo download`
-fills, never downloaded here; `BiLM.from_source` reads each kind with its reader."""
+fills, never downloaded here; `BiLM.load` reads each kind with its reader."""
 
 from __future__ import annotations
 

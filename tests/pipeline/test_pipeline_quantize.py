@@ -56,7 +56,7 @@ def test_quantised_layers_are_those_of_the_quantised_bilm(bilm_dir, mode):
 
     nlp = tiny_nlp(bilm_dir, quantize=mode)
     nlp.initialize()
-    bilm = set_quantize(BiLM.load_saved(bilm_dir), mode)
+    bilm = set_quantize(BiLM.load(bilm_dir), mode)
     for doc in nlp.pipe(TEXTS):
         (expected,) = bilm.embed([[t.text for t in doc]])
         np.testing.assert_allclose(doc._.elmo_layers, expected, rtol=0, atol=1e-6)

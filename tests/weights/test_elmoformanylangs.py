@@ -21,6 +21,7 @@ import torch
 
 from spacy_elmo import BiLM
 from spacy_elmo.weights.elmoformanylangs import is_elmoformanylangs_dir, read_architecture
+from spacy_elmo.weights.layouts import read_saved_options
 
 from .efml_reference import (
     architecture,
@@ -186,13 +187,13 @@ def test_is_elmoformanylangs_dir(tmp_path):
     assert not is_elmoformanylangs_dir(tmp_path)
 
 
-def test_load_saved_names_an_elmoformanylangs_directory(tmp_path):
+def test_saved_options_name_an_elmoformanylangs_directory(tmp_path):
     directory, _, _ = make_model(tmp_path, 0)
     with pytest.raises(ValueError, match="is an ELMoForManyLangs model directory, not a saved"):
-        BiLM.load_saved(directory)
+        read_saved_options(directory)
     (directory / "encoder.pkl").unlink()
     with pytest.raises(FileNotFoundError, match=r"model directory .* lacks encoder\.pkl \(a model"):
-        BiLM.load_saved(directory)
+        BiLM.load(directory)
 
 
 class Exploit:

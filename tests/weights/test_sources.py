@@ -1,8 +1,9 @@
 """One way to name a biLM: every entry point x every kind of source, through bilm.sources.
 
-Each entry point is given each kind of source and must read the same biLM as that kind's own
-loader: the bundled model, a `BiLM.save` directory, a `spacy-elmo pretrain` run directory and
-its `model/`, a bilm-tf/AllenNLP folder, and an ELMoForManyLangs directory.
+Each entry point is given each kind of source and must read the biLM it holds (the model saved
+there, or what that kind's own loader reads): the bundled model, a `BiLM.save` directory, a
+`spacy-elmo pretrain` run directory and its `model/`, a bilm-tf/AllenNLP folder, and an
+ELMoForManyLangs directory.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ WORDS = [["The", "river", "bank", "."], ["ok"]]
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory, allennlp_fixture) -> dict[str, tuple[str, BiLM]]:
-    """Each kind of source: its name and the biLM its own loader reads from it."""
+    """Each kind of source: its name and the biLM it holds."""
     root = tmp_path_factory.mktemp("sources")
     allennlp = root / "allennlp"
     allennlp.mkdir()
@@ -39,10 +40,10 @@ def sources(tmp_path_factory, allennlp_fixture) -> dict[str, tuple[str, BiLM]]:
     shutil.copytree(root / "saved", root / "run" / "model")
     efml, _, _ = make_model(root, 5)
     return {
-        "bundled": ("bundled", BiLM.load_saved(resolve_source().path)),
-        "saved": (str(root / "saved"), BiLM.load_saved(root / "saved")),
-        "run": (str(root / "run"), BiLM.load_saved(root / "run" / "model")),
-        "run_model": (str(root / "run" / "model"), BiLM.load_saved(root / "run" / "model")),
+        "bundled": ("bundled", BiLM.load(resolve_source().path)),  # its folder, by path
+        "saved": (str(root / "saved"), reference),
+        "run": (str(root / "run"), reference),
+        "run_model": (str(root / "run" / "model"), reference),
         "allennlp": (str(allennlp), reference),
         "elmoformanylangs": (str(efml), BiLM.from_elmoformanylangs(efml)),
     }

@@ -252,7 +252,7 @@ def test_elmo_model_trains_from_a_config_that_names_it(tmp_path: Path):
     assert written == base  # nothing else changes
     # spaCy's registry resolves the block into the loader of that biLM
     load = registry.resolve({"w": weights})["w"]
-    loaded, reference = load().state_dict(), BiLM.bundled().state_dict()
+    loaded, reference = load().state_dict(), BiLM.load().state_dict()
     assert loaded.keys() == reference.keys()
     assert all(torch.equal(loaded[k], reference[k]) for k in reference)
     # without elmo_model the pipeline's own config, and no copy is written
