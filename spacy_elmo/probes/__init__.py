@@ -3,8 +3,8 @@ per layer, a linear POS tagger and 1-nearest-neighbour word sense disambiguation
 its context-free baseline, on data read from an asset folder (`data.PROBE_DATA`).
 """
 
-from .data import PROBE_DATA, TASKS, check_assets
+from .data import PROBE_DATA, TASKS, check_assets, parse_tasks
 from .report import write_report
-from .runner import parse_tasks, run_probes
+from .tasks import run_probes
 
 __all__ = ["PROBE_DATA", "TASKS", "check_assets", "parse_tasks", "run_probes", "write_report"]

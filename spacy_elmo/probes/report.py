@@ -12,14 +12,10 @@ from typing import Optional
 PAPER = {"pos": {1: 97.3, 2: 96.8}, "wsd": {1: 67.4, 2: 69.0}}
 
 
-def _percent(value: Optional[float]) -> str:
-    return "" if value is None else f"{100 * value:.1f}"
-
-
 def markdown_report(result: dict) -> str:
     """probe.md: our accuracy per layer next to the paper's numbers."""
     rows = report_rows(result)
-    n_layers = max(len(r["layers"]) for r in rows)
+    n_layers = len(rows[0]["layers"])  # one biLM: every probe has its layers
     layer_heads = " | ".join(f"layer {k}" for k in range(n_layers))
     lines = [
         f"# biLM layer probes ({result['model']})",
@@ -31,10 +27,10 @@ def markdown_report(result: dict) -> str:
         "|" + "---|" * (n_layers + 5),
     ]
     for row in rows:
-        cells = [_percent(v) for v in row["layers"]] + [""] * (n_layers - len(row["layers"]))
+        cells = " | ".join(f"{100 * a:.1f}" for a in row["layers"])
         paper = PAPER.get(row["paper"], {1: "", 2: ""})
         lines.append(
-            f"| {row['name']} | {' | '.join(cells)} | {_percent(row['baseline'])} "
+            f"| {row['name']} | {cells} | {100 * row['baseline']:.1f} "
             f"({row['baseline_name']}) | {row['n_test']:,} | {paper[1]} | {paper[2]} |"
         )
     lines += [
@@ -117,7 +113,7 @@ def plot_report(result: dict, path: Path) -> None:
         axes.set_title(title)
         axes.set_xlabel("biLM layer")
         axes.set_ylabel("accuracy (%)")
-        axes.set_xticks(range(max(len(row["layers"]) for row in rows)))
+        axes.set_xticks(range(len(rows[0]["layers"])))
         if axes.has_data():
             axes.legend(fontsize=7)
     figure.tight_layout()

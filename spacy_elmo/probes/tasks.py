@@ -4,15 +4,25 @@ centroids (Melamud et al. 2016) next to the most-frequent-sense baseline."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Optional
 
 import numpy
 import torch
 
-from .data import TaggedSentence
-from .wordnet import POS_FILES, SenseInstance, sense_counts
+from .data import (
+    POS_FILES,
+    SenseInstance,
+    TaggedSentence,
+    read_brown,
+    read_tagged_lines,
+    sense_counts,
+    split_sense_instances,
+    wordnet_instances,
+)
 
 
 def token_features(bilm, sentences: Sequence[Sequence[str]], batch_size: int):
@@ -182,21 +192,65 @@ def wsd_probe(
     right = numpy.array(hits)  # (L + 1, n_test)
     mfs_right = numpy.array([mfs.get(i.lemma) == i.sense for i in test])
     pos = numpy.array([i.lemma.rsplit(".", 1)[1] for i in test])
-    by_pos = {
-        name: {
-            "layers": right[:, pos == tag].mean(1).tolist(),
-            "baseline_most_frequent_sense": float(mfs_right[pos == tag].mean()),
-            "n_test": int((pos == tag).sum()),
+
+    def scores(chosen: numpy.ndarray) -> dict:
+        """Accuracy per layer and of the MFS baseline on the chosen test instances."""
+        return {
+            "layers": right[:, chosen].mean(1).tolist(),
+            "baseline_most_frequent_sense": float(mfs_right[chosen].mean()),
+            "n_test": int(chosen.sum()),
         }
-        for tag, name in POS_FILES.items()
-        if (pos == tag).any()
-    }
+
     return {
-        "layers": right.mean(1).tolist(),
-        "baseline_most_frequent_sense": float(mfs_right.mean()),
+        **scores(numpy.ones(len(test), dtype=bool)),
         "baseline_random_sense": float(numpy.mean([1 / n_senses[i.lemma] for i in test])),
         "n_train": len(train),
-        "n_test": len(test),
         "n_lemmas": len({i.lemma for i in test}),
-        "by_pos": by_pos,
+        "by_pos": {name: scores(pos == tag) for tag, name in POS_FILES.items() if tag in pos},
     }
+
+
+def run_probes(
+    bilm, paths: dict[str, Path], model: str, brown_sentences: int, batch_size: int, seed: int, log
+) -> dict:
+    """Run the probes of `paths` (`check_assets`'s: task -> its data) on `bilm`, named `model`
+    in the report; the result as written to probe.json."""
+    result: dict = {"model": model, "pos": {}, "notes": {}}
+    tagged = {}  # corpus -> its lines, the first 80% train, the rest test
+    if "pos-wsj" in paths:
+        tagged["wsj"] = read_tagged_lines(paths["pos-wsj"])
+        result["notes"]["pos-wsj"] = "first 80% of the sample's lines train, last 20% test"
+    if "pos-brown" in paths:
+        brown = read_brown(paths["pos-brown"])
+        tagged["brown"] = random.Random(seed).sample(brown, min(brown_sentences, len(brown)))
+        result["notes"]["pos-brown"] = (
+            f"{len(tagged['brown'])} sentences sampled with seed {seed}, split 80/20; "
+            "tags reduced to base tags (-tl/-hl/-nc dropped, fw-* -> fw, contraction a+b -> a). "
+            "Brown is part of the bundled biLM's pretraining text (tags stripped): the Brown "
+            "probe tests on sentences the biLM has read."
+        )
+    for corpus, sentences in tagged.items():
+        cut = round(len(sentences) * 0.8)
+        train, test = sentences[:cut], sentences[cut:]
+        log(f"pos-{corpus}: {len(train)} train / {len(test)} test lines")
+        result["pos"][corpus] = pos_probe(bilm, train, test, batch_size=batch_size)
+    if "wsd" in paths:
+        instances, sense_order = wordnet_instances(paths["wsd"])
+        train, test = split_sense_instances(instances)
+        log(f"wsd: {len(train)} train / {len(test)} test instances")
+        result["wsd"] = wsd_probe(bilm, train, test, sense_order, batch_size=batch_size)
+        result["notes"]["wsd"] = (
+            "WordNet 3.0 example sentences, target: the first token that is an inflection of a "
+            "single-word lemma of the synset; per sense, every second instance (file order) is "
+            "held out; lemmas with two or more trained senses. Most frequent sense: most "
+            "training instances, ties by WordNet's sense order (its first sense). Random sense: "
+            f"{100 * result['wsd']['baseline_random_sense']:.1f}% (a trained sense at random)."
+        )
+    if result["pos"]:
+        result["notes"]["pos"] = (
+            "linear softmax on standardised frozen vectors (L-BFGS, L2); baseline: each word "
+            "form's most frequent training tag, unknown words the most frequent tag overall"
+        )
+    else:
+        del result["pos"]
+    return result

@@ -12,20 +12,23 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.probes import PROBE_DATA, TASKS, check_assets
-from spacy_elmo.probes.data import brown_files, brown_tag, read_brown, read_tagged_lines
+from spacy_elmo.probes.data import (
+    EXAMPLE_TOKEN,
+    SenseInstance,
+    base_forms,
+    brown_files,
+    brown_tag,
+    read_brown,
+    read_tagged_lines,
+    read_wordnet_data,
+    split_sense_instances,
+    wordnet_instances,
+)
 from spacy_elmo.probes.tasks import (
     most_frequent_senses,
     most_frequent_tag_accuracy,
     nearest_sense_predictions,
     train_linear_probe,
-)
-from spacy_elmo.probes.wordnet import (
-    SenseInstance,
-    base_forms,
-    read_wordnet_data,
-    split_sense_instances,
-    tokenize_example,
-    wordnet_instances,
 )
 
 WSJ_LINES = [
@@ -114,18 +117,17 @@ def test_brown_reader_finds_the_files_and_maps_the_tags(tmp_path):
 def test_wordnet_reader_and_sense_instances(tmp_path):
     folder = write_assets(tmp_path) / "wordnet" / "usr" / "share" / "wordnet"
     nouns = read_wordnet_data(folder / "data.noun")
-    assert [s.offset for s in nouns] == [9213565, 8420278, 9999999, 9999998]
-    assert nouns[0].lemmas == ("bank", "riverside")
-    assert nouns[0].examples == (
-        "they sat on the bank of the river",
-        "both banks of the river flooded",
+    assert [offset for offset, _, _ in nouns] == [9213565, 8420278, 9999999, 9999998]
+    assert nouns[0][1:] == (
+        ("bank", "riverside"),
+        ("they sat on the bank of the river", "both banks of the river flooded"),
     )
     (adj,) = read_wordnet_data(folder / "data.adj")
-    assert (adj.pos, adj.lemmas) == ("a", ("able",))  # satellite -> a, marker (a) dropped
+    assert adj[1] == ("able",)  # a satellite (s), its marker (a) dropped
     assert "goose" in base_forms("geese", "n", {"geese": {"goose"}})
     assert "run" in base_forms("runs", "v", {}) and "bank" in base_forms("Banks", "n", {})
     assert "run" not in base_forms("running", "v", {})  # doubled consonants: the .exc lists
-    assert tokenize_example("he didn't, John's") == ["he", "did", "n't", ",", "John", "'s"]
+    assert EXAMPLE_TOKEN.findall("he didn't, John's") == ["he", "did", "n't", ",", "John", "'s"]
 
     instances, order = wordnet_instances(folder)
     found = Counter((i.lemma, i.sense) for i in instances)
