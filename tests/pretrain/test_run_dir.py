@@ -18,8 +18,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.pretrain import pretrain
-from spacy_elmo.pretrain.checkpoint import load_checkpoint
-from spacy_elmo.pretrain.rundir import locked_run_directory
+from spacy_elmo.pretrain.checkpoint import load_checkpoint, locked_run_directory
 from spacy_elmo.pretrain.trainer import Pretrainer
 
 from ..test_faults import Exploit, malicious_pickle
