@@ -8,7 +8,6 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Optional
 
 import numpy
 import torch
@@ -129,15 +128,14 @@ def most_frequent_senses(
     train: Iterable[SenseInstance], sense_order: dict[str, list[str]]
 ) -> dict[str, str]:
     """lemma -> its sense with the most training instances (ties: the first in `sense_order`,
-    then the lower offset)."""
+    which lists every sense of a lemma: `wordnet_instances`')."""
     counts: dict[str, Counter] = defaultdict(Counter)
     for instance in train:
         counts[instance.lemma][instance.sense] += 1
-    best = {}
-    for lemma, senses in counts.items():
-        rank = {s: k for k, s in enumerate(sense_order.get(lemma, []))}
-        best[lemma] = min(senses, key=lambda s: (-senses[s], rank.get(s, len(rank)), s))
-    return best
+    return {
+        lemma: min(senses, key=lambda s: (-senses[s], sense_order[lemma].index(s)))
+        for lemma, senses in counts.items()
+    }
 
 
 def nearest_sense_predictions(
@@ -145,10 +143,10 @@ def nearest_sense_predictions(
     train: Sequence[SenseInstance],
     test_x: numpy.ndarray,
     test: Sequence[SenseInstance],
-    fallback: dict[str, str],
-) -> list[Optional[str]]:
-    """The lemma's training sense whose centroid is nearest (cosine), else `fallback[lemma]`;
-    in float64, so that exact ties stay exact and go to the sense seen first."""
+) -> list[str]:
+    """The lemma's training sense whose centroid is nearest (cosine; every test lemma has
+    training senses: `split_sense_instances`); in float64, so that exact ties stay exact and go
+    to the sense seen first."""
     rows: dict[str, list[int]] = defaultdict(list)
     senses_of: dict[str, list[str]] = defaultdict(list)
     for k, instance in enumerate(train):
@@ -156,12 +154,9 @@ def nearest_sense_predictions(
             senses_of[instance.lemma].append(instance.sense)
         rows[instance.sense].append(k)
     centroid = {s: train_x[r].astype(numpy.float64).mean(0) for s, r in rows.items()}
-    predictions: list[Optional[str]] = []
+    predictions = []
     for vector, instance in zip(test_x, test):
-        candidates = senses_of.get(instance.lemma)
-        if not candidates:
-            predictions.append(fallback.get(instance.lemma))
-            continue
+        candidates = senses_of[instance.lemma]
         matrix = numpy.stack([centroid[s] for s in candidates])  # (n_senses, dim)
         vector = vector.astype(numpy.float64)
         norms = numpy.linalg.norm(matrix, axis=1) * numpy.linalg.norm(vector)
@@ -187,10 +182,10 @@ def wsd_probe(
     test_x = target_features(bilm, test, batch_size)
     hits = []  # per layer: whether each test instance got its sense
     for layer in range(train_x.shape[0]):
-        predicted = nearest_sense_predictions(train_x[layer], train, test_x[layer], test, mfs)
+        predicted = nearest_sense_predictions(train_x[layer], train, test_x[layer], test)
         hits.append([p == g for p, g in zip(predicted, gold)])
     right = numpy.array(hits)  # (L + 1, n_test)
-    mfs_right = numpy.array([mfs.get(i.lemma) == i.sense for i in test])
+    mfs_right = numpy.array([mfs[i.lemma] == i.sense for i in test])
     pos = numpy.array([i.lemma.rsplit(".", 1)[1] for i in test])
 
     def scores(chosen: numpy.ndarray) -> dict:
