@@ -140,8 +140,7 @@ def convert_state_dicts(
         source = f"weights file {model_dir / file_name}"
         # Checked as stored, before the cast to float32 (which would drop an imaginary part).
         check_weights(state, source)
-        found = {key: tuple(tensor.shape) for key, tensor in state.items()}
-        check_shapes(found, expected[file_name], source, "the config")
+        check_shapes(state, expected[file_name], source, "the config")
     return {
         ours: convert(states[file_name][key].detach().to(torch.float32))
         for file_name, key, _, ours, convert in _conversions(options)

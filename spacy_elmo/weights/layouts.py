@@ -120,8 +120,7 @@ def read_datasets(
                     f"{source} has no dataset 'char_embed' nor any other of bilm-tf's: is this "
                     f"an ELMo weights file?"
                 )
-            shapes = {name: dataset.shape for name, dataset in found.items()}
-            check_shapes(shapes, expected, source, described_by, "dataset")
+            check_shapes(found, expected, source, described_by, "dataset")
             for name in expected:
                 try:
                     array = found[name][...]  # as stored: checked before the cast to float32
@@ -151,13 +150,9 @@ def read_allennlp(
     state: dict[str, torch.Tensor] = {}
     for datasets, keys, to_torch, _ in _conversions(options):
         values = to_torch([arrays.pop(name) for name in datasets])
-        state.update((key, _tensor(value)) for key, value in zip(keys, values))
+        for key, value in zip(keys, values):  # sharing its memory (copied if not contiguous)
+            state[key] = torch.from_numpy(numpy.ascontiguousarray(value))
     return options, state
-
-
-def _tensor(array: numpy.ndarray) -> torch.Tensor:
-    """A tensor sharing `array`'s memory (a copy only where it is not contiguous)."""
-    return torch.from_numpy(numpy.ascontiguousarray(array))
 
 
 def write_allennlp(
@@ -237,7 +232,6 @@ def read_saved(weights_path: Path, shapes: dict[str, tuple[int, ...]]) -> dict[s
     """The state dict in the weights file that `saved_weights` checked, key by key against
     `shapes`, those of the model its config describes."""
     state = read_safetensors(weights_path)
-    found = {key: tuple(tensor.shape) for key, tensor in state.items()}
-    check_shapes(found, shapes, str(weights_path), str(weights_path.parent / CONFIG_NAME))
+    check_shapes(state, shapes, str(weights_path), str(weights_path.parent / CONFIG_NAME))
     check_weights(state, str(weights_path))
     return state

@@ -79,21 +79,22 @@ Weights = Union[torch.Tensor, numpy.ndarray]
 
 
 def check_shapes(
-    found: Mapping[str, tuple[int, ...]],
+    found: Mapping[str, Any],
     expected: Mapping[str, tuple[int, ...]],
     source: str,
     described_by: str,
     what: str = "tensor",
 ) -> None:
-    """Raise ValueError naming the first of the `expected` shapes that `found` lacks or holds in
-    another shape, or the names `found` holds beyond `expected`."""
+    """Raise ValueError naming the first of the `expected` shapes that the tensors (or arrays,
+    or hdf5 datasets) of `found` lack or hold in another shape, or the names `found` holds
+    beyond `expected`."""
     for name, shape in expected.items():
         if name not in found:
             raise ValueError(f"{source} has no {what} '{name}' required by {described_by}")
-        if tuple(found[name]) != shape:
+        if tuple(found[name].shape) != shape:
             raise ValueError(
-                f"{source}: {what} '{name}' has shape {tuple(found[name])} but {described_by} "
-                f"implies {shape}"
+                f"{source}: {what} '{name}' has shape {tuple(found[name].shape)} but "
+                f"{described_by} implies {shape}"
             )
     unexpected = sorted(set(found) - set(expected))
     if unexpected:
