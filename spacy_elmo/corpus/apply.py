@@ -14,9 +14,8 @@ from typing import Any, Iterator, Optional
 from ..util.files import atomic_path, check_apart, files_sha256
 from .embed_file import LineRange, read_lines
 from .engine import Cluster, check_positive
-from .manifest import write_output
 from .plan import plan_inputs
-from .runner import CorpusResult, run_corpus
+from .runner import CorpusResult, run_corpus, write_output
 
 APPLY_SUFFIXES = (".jsonl", ".txt", ".spacy")
 DEFAULT_SHARD_DOCS = 2000

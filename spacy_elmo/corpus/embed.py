@@ -12,9 +12,8 @@ from ..util.signals import deferred
 from .apply import import_code, pipeline_files
 from .embed_file import MAX_TOKENS, dataset_options, hdf5_written, write_sentence_to_index
 from .engine import Cluster, check_positive
-from .manifest import write_output
 from .plan import plan_inputs
-from .runner import CorpusResult, run_corpus
+from .runner import CorpusResult, run_corpus, write_output
 
 DEFAULT_SHARD_LINES = 2000
 

@@ -28,10 +28,9 @@ from spacy_elmo import BiLM
 from spacy_elmo.corpus import Cluster, apply_corpus, embed_corpus
 from spacy_elmo.corpus.embed import EmbedJob
 from spacy_elmo.corpus.embed_file import embed_file
-from spacy_elmo.corpus.manifest import MANIFEST_NAME, MARK, read_manifest
 from spacy_elmo.corpus.plan import plan_inputs
 from spacy_elmo.corpus.reaper import descendants
-from spacy_elmo.corpus.runner import CorpusRunError, run_corpus
+from spacy_elmo.corpus.runner import MANIFEST_NAME, MARK, CorpusRunError, read_manifest, run_corpus
 from spacy_elmo.util.files import file_sha256
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -206,7 +205,7 @@ def test_outputs_equal_single_process_embed_on_two_nodes(tmp_path, cluster, tiny
     out = tmp_path / "out"
     two = Cluster(workers=2, address=cluster, threads_per_worker=1)
     result = embed_corpus(tmp_path / "in", out, **tiny, shard_lines=10, cluster=two, progress=False)
-    assert sorted(result.written) == ["a.hdf5", "sub/b.hdf5"] and result.lines == 60
+    assert sorted(result.written) == ["a.hdf5", "sub/b.hdf5"] and result.stats.lines == 60
     assert len(result.stats.nodes) == 2, "both nodes ran workers"
     assert len(result.stats.workers) == 2
     assert_same_as_embed(tiny_bilm, a, out / "a.hdf5")
@@ -345,7 +344,7 @@ def test_worker_killed_mid_shard_is_retried(tmp_path, cluster):
         stop.set()
         killer.join()
     assert killed, "a worker was killed while running a shard"
-    assert result.failures == [] and len(result.written) == 4
+    assert result.stats.failures == [] and len(result.written) == 4
     assert killed[0] not in {int(w.split(":")[1]) for w in result.stats.workers if True} or (
         len(result.stats.workers) > 2
     ), "the killed worker was replaced"
@@ -449,7 +448,7 @@ def test_whole_parts_of_an_interrupted_run_are_reused_never_others(
     """A part left whole by an interrupted run (same input, model, options) is joined without
     being embedded again; parts of another input or model (another key) are deleted unused."""
     from spacy_elmo.corpus.embed import model_identity
-    from spacy_elmo.corpus.manifest import work_key
+    from spacy_elmo.corpus.runner import work_key
     from spacy_elmo.weights.sources import resolve_source
 
     text = write(tmp_path / "in" / "big.txt", sentences(30, seed=40))
@@ -472,7 +471,7 @@ def test_whole_parts_of_an_interrupted_run_are_reused_never_others(
         progress=False,
     )
     assert result.written == ["big.hdf5"]
-    assert result.lines == 20, "lines 11-20 came from the part already there"
+    assert result.stats.lines == 20, "lines 11-20 came from the part already there"
     assert_same_as_embed(tiny_bilm, text, out / "big.hdf5")
     assert not part.parent.exists() and not stale.parent.exists()
 

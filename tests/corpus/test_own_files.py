@@ -22,7 +22,9 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.corpus import apply_corpus, embed_corpus
-from spacy_elmo.corpus.manifest import (
+from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
+from spacy_elmo.corpus.runner import (
+    LOCK_NAME,
     MANIFEST_NAME,
     ManifestWarning,
     append_record,
@@ -30,8 +32,6 @@ from spacy_elmo.corpus.manifest import (
     owned_name,
     read_manifest,
 )
-from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
-from spacy_elmo.corpus.runner import LOCK_NAME
 
 from ..pipeline.pipeline_util import save_tiny_bilm
 
@@ -468,7 +468,7 @@ def test_a_record_of_the_wrong_shape_stops_the_run_naming_the_line(
 
 
 def test_a_failed_append_leaves_the_manifest_as_it_was(tmp_path, monkeypatch):
-    from spacy_elmo.corpus import manifest
+    from spacy_elmo.corpus import runner
 
     append_record(tmp_path, _record(tmp_path))
     before = (tmp_path / MANIFEST_NAME).read_bytes()
@@ -476,7 +476,7 @@ def test_a_failed_append_leaves_the_manifest_as_it_was(tmp_path, monkeypatch):
     def full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(manifest.os, "fsync", full)
+    monkeypatch.setattr(runner.os, "fsync", full)
     with pytest.raises(OSError, match="No space left"):
         append_record(tmp_path, _record(tmp_path, "b.hdf5"))
     monkeypatch.undo()

@@ -18,16 +18,17 @@ from spacy_elmo.corpus.apply import apply_corpus
 from spacy_elmo.corpus.embed import join_hdf5
 from spacy_elmo.corpus.embed_file import FLOAT16_RELATIVE_ERROR, LineRange, embed_file, read_lines
 from spacy_elmo.corpus.engine import require_ray
-from spacy_elmo.corpus.manifest import (
+from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
+from spacy_elmo.corpus.runner import (
+    LOCK_NAME,
     MANIFEST_NAME,
     ManifestWarning,
     append_record,
     is_done,
     make_record,
+    output_lock,
     read_manifest,
 )
-from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
-from spacy_elmo.corpus.runner import LOCK_NAME, output_lock
 
 SENTENCES = [
     "the cat sat on the mat .",

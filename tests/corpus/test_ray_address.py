@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spacy_elmo.corpus.ray_address import check_ray_address, connect_timeout
+from spacy_elmo.corpus.engine import check_ray_address, connect_timeout
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -109,7 +109,7 @@ def test_a_running_cluster_passes_the_check(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(
         "import logging, ray\n"
-        "from spacy_elmo.corpus.ray_address import check_ray_address\n"
+        "from spacy_elmo.corpus.engine import check_ray_address\n"
         "ray.init(address='local', num_cpus=1, include_dashboard=False,\n"
         "         _node_ip_address='127.0.0.1', logging_level=logging.ERROR)\n"
         "try:\n"
@@ -147,10 +147,10 @@ class RayThatProbes:
 @pytest.mark.parametrize("progress", [False, True], ids=["quiet", "with progress"])
 def test_rays_log_lines_are_dropped_and_nothing_else(monkeypatch, capfd, progress):
     """With or without --quiet (as `embed` prints nothing of the kind)."""
-    from spacy_elmo.corpus import engine, ray_address
+    from spacy_elmo.corpus import engine
 
     monkeypatch.setattr(engine, "require_ray", lambda: RayThatProbes)
-    monkeypatch.setattr(ray_address, "check_ray_address", lambda address: None)
+    monkeypatch.setattr(engine, "check_ray_address", lambda address: None)
     cluster = engine.Cluster(address="127.0.0.1:6399")
     with pytest.raises(ValueError, match="cannot join the Ray cluster at 127.0.0.1:6399"):
         engine.run_tasks(None, [], cluster, lambda task, result: [], progress=progress)
