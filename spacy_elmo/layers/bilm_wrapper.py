@@ -2,8 +2,9 @@
 
 Serialised as msgpack {options, safetensors weights}: no pickle, and independent of thinc's
 default torch (de)serialiser. Before its weights are known (architecture left to the weights)
-the layer holds a `PendingBiLM`, which `install_bilm` replaces. An optimiser step writes into
-the weights in place (`BiLMShim`), which keeps the memory layout of `bilm.lstm.lay_out`.
+the layer holds a `PendingBiLM`, which the loaded biLM replaces (`in_place_of`). An optimiser
+step writes into the weights in place (`BiLMShim`), which keeps the memory layout of
+`bilm.lstm.lay_out`.
 """
 
 from __future__ import annotations
@@ -30,11 +31,8 @@ class PendingBiLM(torch.nn.Module):
 
     options = None
     lexicon = None
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stateful = False
-        self.token_cache_size = TOKEN_CACHE_SIZE
+    stateful = False
+    token_cache_size = TOKEN_CACHE_SIZE
 
 
 def bilm_layer(bilm: torch.nn.Module) -> Model[Ints3d, Floats4d]:
@@ -130,13 +128,7 @@ def _check_finite(named: list[tuple[str, torch.Tensor]], what: str) -> None:
             )
 
 
-def install_bilm(layer: Model, bilm: BiLM) -> None:
-    """Put `bilm` (another architecture than the current module's) into a `bilm_layer`."""
-    shim = layer.shims[0]
-    shim._model = _in_place_of(bilm, shim._model, shim.device)
-
-
-def _in_place_of(bilm: BiLM, current: torch.nn.Module, device: torch.device) -> BiLM:
+def in_place_of(bilm: BiLM, current: torch.nn.Module, device: torch.device) -> BiLM:
     """`bilm` on `device` with the mode and run settings of `current`, the module it replaces."""
     bilm.stateful = current.stateful
     bilm.token_cache_size = current.token_cache_size
@@ -184,4 +176,4 @@ def deserialize_bilm(bilm: BiLM, data: bytes, device: torch.device) -> BiLM:
         from ..weights.elmoformanylangs import EfmlLexicon
 
         loaded.set_lexicon(EfmlLexicon.from_json(msg["lexicon"], "serialised elmo model"))
-    return _in_place_of(loaded, bilm, device)
+    return in_place_of(loaded, bilm, device)

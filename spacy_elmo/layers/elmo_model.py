@@ -25,7 +25,7 @@ from ..bilm import BiLM, BiLMOptions
 from ..bilm.cache import BoundedCache
 from ..description.chars import batches_by_padded_tokens
 from ..description.options import DICTIONARY_FIELDS, FIELDS
-from .bilm_wrapper import install_bilm
+from .bilm_wrapper import in_place_of
 
 # The architecture keys of spacy_elmo.ElmoModel.v1 and the options.json keys they set: every
 # field of BiLMOptions but those of the character and word vocabularies (ELMo's bytes).
@@ -113,7 +113,8 @@ def set_weights(model: Model, bilm: BiLM, source: str) -> None:
     if target.options == bilm.options and target.lexicon == bilm.lexicon:
         target.load_state_dict(bilm.state_dict())
     else:  # the architecture was left open in the config: the weights decide it
-        install_bilm(model.layers[0], bilm)
+        shim = model.layers[0].shims[0]
+        shim._model = in_place_of(bilm, shim._model, shim.device)
         model.set_dim("nO", bilm.options.output_dim, force=True)
         model.set_dim("n_layers", bilm.options.n_layers + 1, force=True)
     model.attrs["cache"].clear()
@@ -134,7 +135,17 @@ def forward(
             "model.initialize() for the Thinc model alone), or load a saved pipeline"
         )
     settings: RunSettings = model.attrs["settings"]
-    units = model_units(model, docs)
+    if settings.split_sentences is None:
+        raise ValueError(
+            "the elmo model has no sentence rule: its owner sets one (the elmo component, an "
+            "ElmoMix.v1; for the model alone: architectures.set_unit_rule(model, ...))"
+        )
+    split, punct = settings.split_sentences, settings.sentence_punct
+    units = [
+        unit
+        for index, doc in enumerate(docs)
+        for unit in doc_units(doc, index, settings.max_tokens, split, punct)
+    ]
     n_layers, width = model.get_dim("n_layers"), model.get_dim("nO")  # set with the weights
     outputs = [
         model.ops.xp.zeros((n_layers, len(doc), width), dtype=settings.store_dtype) for doc in docs
@@ -166,22 +177,6 @@ def forward(
         return []
 
     return outputs, backprop
-
-
-def model_units(model: Model, docs: List[Doc]) -> List[Unit]:
-    """The biLM's input units of `docs` (`doc_units`) by the model's settings."""
-    settings: RunSettings = model.attrs["settings"]
-    if settings.split_sentences is None:
-        raise ValueError(
-            "the elmo model has no sentence rule: its owner sets one (the elmo component, an "
-            "ElmoMix.v1; for the model alone: architectures.set_unit_rule(model, ...))"
-        )
-    split, punct = settings.split_sentences, settings.sentence_punct
-    return [
-        unit
-        for index, doc in enumerate(docs)
-        for unit in doc_units(doc, index, settings.max_tokens, split, punct)
-    ]
 
 
 def _run_bilm(

@@ -91,11 +91,11 @@ def softmax_weights_and_gamma(model: Model) -> Tuple[List[float], float]:
 
 
 def init(model: Model[InT, OutT], X: Optional[InT] = None, Y: Optional[OutT] = None) -> None:
-    """Set n_layers and the parameters from the sample when n_layers was not given; check it."""
+    """Set n_layers and the parameters from the sample when n_layers was not given. The
+    sample's shapes are checked where every input's are, in the forward pass (which thinc's
+    `chain` runs on the sample right after this)."""
     if model.attrs["n_layers"] is None and X:
         _set_initial_params(model, X[0].shape[0], None)
-    if X is not None and model.attrs["n_layers"] is not None:
-        _check_inputs(X, model.attrs["n_layers"])
 
 
 def forward(model: Model[InT, OutT], Xs: InT, is_train: bool) -> Tuple[OutT, Callable]:
@@ -139,8 +139,8 @@ def forward(model: Model[InT, OutT], Xs: InT, is_train: bool) -> Tuple[OutT, Cal
             d_weights = H.reshape(n_layers, -1) @ d_mixed.reshape(-1)  # (L,) d loss / d s
             d_logits = weights * (d_weights - (d_weights * weights).sum())  # softmax backward
             d_log_gamma = (dY * Y).sum(keepdims=True).reshape(1)  # d gamma / d log_gamma = gamma
-            _inc_grad(model, "weights", d_logits)
-            _inc_grad(model, "log_gamma", d_log_gamma)
+            model.inc_grad("weights", d_logits.astype("float32", copy=False))  # the params' dtype
+            model.inc_grad("log_gamma", d_log_gamma.astype("float32", copy=False))
         dH = weights.reshape(n_layers, 1, 1) * d_mixed.reshape(1, n_tokens, width)  # (L, N, D)
         dX = _layer_norm_backward(H, inv_std, dH) if inv_std is not None else dH
         return [
@@ -216,10 +216,6 @@ def _layer_norm_backward(H: Floats3d, inv_std: Floats3d, dH: Floats3d) -> Floats
     mean_dH = dH.mean(axis=-1, keepdims=True)
     mean_dH_H = (dH * H).mean(axis=-1, keepdims=True)
     return inv_std * (dH - mean_dH - H * mean_dH_H)
-
-
-def _inc_grad(model: Model, name: str, grad: Floats1d) -> None:
-    model.inc_grad(name, grad.astype(model.get_param(name).dtype, copy=False))
 
 
 def _check_inputs(Xs: Sequence[Floats3d], n_layers: int) -> None:

@@ -18,7 +18,6 @@ sum). A downstream component's mix (`spacy_elmo.ElmoListener.v1`: a `spacy_elmo.
 layer) learns pre-softmax weights w, starting from `initial_weights`: s = softmax(w).
 """
 
-import inspect
 import os
 import warnings
 from contextlib import nullcontext
@@ -97,25 +96,13 @@ def make_elmo(
     )
 
 
-# The component's settings beside its model, with their defaults.
-SETTINGS = {
-    name: parameter.default
-    for name, parameter in inspect.signature(make_elmo).parameters.items()
-    if parameter.default is not inspect.Parameter.empty
-}
-
-
 class Elmo(Tok2Vec):
     """Runs the biLM over each doc's sentences and shares its layers with listeners (spaCy's
     `Tok2Vec` protocol: its listener map, with `ElmoLayersListener`s in it)."""
 
-    def __init__(self, vocab: Vocab, model: Model, name: str = "elmo", **settings: Any) -> None:
-        """`settings`: those of the `elmo` factory (`make_elmo`); the others take their
-        defaults (`SETTINGS`)."""
-        unknown = sorted(set(settings) - set(SETTINGS))
-        if unknown:
-            raise TypeError(f"the '{name}' component has no settings {unknown}: {list(SETTINGS)}")
-        cfg = {**SETTINGS, **settings}
+    def __init__(self, vocab: Vocab, model: Model, name: str = "elmo", **cfg: Any) -> None:
+        """`cfg`: every setting of the `elmo` factory (`make_elmo`, which builds the component
+        and holds the settings' defaults)."""
         install_extensions()
         check_quantize(cfg["quantize"], f"quantize of the '{name}' component")
         thread_count(cfg["threads"], f"threads of the '{name}' component")  # checked, not applied
@@ -206,11 +193,10 @@ class Elmo(Tok2Vec):
         for doc, doc_layers in zip(docs, layers):
             doc._.elmo_mix_coefficients = coefficients.tolist()
             doc._.elmo_layers = doc_layers  # checked against the coefficients and the doc
-            if self.cfg["set_tensor"]:
+            if self.cfg["vector_hooks"]:  # their vectors in doc.tensor (with set_tensor: the mix)
+                set_vector_hooks(doc, self.cfg["vector_layer"], vectors_as_tensor=True)
+            elif self.cfg["set_tensor"]:
                 doc.tensor = mix_layers(doc_layers, coefficients)
-            if self.cfg["vector_hooks"]:  # the vectors in doc.tensor unless the mix is there
-                tensor = not self.cfg["set_tensor"]
-                set_vector_hooks(doc, self.cfg["vector_layer"], vectors_as_tensor=tensor)
 
     # ------------------------------------------------------------------ training
     def update(

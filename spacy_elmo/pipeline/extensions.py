@@ -140,7 +140,10 @@ def _tokens_of(obj: Union[Token, Span, Doc]) -> Tuple[Doc, int, int]:
         return obj.doc, obj.start, obj.end
     if isinstance(obj, Doc):
         return obj, 0, len(obj)
-    raise TypeError(f"expected a Token, Span or Doc, got {type(obj).__name__}")
+    raise TypeError(
+        f"ELMo vectors are those of a Token, Span or Doc, got {type(obj).__name__}: a word "
+        "without its sentence has no ELMo vector"
+    )
 
 
 def _layers(obj: Union[Token, Span, Doc]):
@@ -253,13 +256,8 @@ def elmo_similarity(
     obj: Union[Token, Span, Doc], other: Union[Token, Span, Doc], vector_layer: str = "top"
 ) -> float:
     """The cosine of the ELMo vectors of `obj` and `other` (0.0 when one has norm 0)."""
-    if not isinstance(other, (Token, Span, Doc)):
-        raise TypeError(
-            f"ELMo similarity compares a Token, Span or Doc with another, got "
-            f"{type(other).__name__}: a word without its sentence has no ELMo vector"
-        )
     a = elmo_vector(obj, vector_layer)
-    b = elmo_vector(other, vector_layer)
+    b = elmo_vector(other, vector_layer)  # a Token, Span or Doc too (`_tokens_of`)
     if a.shape != b.shape:
         raise ValueError(
             f"cannot compare {_quote(obj)} with {_quote(other)}: their ELMo vectors have "
