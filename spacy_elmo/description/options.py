@@ -109,16 +109,12 @@ class BiLMOptions:
                     f"{N_CHARACTERS} (or {N_CHARACTERS - 1} as written during training)"
                 )
             values["n_characters"] = N_CHARACTERS
-        known = {section: {"max_characters_per_token"} for section in ("char_cnn", "lstm")}
-        for key, _, _ in FIELDS.values():
+        extra = copy.deepcopy(options)  # less every key read here
+        for key in [key for key, _, _ in FIELDS.values()] + ["char_cnn.max_characters_per_token"]:
             section, name = key.split(".")[:2]
-            known[section].add(name)
-        extra = {k: v for k, v in options.items() if k not in known}
-        for section, keys in known.items():
-            leftovers = {k: v for k, v in options[section].items() if k not in keys}
-            if leftovers:
-                extra[section] = leftovers
-        parsed = cls(**values, extra=copy.deepcopy(extra))
+            extra[section].pop(name, None)
+        extra = {k: v for k, v in extra.items() if v or k not in ("char_cnn", "lstm")}
+        parsed = cls(**values, extra=extra)
         parsed.validate(source)
         return parsed
 
@@ -145,10 +141,7 @@ class BiLMOptions:
         """The options.json dictionary: every field under its key (FIELDS), but a clip of None
         and the ELMoForManyLangs keys (unknown to bilm-tf) at their defaults."""
         options = copy.deepcopy(self.extra)
-        options["char_cnn"] = {
-            **options.get("char_cnn", {}),
-            "max_characters_per_token": MAX_CHARS_PER_TOKEN,
-        }
+        options.setdefault("char_cnn", {})["max_characters_per_token"] = MAX_CHARS_PER_TOKEN
         for name, (key, _, default) in FIELDS.items():
             value = getattr(self, name)
             if value is None or (name in DICTIONARY_FIELDS and value == default):
