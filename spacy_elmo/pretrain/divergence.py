@@ -4,25 +4,19 @@ finite, before such a value reaches a file, and records `DIVERGED` beside the ke
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from pathlib import Path
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ..util.files import write_text
-from .config import DIVERGENCE_REMEDIES, PretrainConfig
+from .config import PretrainConfig
 from .objective import MAX_LOG_FLOAT
 
 logger = logging.getLogger("spacy_elmo.pretrain")
 
 DIVERGED = "checkpoints/diverged.json"  # the step, what happened, the rate, the kept step
-# A mean NLL (nats a token) whose perplexity no float holds counts as a divergence (guessing
-# uniformly over 50,000 words costs about 11 nats).
-MAX_LOSS = MAX_LOG_FLOAT
 
 
 class TrainingDiverged(ValueError):
@@ -30,11 +24,12 @@ class TrainingDiverged(ValueError):
 
 
 def step_problem(loss: torch.Tensor, grad_norm: torch.Tensor) -> Optional[str]:
-    """The loss and gradient norm in words when either is not finite (or the loss past
-    MAX_LOSS); None when both are sound."""
+    """The loss and gradient norm in words when either is not finite, or the loss is a mean NLL
+    (nats a token) whose perplexity no float holds (guessing uniformly over 50,000 words costs
+    about 11 nats); None when both are sound."""
     values = torch.stack([loss.detach().float(), grad_norm.detach().float().to(loss.device)])
     loss_value, norm_value = values.tolist()
-    if math.isfinite(loss_value) and math.isfinite(norm_value) and loss_value <= MAX_LOSS:
+    if math.isfinite(loss_value) and math.isfinite(norm_value) and loss_value <= MAX_LOG_FLOAT:
         return None
     return f"the loss is {loss_value:.6g} (nats a token) and the gradient norm {norm_value:.6g}"
 
@@ -70,40 +65,3 @@ def warn_if_worse_than_guessing(dev_ppl: float, vocab_size: int, config: Pretrai
             vocab_size,
             config.learning_rate,
         )
-
-
-def divergence_error(
-    config: PretrainConfig,
-    what: str,
-    step: int,
-    rate: float,
-    kept: Optional[int],
-    kept_ppl: Optional[float],
-    checkpoint: Path,
-    record: Optional[Path],
-) -> TrainingDiverged:
-    """The error of a run diverged at `step`, saying how to go on from the checkpoint of step
-    `kept` (None: none); written to `record` (DIVERGED) unless None."""
-    if record is not None:
-        entry = {"step": step, "what": what, "learning_rate": rate, "checkpoint_step": kept}
-        write_text(record, json.dumps(entry) + "\n")
-    rates = (config.learning_rate / 10, PretrainConfig.learning_rate)
-    lower = f"{min(rates):.3g}"
-    if kept is None:
-        advice = (
-            f"no checkpoint was written before it (checkpoint_every is "
-            f"{config.checkpoint_every}): start the run again (overwrite it) with a lower "
-            f"learning_rate (e.g. {lower}) or more warmup_steps"
-        )
-    else:
-        written = "" if kept_ppl is None else f", training perplexity {kept_ppl:.4g} when written"
-        advice = (
-            f"the checkpoint of step {kept} ({checkpoint}{written}) "
-            f"is kept: resume the run from it with a lower learning_rate (e.g. {lower}); after "
-            f"a divergence a resumed run may change {', '.join(DIVERGENCE_REMEDIES)} (with the "
-            f"same settings it replays the same batches and diverges again)"
-        )
-    return TrainingDiverged(
-        f"training diverged at step {step}: {what} (learning rate {rate:.3g}); no model was "
-        f"written; {advice}"
-    )

@@ -4,6 +4,7 @@ over the run's processes (`Ranks`: without torchrun, rank 0 of 1)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -20,6 +21,7 @@ from torch import nn
 from ..bilm import batch_to_ids
 from ..util import signals
 from ..util import threads as cpu_threads
+from ..util.files import write_text
 from .checkpoint import (
     CHECKPOINT,
     load_checkpoint,
@@ -41,7 +43,7 @@ from .config import (
 from .corpus import DEV, SKIPPED, TRAIN, iter_batches, prepare_corpus, spread_sample
 from .divergence import (
     DIVERGED,
-    divergence_error,
+    TrainingDiverged,
     held_out_problem,
     step_problem,
     warn_if_worse_than_guessing,
@@ -316,19 +318,36 @@ class Pretrainer:
             bar.refresh()
 
     def _check(self, problem: Optional[str], step: Optional[int] = None) -> None:
-        """TrainingDiverged, recorded beside the checkpoint, when `problem` (a value that is
-        not finite, in words) holds on any rank; `step`: where (else the current step)."""
+        """TrainingDiverged, recorded in DIVERGED beside the checkpoint, when `problem` (a value
+        that is not finite, in words) holds on any rank; `step`: where (else the current step).
+        The message says how to go on from the last checkpoint, if any."""
         if not self.ranks.max(problem is not None):
             return
-        raise divergence_error(
-            self.config,
-            problem or "a value on another rank is not finite",
-            self.step if step is None else step,
-            self.scheduler.get_last_lr()[0],
-            self.checkpoint_step,
-            self.checkpoint_ppl,
-            self.checkpoint_path,
-            self.work / DIVERGED if self.ranks.is_main else None,
+        what = problem or "a value on another rank is not finite"
+        step = self.step if step is None else step
+        rate, kept = self.scheduler.get_last_lr()[0], self.checkpoint_step
+        if self.ranks.is_main:
+            entry = {"step": step, "what": what, "learning_rate": rate, "checkpoint_step": kept}
+            write_text(self.work / DIVERGED, json.dumps(entry) + "\n")
+        lower = f"{min(self.config.learning_rate / 10, PretrainConfig.learning_rate):.3g}"
+        if kept is None:
+            advice = (
+                f"no checkpoint was written before it (checkpoint_every is "
+                f"{self.config.checkpoint_every}): start the run again (overwrite it) with a "
+                f"lower learning_rate (e.g. {lower}) or more warmup_steps"
+            )
+        else:
+            ppl = self.checkpoint_ppl
+            written = "" if ppl is None else f", training perplexity {ppl:.4g} when written"
+            advice = (
+                f"the checkpoint of step {kept} ({self.checkpoint_path}{written}) is kept: resume "
+                f"the run from it with a lower learning_rate (e.g. {lower}); after a divergence "
+                f"a resumed run may change {', '.join(DIVERGENCE_REMEDIES)} (with the same "
+                f"settings it replays the same batches and diverges again)"
+            )
+        raise TrainingDiverged(
+            f"training diverged at step {step}: {what} (learning rate {rate:.3g}); no model was "
+            f"written; {advice}"
         )
 
     def _log(self, record: dict[str, Any]) -> None:

@@ -29,8 +29,8 @@ from spacy_elmo.layers.bilm_wrapper import BiLMShim, NonFiniteUpdate
 from spacy_elmo.layers.elmo_model import get_bilm
 from spacy_elmo.pretrain import pretrain
 from spacy_elmo.pretrain.checkpoint import load_checkpoint
-from spacy_elmo.pretrain.divergence import DIVERGED, MAX_LOSS, TrainingDiverged
-from spacy_elmo.pretrain.objective import LanguageModel, perplexity_of
+from spacy_elmo.pretrain.divergence import DIVERGED, TrainingDiverged
+from spacy_elmo.pretrain.objective import MAX_LOG_FLOAT, LanguageModel, perplexity_of
 
 from ..bilm.util import tiny_options
 from ..pipeline.pipeline_util import synthetic_docs, tiny_training_config, write_train_dev
@@ -66,7 +66,7 @@ def test_a_diverging_run_stops_at_the_step_and_keeps_the_last_finite_checkpoint(
     found = re.search(r"training diverged at step (\d+): the loss is (\S+) ", message)
     assert found and int(found[1]) == record["step"], message
     loss = float(found[2])
-    assert not math.isfinite(loss) or loss > MAX_LOSS
+    assert not math.isfinite(loss) or loss > MAX_LOG_FLOAT
     assert "no model was written" in message
     assert not (run / "model").exists()
     kept = record["checkpoint_step"]
