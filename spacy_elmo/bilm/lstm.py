@@ -360,17 +360,10 @@ def padded_outputs(run: PackedRun) -> tuple[list[torch.Tensor], list[torch.Tenso
     for direction, layer_outputs in enumerate(run.outputs):
         padded = [
             pad_packed_sequence(
-                PackedSequence(
-                    output,
-                    run.packing.batch_sizes,
-                    run.packing.sorted_indices,
-                    run.packing.unsorted_indices,
-                ),
-                batch_first=True,
-                total_length=time,
+                run.packing._replace(data=output), batch_first=True, total_length=time
             )[0]
             for output in layer_outputs
-        ]  # L x (batch, time + 2, P)
+        ]  # L x (batch, time + 2, P), packed as the forward inputs were
         if direction == 1:
             padded = [_gather_time(output, run.reverse_index) for output in padded]
         directions.append(padded)

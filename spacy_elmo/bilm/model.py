@@ -309,11 +309,9 @@ class BiLM(BiLMFiles, nn.Module):
     def weights_changed(self) -> None:
         """Say that the weights were written where torch's version counters do not see it
         (through `.data`, as the fine-tuning step does, `layers.bilm_wrapper.BiLMShim`): what
-        was computed from the old weights is dropped (the token cache, the weights' copies of
-        `quantize`), and `weights_generation` tells copies of the biLM elsewhere (the `elmo`
-        component's process) to take the new weights."""
+        was computed from the old weights is dropped: the weights' copies of `quantize` now,
+        and the token cache, keyed by `weights_generation`, at its next read."""
         self.weights_generation += 1
-        self.token_cache.clear()
         if self.bf16_layers is not None:  # the bfloat16 copies of the weights made anew
             self.bf16_layers = [lstm.Bf16Layer() for _ in self.bf16_layers]
 
