@@ -1,14 +1,7 @@
 """Pure-PyTorch ELMo biLM (no spaCy or Thinc imports in this package)."""
 
-from ..description.chars import batch_to_ids, token_to_char_ids
+from ..description.chars import batch_to_ids
 from ..description.options import BiLMOptions
 from .model import BiLM, BiLMActivations, BiLMOutput
 
-__all__ = [
-    "BiLM",
-    "BiLMActivations",
-    "BiLMOptions",
-    "BiLMOutput",
-    "batch_to_ids",
-    "token_to_char_ids",
-]
+__all__ = ["BiLM", "BiLMActivations", "BiLMOptions", "BiLMOutput", "batch_to_ids"]
