@@ -132,39 +132,3 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise ValueError(f"checkpoint {path}: 'model' holds values that are not tensors")
     check_weights(model, f"checkpoint {path}")
     return state
-
-
-def training_state(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, device: torch.device
-) -> dict[str, Any]:
-    """The weights, the optimizer's, scheduler's and random number generators' state."""
-    return {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-    }
-
-
-def restore_training_state(
-    checkpoint: dict[str, Any],
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    device: torch.device,
-    path: Path,
-) -> None:
-    """Put `training_state` back; ValueError when the checkpoint at `path` does not fit."""
-    try:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        torch.set_rng_state(checkpoint["torch_rng"])
-        if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
-    except (RuntimeError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(
-            f"checkpoint {path} does not fit this run's model: "
-            f"{str(err).splitlines()[0] if str(err) else err!r}"
-        ) from None

@@ -27,9 +27,7 @@ from .checkpoint import (
     load_checkpoint,
     locked_run_directory,
     prepare_run_directory,
-    restore_training_state,
     save_checkpoint,
-    training_state,
 )
 from .config import (
     DEFAULT_MAX_STEPS,
@@ -161,14 +159,7 @@ class Pretrainer:
         self.train_seconds = 0.0
         self.checkpoint_step: Optional[int] = None
         if checkpoint is not None:
-            restore_training_state(
-                checkpoint,
-                self.model,
-                self.optimizer,
-                self.scheduler,
-                self.device,
-                self.checkpoint_path,
-            )
+            self._restore(checkpoint)
             self.step = self.checkpoint_step = checkpoint["step"]
             self.tokens_seen = checkpoint["tokens_seen"]
             self.train_seconds = float(checkpoint["train_seconds"])
@@ -190,6 +181,22 @@ class Pretrainer:
         self.stop_signal: Optional[int] = None
         self.last_train_ppl: Optional[float] = None  # the last one logged
         self.checkpoint_ppl: Optional[float] = None  # the last one logged before the checkpoint
+
+    def _restore(self, checkpoint: dict[str, Any]) -> None:
+        """The weights, the optimizer's, scheduler's and random number generators' state that
+        `save_checkpoint` wrote; ValueError when they do not fit this run's model."""
+        try:
+            self.model.load_state_dict(checkpoint["model"])
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+            self.scheduler.load_state_dict(checkpoint["scheduler"])
+            torch.set_rng_state(checkpoint["torch_rng"])
+            if self.device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(checkpoint["cuda_rng"], self.device)
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"checkpoint {self.checkpoint_path} does not fit this run's model: "
+                f"{str(err).splitlines()[0] if str(err) else err!r}"
+            ) from None
 
     def _set_learning_rate(self) -> None:
         """The scheduler's rates from `config` (a resume that changed them after a divergence)."""
@@ -371,9 +378,14 @@ class Pretrainer:
         self._check(weights_problem(self.model, self.optimizer))
         self.ranks.barrier()
         if self.ranks.is_main:
+            cuda = self.device.type == "cuda"
             state = {
                 "config": asdict(self.config),
-                **training_state(self.model, self.optimizer, self.scheduler, self.device),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state(self.device) if cuda else None,
                 "step": self.step,
                 "tokens_seen": self.tokens_seen,
                 "train_seconds": self.train_seconds,
