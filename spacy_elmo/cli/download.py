@@ -41,6 +41,7 @@ def download(
     file is recorded (size, sha256) only once it checks whole against the name's
     architecture; cached files are verified against that record, and --force downloads them
     again and replaces it."""
+    from ..util.download import RECORD_NAME
     from ..weights import published
 
     cached = not force and published.cached_files(name) is not None
@@ -53,6 +54,6 @@ def download(
         else "downloaded and checked whole, size and sha256 in"
     )
     typer.echo(
-        f"{name}: {state} {options_file.parent / published.RECORD_NAME}; {options_file.name} "
+        f"{name}: {state} {options_file.parent / RECORD_NAME}; {options_file.name} "
         f"and {weights_file.name} are in {options_file.parent}; use it as --model {name}"
     )

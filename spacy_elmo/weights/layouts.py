@@ -90,13 +90,6 @@ def _conversions(
                 yield {f"{prefix}/W_P_0": (d, p)}, projection, _stacked, _stacked
 
 
-def expected_datasets(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
-    """Every dataset a bilm-tf weights file for these options holds, with its shape."""
-    return {
-        name: shape for datasets, *_ in _conversions(options) for name, shape in datasets.items()
-    }
-
-
 def read_datasets(
     weight_file: Path, options: BiLMOptions, described_by: str
 ) -> Iterator[tuple[str, numpy.ndarray]]:
@@ -107,7 +100,7 @@ def read_datasets(
 
     if not weight_file.exists():
         raise MissingFileError(2, "ELMo weights file does not exist", str(weight_file))
-    expected = expected_datasets(options)
+    expected = {name: shape for names, *_ in _conversions(options) for name, shape in names.items()}
     source = f"weights file {weight_file}"
     try:
         # h5py's finalizers would lose a stop raised inside them (corpus.embed_file.hdf5_written)

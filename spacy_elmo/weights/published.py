@@ -16,7 +16,6 @@ from typing import Any, Optional
 
 from ..util.download import (
     PART_SUFFIX,
-    RECORD_NAME,  # noqa: F401 - the record's name in each <shape>/ folder, for callers
     RETRIES,
     ChecksumError,
     DownloadError,

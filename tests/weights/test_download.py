@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.description.options import BiLMOptions
+from spacy_elmo.util.download import RECORD_NAME
 from spacy_elmo.util.json_files import MissingFileError
 from spacy_elmo.weights import published
 from spacy_elmo.weights.published import ChecksumError, DownloadError, download
@@ -242,7 +243,7 @@ def cached(model=SMALL) -> Path:
 
 
 def record(model=SMALL) -> dict:
-    path = cached(model) / published.RECORD_NAME
+    path = cached(model) / RECORD_NAME
     return json.loads(path.read_text())["files"] if path.exists() else {}
 
 
@@ -256,9 +257,9 @@ def test_download_then_load_by_name(mirror, fixture_files, source):
     assert options.read_bytes() == fixture_files["options"]
     assert weights.read_bytes() == fixture_files["weights"]
     assert sorted(p.name for p in cached().iterdir() if p.suffix != ".lock") == sorted(
-        [SMALL.options_name, SMALL.weights_name, published.RECORD_NAME]
+        [SMALL.options_name, SMALL.weights_name, RECORD_NAME]
     )
-    record = json.loads((cached() / published.RECORD_NAME).read_text())["files"]
+    record = json.loads((cached() / RECORD_NAME).read_text())["files"]
     for name, key in ((SMALL.options_name, "options"), (SMALL.weights_name, "weights")):
         assert record[name]["size"] == len(fixture_files[key])
         assert record[name]["sha256"] == hashlib.sha256(fixture_files[key]).hexdigest()
@@ -538,7 +539,7 @@ def test_a_bad_copy_in_the_cache_is_found_and_force_replaces_it(mirror, fixture_
     (folder / SMALL.options_name).write_bytes(fixture_files["options"])
     (folder / SMALL.weights_name).write_bytes(bad)
     entry = {"size": len(bad), "sha256": hashlib.sha256(bad).hexdigest()}
-    (folder / published.RECORD_NAME).write_text(json.dumps({"files": {SMALL.weights_name: entry}}))
+    (folder / RECORD_NAME).write_text(json.dumps({"files": {SMALL.weights_name: entry}}))
     result = CliRunner().invoke(app, ["download", "small", "-q"])
     assert result.exit_code == 1, result.output
     assert "not a whole weights file" in result.stderr and "--force" in result.stderr
@@ -584,7 +585,7 @@ def test_a_whole_file_found_in_the_cache_without_a_record_is_checked_before_reco
 def test_a_malformed_record_is_an_error_naming_it(mirror, fixture_files, text, reason):
     folder = cached()
     folder.mkdir(parents=True)
-    path = folder / published.RECORD_NAME
+    path = folder / RECORD_NAME
     path.write_bytes(text.encode("latin-1"))
     form = re.escape('{"files": {name: {"size": bytes, "sha256": hex digest}}}')
     pattern = rf"checksum record {path} is not {form} \(.*({reason})"
