@@ -23,8 +23,6 @@ OUTPUT_FORMATS = ("all", "top", "average")
 MAX_TOKENS = 256
 COMPRESSIONS = ("gzip", "lzf")
 CHUNK_LINES = 1024  # lines read, tokenised and embedded at a time
-# float16 keeps 11 significant bits: rounding to nearest stays within a relative 2**-11.
-FLOAT16_RELATIVE_ERROR = 2.0**-11
 
 
 @dataclass(frozen=True)

@@ -27,19 +27,7 @@ class InputFile:
     output_rel: Path  # REL/NAME<output suffix>, REL relative to INPUT's folder or glob
     sha256: str
     lines: int  # lines of text (.txt), JSON objects (.jsonl), documents (.spacy)
-    offsets: tuple[int, ...]  # byte offset of each shard's first line (one shard: (0,))
-    shard_lines: int
-
-    def shards(self) -> list[LineRange]:
-        """The line ranges of the file's shards (one for a file of at most `shard_lines`)."""
-        return [
-            LineRange(
-                i * self.shard_lines,
-                offset,
-                min(self.shard_lines, self.lines - i * self.shard_lines),
-            )
-            for i, offset in enumerate(self.offsets)
-        ]
+    shards: tuple[LineRange, ...]  # one for a file of at most the shard size
 
 
 def find_inputs(spec: str | Path, suffixes: Sequence[str]) -> tuple[Path, list[Path]]:
@@ -183,7 +171,8 @@ def plan_inputs(
 def scan(
     path: Path, output_rel: Path, shard_lines: int, text_key: Optional[str] = None
 ) -> InputFile:
-    """Read `path` once: sha256, lines, shard offsets; ValueError if unreadable, empty or bad."""
+    """Read `path` once: sha256, lines, shards of `shard_lines` lines (each with its first line's
+    byte offset); ValueError if unreadable, empty or bad."""
     digest = hashlib.sha256()
     try:
         if path.suffix == ".spacy":
@@ -210,7 +199,11 @@ def scan(
         ) from None
     if lines == 0:
         raise ValueError(f"input file {printable(path)} is empty")
-    return InputFile(path, output_rel, digest.hexdigest(), lines, tuple(offsets), shard_lines)
+    shards = tuple(
+        LineRange(first, offset, min(shard_lines, lines - first))
+        for first, offset in zip(range(0, lines, shard_lines), offsets)
+    )
+    return InputFile(path, output_rel, digest.hexdigest(), lines, shards)
 
 
 def _scan_docbin(path: Path, output_rel: Path) -> InputFile:
@@ -224,7 +217,8 @@ def _scan_docbin(path: Path, output_rel: Path) -> InputFile:
         raise ValueError(f"input file {printable(path)} is not a spaCy DocBin ({err})") from None
     if count == 0:
         raise ValueError(f"input file {printable(path)} is empty (a DocBin without documents)")
-    return InputFile(path, output_rel, hashlib.sha256(data).hexdigest(), count, (0,), count)
+    whole = (LineRange(0, 0, count),)
+    return InputFile(path, output_rel, hashlib.sha256(data).hexdigest(), count, whole)
 
 
 def _check_json_line(path: Path, number: int, line: str, text_key: str) -> None:

@@ -116,7 +116,7 @@ def run_corpus(
                 result.skipped.append(item.output_rel.as_posix())
                 continue
             by_output[output] = item
-            shards = item.shards()
+            shards = item.shards
             if len(shards) == 1:
                 payload = {"kind": "whole", "input": str(item.path), "output": str(output)}
                 tasks.append(Task(printable(item.path), item.lines, payload))

@@ -456,7 +456,7 @@ def test_whole_parts_of_an_interrupted_run_are_reused_never_others(
     source = resolve_source(None, tiny["options_file"], tiny["weights_file"])
     key = work_key(file_sha256(text), model_identity(source), EmbedJob(None, **tiny).options())
     (item,) = plan_inputs(tmp_path / "in", out, (".txt",), ".hdf5", 10)
-    middle = item.shards()[1]
+    middle = item.shards[1]
     part = out / f".big.hdf5.parts-{key}" / f"{middle.first:012d}-{middle.count}.hdf5"
     embed_file(tiny_bilm, text, part, progress=False, lines=middle)
     stale = out / ".big.hdf5.parts-0123456789abcdef" / f"{middle.first:012d}-{middle.count}.hdf5"

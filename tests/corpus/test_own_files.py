@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.corpus import apply_corpus, embed_corpus
+from spacy_elmo.corpus.embed_file import LineRange
 from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
 from spacy_elmo.corpus.runner import (
     LOCK_NAME,
@@ -382,7 +383,7 @@ def _record(folder: Path, name: str = "a.hdf5", **changes) -> dict:
     model = {"kind": "saved", "name": "m", "sha256": "m1"}
     source = folder / "in" / "é.txt"  # named in the record, never read: absent
     assert not source.exists()
-    item = InputFile(source, Path(name), "s1", 3, (0,), 3)
+    item = InputFile(source, Path(name), "s1", 3, (LineRange(0, 0, 3),))
     record = make_record(item, folder / name, 3, model, {}, "o")
     return {**record, **changes}
 

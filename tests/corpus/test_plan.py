@@ -16,7 +16,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.corpus import embed_corpus
 from spacy_elmo.corpus.apply import apply_corpus
 from spacy_elmo.corpus.embed import join_hdf5
-from spacy_elmo.corpus.embed_file import FLOAT16_RELATIVE_ERROR, LineRange, embed_file, read_lines
+from spacy_elmo.corpus.embed_file import LineRange, embed_file, read_lines
 from spacy_elmo.corpus.engine import require_ray
 from spacy_elmo.corpus.plan import InputFile, find_inputs, plan_inputs
 from spacy_elmo.corpus.runner import (
@@ -80,12 +80,12 @@ def test_shards_read_back_the_lines_of_the_file(tmp_path):
     path.parent.mkdir()
     path.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode("utf-8"))  # BOM, no final newline
     (item,) = plan_inputs(tmp_path / "in", tmp_path / "out", (".txt",), ".hdf5", shard_lines=5)
-    assert item.lines == 23 and len(item.shards()) == 5
-    assert [r.count for r in item.shards()] == [5, 5, 5, 5, 3]
-    read = [line for r in item.shards() for line in read_lines(path, r)]
+    assert item.lines == 23 and len(item.shards) == 5
+    assert [r.count for r in item.shards] == [5, 5, 5, 5, 3]
+    read = [line for r in item.shards for line in read_lines(path, r)]
     assert read == lines == list(read_lines(path))
     (whole,) = plan_inputs(tmp_path / "in", tmp_path / "out", (".txt",), ".hdf5", shard_lines=23)
-    assert whole.shards() == [LineRange(0, 0, 23)]
+    assert whole.shards == (LineRange(0, 0, 23),)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_manifest_records_what_is_done(tmp_path):
     options = {"float16": False}
     source = tmp_path / "in" / "a.txt"  # named in the record, never read: absent
     assert not source.exists()
-    item = InputFile(source, Path("a.hdf5"), "s1", 3, (0,), 3)
+    item = InputFile(source, Path("a.hdf5"), "s1", 3, (LineRange(0, 0, 3),))
     record = make_record(item, tmp_path / "a.hdf5", 3, model, options, "o")
     append_record(tmp_path, record)
     with open(tmp_path / MANIFEST_NAME, "a") as handle:
@@ -243,7 +243,7 @@ def test_float16_and_compression_against_float32(tmp_path, tiny):
             half = f16[key][()]
             assert half.dtype == numpy.float16
             # round to nearest: within half the spacing, 2**-11 of the value (normal numbers)
-            bound = numpy.maximum(numpy.abs(exact) * FLOAT16_RELATIVE_ERROR, 2.0**-25)
+            bound = numpy.maximum(numpy.abs(exact) * 2.0**-11, 2.0**-25)
             assert numpy.all(numpy.abs(half.astype(numpy.float32) - exact) <= bound)
     with pytest.raises(ValueError, match="compression must be one of"):
         embed_file(tiny, text, tmp_path / "x.hdf5", progress=False, compression="zstd")
