@@ -1,8 +1,8 @@
 """Corpus scale: embed or annotate many files across processes, machines and GPUs on Ray.
 
-plan.py checks the inputs and cuts them into shards; runner.py drives a run (lock, manifest.py:
-the output folder's records and temporary files); engine.py runs the shards on Ray actors
-(reaper.py ends what they leave); embed.py and apply.py are the two jobs.
+plan.py checks the inputs and cuts them into shards; runner.py drives a run and keeps the output
+folder's own files (lock, manifest, parts, temporary files); engine.py runs the shards on Ray
+actors (reaper.py ends what they leave); embed.py and apply.py are the two jobs.
 """
 
 from .apply import apply_corpus

@@ -218,7 +218,7 @@ def _parts_dir(output_dir: Path, item: InputFile, model: dict, options: dict) ->
 
 
 def _remove_temporary_files(output_dir: Path, inputs: list[InputFile], parts: set[Path]) -> None:
-    """Remove the temporary files (manifest.py) made, by this run or an interrupted one, for the
+    """Remove the temporary files (`owned_name`) made, by this run or an interrupted one, for the
     files this run writes (its outputs, the manifest; in its folders of parts `parts`, any), and
     its outputs' other folders of parts (of another input, model or options): one scan of each
     folder."""
