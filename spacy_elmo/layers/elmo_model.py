@@ -75,14 +75,6 @@ def architecture_of(options: BiLMOptions) -> Dict[str, Any]:
     return values
 
 
-def _same_value(key: str, configured: Any, given: Any) -> bool:
-    """Whether a configured architecture value is the weights' (`architecture_of`, where no
-    clipping is 0, as a falsy clip in the config)."""
-    if key == "filters":
-        configured = [list(map(int, f)) for f in configured]
-    return configured == given
-
-
 def default_bilm() -> BiLM:
     """The biLM of a model given no weights: the English biLM that ships in the package."""
     return BiLM.load("bundled")
@@ -101,7 +93,7 @@ def set_weights(model: Model, bilm: BiLM, source: str) -> None:
     diffs = [
         f"{ARCHITECTURE_KEYS[key]}: config {value!r}, weights {given[key]!r} ({key})"
         for key, value in model.attrs["architecture"].items()
-        if not _same_value(key, value, given[key])
+        if value != given[key]
     ]
     if diffs:
         raise ValueError(

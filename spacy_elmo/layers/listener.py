@@ -66,12 +66,12 @@ def listener_init(model: ElmoLayersListener, X=None, Y=None) -> None:
     model.attrs["initializing"] = True
 
 
-def set_listener_dims(model: ElmoLayersListener, width: int, n_layers: int) -> None:
-    """Fill a listener's unknown width and n_layers (known values are kept for the check)."""
-    if model.maybe_get_dim("nO") is None:
-        model.set_dim("nO", width)
-    if model.maybe_get_dim("n_layers") is None:
-        model.set_dim("n_layers", n_layers)
+def set_listener_dims(model: Model, width: Optional[int], n_layers: Optional[int]) -> None:
+    """Fill a listener's unknown width and n_layers where they are given (known values are
+    kept for the check)."""
+    for dim, value in (("nO", width), ("n_layers", n_layers)):
+        if model.maybe_get_dim(dim) is None:
+            model.set_dim(dim, value)
 
 
 def listener_forward(

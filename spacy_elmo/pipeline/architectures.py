@@ -76,6 +76,8 @@ def ElmoModel(
         raise ValueError(f"cache_tokens must be non-negative, got {cache_tokens}")
     if cache_mb is not None and cache_mb < 0:
         raise ValueError(f"cache_mb must be non-negative or null, got {cache_mb}")
+    if filters is not None:  # lists of ints, compared with `architecture_of` of the weights
+        filters = [list(map(int, f)) for f in filters]
     architecture = {
         "char_embedding_dim": char_embedding_dim,
         "filters": filters,
@@ -258,16 +260,12 @@ def record_architecture(nlp, name: str, model: Model, listening: List[str]) -> N
     config = nlp.get_pipe_config(name)["model"]
     if config.get("@architectures") == MODEL:
         filled = architecture_of(get_bilm(model).options)
-        for key in ARCHITECTURE_KEYS:
-            if config.get(key) is None:
-                config[key] = filled[key]
+        config.update({key: value for key, value in filled.items() if config.get(key) is None})
     dims = {"width": model.get_dim("nO"), "n_layers": model.get_dim("n_layers")}
     for component in listening:
         if component in nlp.component_names:
             for block in _listener_configs(nlp.get_pipe_config(component), name):
-                for key, value in dims.items():
-                    if block.get(key) is None:
-                        block[key] = value
+                block.update({key: dim for key, dim in dims.items() if block.get(key) is None})
 
 
 def _listener_configs(config: Any, upstream: str) -> Iterable[Dict[str, Any]]:

@@ -158,8 +158,7 @@ class Elmo(Tok2Vec):
     def add_listener(self, listener: ElmoLayersListener, component_name: str) -> None:
         super().add_listener(listener, component_name)
         width, n_layers = self.model.maybe_get_dim("nO"), self.model.maybe_get_dim("n_layers")
-        if width is not None and n_layers is not None:  # the biLM is known: fill open dims
-            set_listener_dims(listener, width, n_layers)
+        set_listener_dims(listener, width, n_layers)  # None while the biLM is not known
         # spaCy links components again once all are initialized: from then on, docs without
         # layers at inference are worth a warning.
         listener.attrs["initializing"] = False
@@ -263,8 +262,8 @@ class Elmo(Tok2Vec):
         doc_sample = [eg.reference for eg in islice(get_examples(), 10)]
         self.model.initialize(X=doc_sample)
         self._fit_listeners()
-        n_layers = self.model.get_dim("n_layers")
-        mix_coefficients(self.cfg["mix_weights"], self.cfg["gamma"], n_layers)  # checked
+        # mix_weights checked, now that the biLM's number of layers is known
+        mix_coefficients(self.cfg["mix_weights"], self.cfg["gamma"], self.model.get_dim("n_layers"))
         if nlp is None:
             return
         record_architecture(nlp, self.name, self.model, self.listening_components)

@@ -167,10 +167,9 @@ def install_extensions() -> None:
         Doc.set_extension("elmo_mix_coefficients", default=None)
         Doc.set_extension("elmo_vector_layer", default=None)
         Doc.set_extension("elmo", getter=_mix)
-        Span.set_extension("elmo_layers", getter=_layers)
-        Span.set_extension("elmo", getter=_mix)
-        Token.set_extension("elmo_layers", getter=_layers)
-        Token.set_extension("elmo", getter=_mix)
+        for span_or_token in (Span, Token):  # views of the doc's layers and mix
+            span_or_token.set_extension("elmo_layers", getter=_layers)
+            span_or_token.set_extension("elmo", getter=_mix)
         srsly.msgpack_encoders.register("spacy_elmo_cupy", func=_encode_cupy)
 
 

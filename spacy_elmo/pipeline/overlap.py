@@ -48,14 +48,13 @@ def overlapped_pipe(
     another call."""
     error_handler = component.get_error_handler()
     threads = bilm_threads(component.cfg["threads"], overlapped=True)
-    name = f"{component.name}-bilm"
     pending: Optional[BatchAhead] = None
     ahead: Optional[BatchAhead] = None
     try:
         for docs in minibatch(stream, size=batch_size):
             if pending is not None:
                 pending.join()  # one prediction at a time: two would hold two batches' layers
-            ahead = BatchAhead(name, component.predict, docs, threads)
+            ahead = BatchAhead(f"{component.name}-bilm", component.predict, docs, threads)
             if pending is not None:
                 yield from _finish(component, pending, error_handler)
             pending = ahead
