@@ -31,7 +31,7 @@ from .plan import InputFile
 LOCK_NAME = ".spacy-elmo.lock"
 MANIFEST_NAME = "manifest.jsonl"
 PARTS_MARK = ".parts-"
-# A folder of parts beside output NAME: .NAME<PARTS_MARK>KEY, KEY the output's `work_key`.
+# A folder of parts beside output NAME: .NAME<PARTS_MARK>KEY (`parts_dir`).
 PARTS_FOLDER = re.compile(r"^\.(?P<name>.+)" + re.escape(PARTS_MARK) + "[0-9a-f]{16}$", re.DOTALL)
 # A part's name in its folder: FIRST-COUNT<suffix> (FIRST: the range's first line, 0-based).
 PART_NAME = re.compile(r"^[0-9]{12}-[0-9]+\.[a-z0-9]+$")
@@ -100,7 +100,7 @@ def run_corpus(
         _check_replaceable(output_dir, inputs, read_manifest(output_dir))
     with output_lock(output_dir, command):
         records = read_manifest(output_dir)  # before anything is written: it may be refused
-        parts_dirs = {item: _parts_dir(output_dir, item, model, options) for item in inputs}
+        parts_dirs = {item: parts_dir(output_dir, item, model, options) for item in inputs}
         _remove_temporary_files(output_dir, inputs, set(parts_dirs.values()))
         compact_manifest(output_dir, records)
         tasks: list[Task] = []
@@ -109,7 +109,7 @@ def run_corpus(
         by_output: dict[Path, InputFile] = {}
         for item in inputs:
             output = output_dir / item.output_rel
-            parts_dir = parts_dirs[item]
+            folder = parts_dirs[item]
             if is_done(
                 records.get(item.output_rel.as_posix()), output_dir, item.sha256, model, options
             ):
@@ -121,7 +121,7 @@ def run_corpus(
                 payload = {"kind": "whole", "input": str(item.path), "output": str(output)}
                 tasks.append(Task(printable(item.path), item.lines, payload))
                 continue
-            parts = [parts_dir / f"{r.first:012d}-{r.count}{output.suffix}" for r in shards]
+            parts = [folder / f"{r.first:012d}-{r.count}{output.suffix}" for r in shards]
             join = Task(
                 f"{printable(item.path)} (joining {len(parts)} parts)",
                 0,
@@ -131,8 +131,8 @@ def run_corpus(
             if not todo:
                 tasks.append(join)
                 continue
-            joins[parts_dir] = join
-            remaining_parts[parts_dir] = len(todo)
+            joins[folder] = join
+            remaining_parts[folder] = len(todo)
             for r, part in todo:
                 payload = {"kind": "part", "input": str(item.path), "output": str(part), "range": r}
                 name = f"{printable(item.path)} lines {r.first + 1}-{r.first + r.count}"
@@ -212,9 +212,13 @@ def _check_replaceable(output_dir: Path, inputs: list[InputFile], records: dict)
             )
 
 
-def _parts_dir(output_dir: Path, item: InputFile, model: dict, options: dict) -> Path:
+def parts_dir(output_dir: Path, item: InputFile, model: dict, options: dict) -> Path:
+    """The folder of parts of `item`'s output: .NAME<PARTS_MARK>KEY beside it, KEY a short name
+    for (input, model, options), so that only parts of the same work are joined."""
     output = output_dir / item.output_rel
-    return output.parent / f".{output.name}{PARTS_MARK}{work_key(item.sha256, model, options)}"
+    text = json.dumps([item.sha256, model.get("sha256"), options], sort_keys=True)
+    key = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return output.parent / f".{output.name}{PARTS_MARK}{key}"
 
 
 def _remove_temporary_files(output_dir: Path, inputs: list[InputFile], parts: set[Path]) -> None:
@@ -392,12 +396,6 @@ def is_done(
     except OSError:
         return False
     return stat.st_size == record.get("bytes") and stat.st_mtime_ns == record.get("mtime_ns")
-
-
-def work_key(input_sha256: str, model: dict[str, Any], options: dict[str, Any]) -> str:
-    """A short name for (input, model, options): the parts of one output share it."""
-    text = json.dumps([input_sha256, model.get("sha256"), options], sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def owned_name(filename: str) -> Optional[str]:

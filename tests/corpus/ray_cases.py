@@ -448,16 +448,17 @@ def test_whole_parts_of_an_interrupted_run_are_reused_never_others(
     """A part left whole by an interrupted run (same input, model, options) is joined without
     being embedded again; parts of another input or model (another key) are deleted unused."""
     from spacy_elmo.corpus.embed import model_identity
-    from spacy_elmo.corpus.runner import work_key
+    from spacy_elmo.corpus.runner import parts_dir
     from spacy_elmo.weights.sources import resolve_source
 
     text = write(tmp_path / "in" / "big.txt", sentences(30, seed=40))
     out = tmp_path / "out"
     source = resolve_source(None, tiny["options_file"], tiny["weights_file"])
-    key = work_key(file_sha256(text), model_identity(source), EmbedJob(None, **tiny).options())
     (item,) = plan_inputs(tmp_path / "in", out, (".txt",), ".hdf5", 10)
+    folder = parts_dir(out, item, model_identity(source), EmbedJob(None, **tiny).options())
+    assert folder.parent == out and folder.name.startswith(".big.hdf5.parts-")
     middle = item.shards[1]
-    part = out / f".big.hdf5.parts-{key}" / f"{middle.first:012d}-{middle.count}.hdf5"
+    part = folder / f"{middle.first:012d}-{middle.count}.hdf5"
     embed_file(tiny_bilm, text, part, progress=False, lines=middle)
     stale = out / ".big.hdf5.parts-0123456789abcdef" / f"{middle.first:012d}-{middle.count}.hdf5"
     stale.parent.mkdir(parents=True)
