@@ -43,8 +43,7 @@ def find_inputs(spec: str | Path, suffixes: Sequence[str]) -> tuple[Path, list[P
     elif path.is_file():
         root, found = path.resolve().parent, [path.resolve()]
     elif glob.has_magic(text):
-        root, pattern = _split_pattern(text)
-        found = [p for p in _glob_files(root, pattern) if os.path.isfile(p)]
+        root, found = _glob_files(text)
     else:
         raise FileNotFoundError(
             f"input {printable(text)} is not a file, a folder or a glob pattern"
@@ -96,24 +95,19 @@ def walk_files(root: Path, hidden: bool = True, max_depth: Optional[int] = None)
         yield from tree(links.popleft())
 
 
-def _split_pattern(text: str) -> tuple[Path, tuple[str, ...]]:
-    """The folder before the first component of a glob pattern with a wildcard, and the rest."""
+def _glob_files(text: str) -> tuple[Path, list[str]]:
+    """The folder before the first component of glob pattern `text` with a wildcard, and the
+    files under it whose path below it matches the rest, with glob.glob's rules (`**` any number
+    of folders; a wildcard matches no name starting with "." unless the pattern's)."""
     parts = Path(text).expanduser().parts
     fixed = next((i for i, part in enumerate(parts) if glob.has_magic(part)), len(parts))
     root = Path(os.path.abspath(Path(*parts[:fixed]))) if fixed else Path.cwd()
-    return root, parts[fixed:]
-
-
-def _glob_files(root: Path, pattern: tuple[str, ...]) -> Iterator[str]:
-    """The files under `root` whose path below it matches `pattern`, with glob.glob's rules (`**`
-    any number of folders; a wildcard matches no name starting with "." unless the pattern's)."""
-    if not root.is_dir():
-        return
+    pattern = parts[fixed:]
     hidden = any(part.startswith(".") for part in pattern)
     depth = None if "**" in pattern else len(pattern) - 1
-    for path in walk_files(root, hidden=hidden, max_depth=depth):
-        if _matches(Path(path).relative_to(root).parts, pattern):
-            yield path
+    found = walk_files(root, hidden=hidden, max_depth=depth)  # none where root is no folder
+    matches = [p for p in found if _matches(Path(p).relative_to(root).parts, pattern)]
+    return root, [p for p in matches if os.path.isfile(p)]
 
 
 def _matches(names: Sequence[str], pattern: Sequence[str]) -> bool:
