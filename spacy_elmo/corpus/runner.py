@@ -116,18 +116,17 @@ def run_corpus(
                 result.skipped.append(item.output_rel.as_posix())
                 continue
             by_output[output] = item
-            shards = item.shards
-            if len(shards) == 1:
+            if len(item.shards) == 1:
                 payload = {"kind": "whole", "input": str(item.path), "output": str(output)}
                 tasks.append(Task(printable(item.path), item.lines, payload))
                 continue
-            parts = [folder / f"{r.first:012d}-{r.count}{output.suffix}" for r in shards]
+            parts = [folder / f"{r.first:012d}-{r.count}{output.suffix}" for r in item.shards]
             join = Task(
                 f"{printable(item.path)} (joining {len(parts)} parts)",
                 0,
                 {"kind": "join", "parts": [str(p) for p in parts], "output": str(output)},
             )
-            todo = [(r, p) for r, p in zip(shards, parts) if not p.exists()]
+            todo = [(r, p) for r, p in zip(item.shards, parts) if not p.exists()]
             if not todo:
                 tasks.append(join)
                 continue
