@@ -17,10 +17,9 @@ README_MAX_LINES = 200
 PAGE_MAX_LINES = 350
 PAGES_WITHOUT_LIMIT = ("API.md", "MODEL.md")  # generated; the model section by section
 MODULE_MAX_LINES = 500
-# The package today (12,510 lines, 9,176 of code on 2026-12-07, night), rounded up: it may only
-# shrink. The goal is 12,500 lines and 9,000 of code; lower these as it gets there.
-PACKAGE_MAX_LINES = 12_550
-PACKAGE_MAX_CODE_LINES = 9_200
+# The package's limits (12,230 lines, 8,953 of code on 2026-12-07): it may not grow past them.
+PACKAGE_MAX_LINES = 12_500
+PACKAGE_MAX_CODE_LINES = 9_000
 PATH_EDIT = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*[+]?=")
 LAYOUT_TOKENS = {
     tokenize.COMMENT,

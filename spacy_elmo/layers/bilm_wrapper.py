@@ -109,7 +109,7 @@ class BiLMShim(PyTorchShim):
             # backpropagated after it (spaCy's listeners lag one step) is not invalidated.
             weight.data.copy_(new)
         # which torch's version counters do not see: the biLM drops what it computed from the
-        # old weights, and its copies elsewhere take the new ones
+        # old weights
         self._model.weights_changed()
 
 
