@@ -35,7 +35,7 @@ def _each(convert: Callable[[numpy.ndarray], numpy.ndarray]) -> Convert:
 
 
 def _stacked(arrays: list[numpy.ndarray]) -> list[numpy.ndarray]:
-    """The arrays transposed and stacked by rows (one array: transposed)."""
+    """The arrays transposed and stacked by rows."""
     return [numpy.concatenate([array.T for array in arrays])]
 
 
@@ -53,6 +53,7 @@ def _conversions(
     e, f = options.char_embedding_dim, options.n_filters
     p, d = options.projection_dim, options.lstm_dim
     same = _each(lambda a: a)
+    transpose = _each(lambda a: a.T)
     # Row 0 of our table is the "no token" row; the file holds raw ids 0..260.
     yield (
         {"char_embed": (261, e)},
@@ -74,7 +75,7 @@ def _conversions(
             parts = {f"CNN_high_{h}/{theirs}_{part}": shape for part in ("transform", "carry")}
             yield parts, [f"char_cnn.highways.{h}.{ours}"], _stacked, _split(f)
     if options.has_char_projection:
-        yield {"CNN_proj/W_proj": (f, p)}, ["char_cnn.projection.weight"], _stacked, _stacked
+        yield {"CNN_proj/W_proj": (f, p)}, ["char_cnn.projection.weight"], transpose, transpose
         yield {"CNN_proj/b_proj": (p,)}, ["char_cnn.projection.bias"], same, same
     hidden = p if options.has_lstm_projection else d
     for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
@@ -87,7 +88,7 @@ def _conversions(
             yield {f"{prefix}/B": (4 * d,)}, [f"{key}.bias"], same, same
             if options.has_lstm_projection:
                 projection = [f"{key}.projection_weight"]
-                yield {f"{prefix}/W_P_0": (d, p)}, projection, _stacked, _stacked
+                yield {f"{prefix}/W_P_0": (d, p)}, projection, transpose, transpose
 
 
 def read_datasets(
@@ -103,7 +104,7 @@ def read_datasets(
     expected = {name: shape for names, *_ in _conversions(options) for name, shape in names.items()}
     source = f"weights file {weight_file}"
     try:
-        # h5py's finalizers would lose a stop raised inside them (corpus.embed_file.hdf5_written)
+        # h5py's finalizers would lose a stop raised inside them (util/signals.py)
         with deferred(), h5py.File(weight_file, "r") as hdf5:
             names: list[str] = []  # of every group and dataset in the file
             hdf5.visit(names.append)
